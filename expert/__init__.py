@@ -1,0 +1,54 @@
+"""dam-expert: tells ML engineers why a training job or an inference service is slow, and what to do about it.
+
+>>> import expert
+>>> report = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.45,
+...                           "data_wait_s": 0.12, "step_time_s": 0.30})
+>>> report.bottleneck
+'input'
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
+from .expert import Expert
+from .observations import Observation, Observations
+from .report import Report
+
+__version__ = "0.1.0"
+
+_default: Expert | None = None
+_default_lock = threading.Lock()
+
+
+def default_expert() -> Expert:
+    """The shared Expert on the bundled rules (built on first use, once, even under concurrent first calls)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Expert()
+    return _default
+
+
+def diagnose(observations: Mapping[str, Any] | Observations) -> Report:
+    """Diagnose observations with the bundled rules. See `Expert` for custom rules or engines."""
+    return default_expert().diagnose(observations)
+
+
+__all__ = [
+    "EngineError",
+    "Expert",
+    "ExpertError",
+    "KnowledgeBaseError",
+    "Observation",
+    "ObservationError",
+    "Observations",
+    "Problem",
+    "Report",
+    "default_expert",
+    "diagnose",
+]

@@ -1,0 +1,303 @@
+"""Derived quantities: pure formulas (seed iron law, roofline, Table 5) and the pipeline that applies them.
+
+Every derived value records its formula, the facts it used and the hardware figures (with their source), so it
+becomes a node of the provenance graph. An observed value always wins over a derivation of the same fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import ObservationError, Problem
+from .knowledge import DTYPE_BYTES, HardwareSpec, KnowledgeBase
+
+Value = int | float | str
+
+# ---- pure formulas --------------------------------------------------------------------------------------------
+
+
+def ridge_point(peak_tflops: float, bandwidth_gbs: float) -> float:
+    """Roofline ridge in FLOP/byte: R_peak / BW (H100 SXM bf16: 989.4e12 / 3.35e12 = 295.3)."""
+    return peak_tflops * 1e12 / (bandwidth_gbs * 1e9)
+
+
+def arithmetic_intensity(flops: float, bytes_moved: float) -> float:
+    """FLOPs per byte moved."""
+    return flops / bytes_moved
+
+
+def decode_intensity(batch_size: int, bytes_per_weight: float) -> float:
+    """LLM decode at short context: each weight (b bytes) is read once and used for 2 FLOPs per sequence: 2B/b."""
+    return 2.0 * batch_size / bytes_per_weight
+
+
+def io_overhead(data_wait_s: float, step_time_s: float) -> float:
+    """Seed Table 5: data wait time / total step time."""
+    return data_wait_s / step_time_s
+
+
+def achieved_tflops(flops: float, step_time_s: float) -> float:
+    """Achieved model TFLOP/s from FLOPs per step and step time."""
+    return flops / step_time_s / 1e12
+
+
+def mfu(achieved: float, peak_tflops: float) -> float:
+    """Seed Table 5: achieved model FLOP/s / dense peak FLOP/s."""
+    return achieved / peak_tflops
+
+
+def compression_ratio(active_params: float, model_params: float) -> float:
+    """Seed Table 5: active (effective) parameters / dense baseline parameters."""
+    return active_params / model_params
+
+
+def decode_bandwidth_gbs(tokens_per_s: float, batch_size: int, params: float, bytes_per_weight: float) -> float:
+    """Achieved weight-streaming bandwidth of LLM decode: every step reads all weights once for the whole batch."""
+    steps_per_s = tokens_per_s / batch_size
+    return steps_per_s * params * bytes_per_weight / 1e9
+
+
+def iron_law(
+    t_input: float | None, t_data: float | None, t_compute: float | None, t_overhead: float | None
+) -> tuple[float, float]:
+    """Seed iron law: sequential T = input + D/BW + O/(R·η) + L; overlapped T >= input + max(D/BW, O/(R·η)) + L."""
+    terms = [t for t in (t_input, t_data, t_compute, t_overhead) if t is not None]
+    sequential = sum(terms)
+    overlapped = (t_input or 0.0) + max(t_data or 0.0, t_compute or 0.0) + (t_overhead or 0.0)
+    return sequential, overlapped
+
+
+def amdahl_max_speedup(share: float) -> float:
+    """Upper bound on the step speedup from removing a term that takes `share` of the step entirely."""
+    return float("inf") if share >= 1.0 else 1.0 / (1.0 - share)
+
+
+# ---- the derivation pipeline ------------------------------------------------------------------------------------
+
+
+class DerivedValue(BaseModel):
+    """A derived quantity with the recipe that produced it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: float
+    unit: str | None = None
+    formula: str
+    inputs: dict[str, Value]
+    constants: dict[str, Value] = {}
+    source: str
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class _Result:
+    value: float
+    constants: dict[str, Value] = field(default_factory=dict)
+    note: str | None = None
+
+
+Facts = Mapping[str, Value]
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """One way to compute `output` from `inputs` (all must be known)."""
+
+    output: str
+    inputs: tuple[str, ...]
+    formula: str
+    source: str
+    compute: Callable[[Facts, KnowledgeBase], _Result | None]
+
+
+def _hw(f: Facts, kb: KnowledgeBase) -> HardwareSpec:
+    return kb.hardware[str(f["hardware"])]
+
+
+def _num(f: Facts, name: str) -> float:
+    return float(f[name])  # type: ignore[arg-type]
+
+
+def _clamp_fraction(value: float, what: str) -> _Result:
+    if value > 1.0:
+        return _Result(1.0, note=f"{what} came out at {value:.2f} (> 1); clamped to 1 - check the inputs")
+    return _Result(max(0.0, value))
+
+
+def _peak(f: Facts, kb: KnowledgeBase) -> _Result | None:
+    hw, dtype = _hw(f, kb), str(f["dtype"])
+    peak = hw.peak(dtype)
+    if peak is None:
+        return None
+    return _Result(peak, {f"{hw.id} dense {dtype} peak (TFLOP/s)": peak, "source": hw.source})
+
+
+def _bandwidth(f: Facts, kb: KnowledgeBase) -> _Result:
+    hw = _hw(f, kb)
+    return _Result(hw.memory_bandwidth_gbs, {f"{hw.id} memory bandwidth (GB/s)": hw.memory_bandwidth_gbs, "source": hw.source})
+
+
+def _is_decode(f: Facts) -> bool:
+    return f.get("phase") == "decode" and f.get("workload", "inference") == "inference"
+
+
+def _decode_params(f: Facts) -> float:
+    return _num(f, "active_params") if "active_params" in f else _num(f, "model_params")
+
+
+def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> _Result | None:
+    if not _is_decode(f) or ("model_params" not in f and "active_params" not in f):
+        return None
+    b = DTYPE_BYTES[str(f["dtype"])]
+    achieved = decode_bandwidth_gbs(_num(f, "tokens_per_s"), int(_num(f, "batch_size")), _decode_params(f), b)
+    result = _clamp_fraction(achieved / _num(f, "peak_bandwidth"), "derived bandwidth utilization")
+    return _Result(result.value, {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}, result.note)
+
+
+def _decode_ai(f: Facts, kb: KnowledgeBase) -> _Result | None:
+    if not _is_decode(f):
+        return None
+    b = DTYPE_BYTES[str(f["dtype"])]
+    return _Result(decode_intensity(int(_num(f, "batch_size")), b), {"bytes per weight": b},
+                   "short-context approximation: KV-cache reads would lower it further")
+
+
+def _term_share(name: str) -> Callable[[Facts, KnowledgeBase], _Result | None]:
+    def share(f: Facts, kb: KnowledgeBase) -> _Result | None:
+        return _Result(min(1.0, _num(f, name) / _num(f, "step_time_s")))
+
+    return share
+
+
+_SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
+_ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
+
+DERIVATIONS: tuple[Derivation, ...] = (
+    Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
+               "knowledge_base/hardware.yaml", _peak),
+    Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
+               "knowledge_base/hardware.yaml", lambda f, kb: _bandwidth(f, kb)),
+    Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
+               lambda f, kb: _Result(ridge_point(_num(f, "peak_tflops"), _num(f, "peak_bandwidth")))),
+    Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,
+               lambda f, kb: _Result(arithmetic_intensity(_num(f, "flops"), _num(f, "bytes_moved")))),
+    Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"), "2 · batch_size / bytes_per_weight (LLM decode)",
+               "domain.md §B, LLM decode: I ≈ 2B/b_w at short context", _decode_ai),
+    Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
+               _ROOFLINE, lambda f, kb: _Result(_num(f, "arithmetic_intensity") / _num(f, "ridge_point"))),
+    Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
+               lambda f, kb: _Result(achieved_tflops(_num(f, "flops"), _num(f, "step_time_s")))),
+    Derivation("mfu", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (dense)", "seed Table 5 (MFU)",
+               lambda f, kb: _clamp_fraction(mfu(_num(f, "achieved_tflops"), _num(f, "peak_tflops")), "MFU")),
+    Derivation("io_overhead", ("data_wait_s", "step_time_s"), "data_wait_s / step_time_s", "seed Table 5 (I/O overhead)",
+               lambda f, kb: _Result(io_overhead(_num(f, "data_wait_s"), _num(f, "step_time_s")))),
+    Derivation("compression_ratio", ("active_params", "model_params"), "active_params / model_params",
+               "seed Table 5 (compression/sparsity ratio)",
+               lambda f, kb: _Result(compression_ratio(_num(f, "active_params"), _num(f, "model_params")))),
+    Derivation("mem_bw_util", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
+               "DCGM DRAM_ACTIVE definition (achieved / peak DRAM bandwidth)",
+               lambda f, kb: _clamp_fraction(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"), "bandwidth utilization")),
+    Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
+               "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util),
+    Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
+               "seed screening signals (timeline gaps not explained by data wait)",
+               lambda f, kb: _Result(max(0.0, _num(f, "gpu_idle_gap_frac") - _num(f, "io_overhead")))),
+    Derivation("latency_over_target", ("latency_ms", "latency_target_ms"), "latency_ms / latency_target_ms",
+               "service-level objective", lambda f, kb: _Result(_num(f, "latency_ms") / _num(f, "latency_target_ms"))),
+    Derivation("overlap_headroom", ("data_wait_s", "gpu_util", "step_time_s"),
+               "min(data_wait_s, gpu_util · step_time_s) / step_time_s", "seed Table 2 (overlap turns sum into max)",
+               lambda f, kb: _Result(min(_num(f, "data_wait_s"), _num(f, "gpu_util") * _num(f, "step_time_s"))
+                                     / _num(f, "step_time_s"))),
+    # iron-law terms
+    Derivation("t_input_s", ("data_wait_s",), "data_wait_s", _SEED_IRON, lambda f, kb: _Result(_num(f, "data_wait_s"))),
+    Derivation("t_data_s", ("bytes_moved", "peak_bandwidth"), "bytes_moved / BW", _SEED_IRON,
+               lambda f, kb: _Result(_num(f, "bytes_moved") / (_num(f, "peak_bandwidth") * 1e9))),
+    Derivation("t_data_s", ("mem_bw_util", "step_time_s"), "mem_bw_util · step_time_s (achieved-bandwidth share)",
+               _SEED_IRON, lambda f, kb: _Result(_num(f, "mem_bw_util") * _num(f, "step_time_s"))),
+    Derivation("t_compute_s", ("flops", "peak_tflops"), "flops / (R_peak · η), η = 1", _SEED_IRON,
+               lambda f, kb: _Result(_num(f, "flops") / (_num(f, "peak_tflops") * 1e12))),
+    Derivation("t_compute_s", ("mfu", "step_time_s"), "mfu · step_time_s (useful-compute share)", _SEED_IRON,
+               lambda f, kb: _Result(_num(f, "mfu") * _num(f, "step_time_s"))),
+    Derivation("t_overhead_s", ("host_wait_frac", "step_time_s"), "host_wait_frac · step_time_s", _SEED_IRON,
+               lambda f, kb: _Result(_num(f, "host_wait_frac") * _num(f, "step_time_s"))),
+    Derivation("t_overhead_s", ("launch_gap_frac", "step_time_s"), "launch_gap_frac · step_time_s", _SEED_IRON,
+               lambda f, kb: _Result(_num(f, "launch_gap_frac") * _num(f, "step_time_s"))),
+    Derivation("t_sequential_s", ("t_data_s", "t_compute_s"), "t_input + D/BW + O/(R·η) + L (known terms)", _SEED_IRON,
+               lambda f, kb: _Result(iron_law(*_terms(f))[0])),
+    Derivation("t_overlapped_s", ("t_data_s", "t_compute_s"), "t_input + max(D/BW, O/(R·η)) + L", _SEED_IRON,
+               lambda f, kb: _Result(iron_law(*_terms(f))[1])),
+    Derivation("share_input", ("t_input_s", "step_time_s"), "t_input_s / step_time_s", _SEED_IRON, _term_share("t_input_s")),
+    Derivation("share_data", ("t_data_s", "step_time_s"), "t_data_s / step_time_s", _SEED_IRON, _term_share("t_data_s")),
+    Derivation("share_compute", ("t_compute_s", "step_time_s"), "t_compute_s / step_time_s", _SEED_IRON,
+               _term_share("t_compute_s")),
+    Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
+               _term_share("t_overhead_s")),
+)
+
+_OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")
+
+
+def _terms(f: Facts) -> tuple[float | None, float | None, float | None, float | None]:
+    def get(name: str) -> float | None:
+        return _num(f, name) if name in f else None
+
+    return get("t_input_s"), get("t_data_s"), get("t_compute_s"), get("t_overhead_s")
+
+
+def _used_inputs(d: Derivation, facts: Facts) -> dict[str, Value]:
+    used = {name: facts[name] for name in d.inputs}
+    if d.output in ("t_sequential_s", "t_overlapped_s"):
+        used.update({name: facts[name] for name in _OPTIONAL_TERMS if name in facts})
+    return used
+
+
+def check_consistency(facts: Facts) -> None:
+    """Cross-fact checks the vocabulary's per-fact ranges cannot express."""
+    problems: list[Problem] = []
+    if "data_wait_s" in facts and "step_time_s" in facts and _num(facts, "data_wait_s") > _num(facts, "step_time_s"):
+        problems.append(Problem("data_wait_s", f"{facts['data_wait_s']} s is longer than step_time_s "
+                                f"({facts['step_time_s']} s)", "the wait is part of the step, so it cannot exceed it"))
+    if "active_params" in facts and "model_params" in facts and _num(facts, "active_params") > _num(facts, "model_params"):
+        problems.append(Problem("active_params", "is larger than model_params", "active parameters are a subset of the model"))
+    if problems:
+        raise ObservationError(problems, title="the observations contradict each other")
+
+
+def derive(observed: Facts, kb: KnowledgeBase) -> dict[str, DerivedValue]:
+    """Apply every derivation whose inputs are known, in order; observed facts are never overwritten."""
+    check_consistency(observed)
+    facts: dict[str, Value] = dict(observed)
+    out: dict[str, DerivedValue] = {}
+    for d in DERIVATIONS:
+        if d.output in facts or any(name not in facts for name in d.inputs):
+            continue
+        result = d.compute(facts, kb)
+        if result is None:
+            continue
+        spec = kb.facts.get(d.output)
+        out[d.output] = DerivedValue(
+            name=d.output, value=result.value, unit=spec.unit if spec else None, formula=d.formula,
+            inputs=_used_inputs(d, facts), constants=result.constants, source=d.source, note=result.note,
+        )
+        facts[d.output] = result.value
+    return out
+
+
+def askable_inputs(name: str, kb: KnowledgeBase) -> list[str]:
+    """The facts a user could supply to settle `name`: itself if askable, else the inputs of its derivations."""
+    spec = kb.facts.get(name)
+    if spec is not None and spec.askable:
+        return [name]
+    out: list[str] = []
+    for d in DERIVATIONS:
+        if d.output == name:
+            for inp in d.inputs:
+                for leaf in askable_inputs(inp, kb):
+                    if leaf not in out:
+                        out.append(leaf)
+    return out

@@ -1,0 +1,450 @@
+"""Turn an engine run into a Report: verdict, axes, findings, recommended vs wasted, what to measure, provenance.
+
+Everything here is decided by data: rule conclusions (rules/), regime tables (rules/), strengths and precedence
+(knowledge_base/regimes.yaml), scorecard bands, the tool map. This module only combines them.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .derive import DerivedValue, amdahl_max_speedup, askable_inputs
+from .engine.base import EngineResult
+from .evaluate import LeafTrace, evaluate
+from .knowledge import KnowledgeBase
+from .observations import Observations
+from .report import (
+    AxisScore,
+    Candidate,
+    Evidence,
+    ExpectedGain,
+    Finding,
+    GraphEdge,
+    GraphNode,
+    IronLaw,
+    IronLawTerm,
+    MissingFact,
+    NextMeasurement,
+    ProvenanceData,
+    Recommendation,
+    Report,
+    RuleEvaluation,
+    ScoreRow,
+    Wasted,
+)
+from .rulebook import LoadedRule, RuleSet
+
+Value = int | float | str
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+_AXES = ("data", "algorithm", "machine")
+# iron-law term -> (seconds fact, share fact, label)
+_TERMS = {
+    "input": ("t_input_s", "share_input", "input wait (data pipeline)"),
+    "data": ("t_data_s", "share_data", "D/BW (bytes over bandwidth)"),
+    "compute": ("t_compute_s", "share_compute", "O/(R_peak·η) (FLOPs over peak)"),
+    "latency": ("t_overhead_s", "share_overhead", "L_lat (launch / sync overhead)"),
+}
+_GAIN_SHARE = {"input": "share_input", "data": "share_data", "compute": "share_compute",
+               "latency": "share_overhead", "overlap": "overlap_headroom"}
+MAX_REPORTED_SPEEDUP = 100.0
+
+
+class _SafeFormatter(string.Formatter):
+    """str.format restricted to plain fact names; no attribute or index access, unknown values render as '?'."""
+
+    def __init__(self, facts: Mapping[str, Value]) -> None:
+        self.facts = facts
+
+    def get_field(self, field_name: str, args: object, kwargs: object) -> tuple[object, str]:
+        if not field_name.isidentifier():
+            return f"{{{field_name}}}", field_name
+        return self.facts.get(field_name), field_name
+
+    def format_field(self, value: object, format_spec: str) -> str:
+        if value is None:
+            return "?"
+        try:
+            return format(value, format_spec)
+        except (ValueError, TypeError):
+            return str(value)
+
+
+def render_message(template: str, facts: Mapping[str, Value]) -> str:
+    """Fill a rule's message template with fact values ("{gpu_util:.0%}")."""
+    try:
+        return _SafeFormatter(facts).format(template)
+    except (ValueError, IndexError, KeyError):
+        return template
+
+
+@dataclass
+class _Context:
+    kb: KnowledgeBase
+    ruleset: RuleSet
+    facts: dict[str, Value]
+    observations: Observations
+    derived: dict[str, DerivedValue]
+    traces: dict[str, tuple[str, list[LeafTrace]]] = field(default_factory=dict)
+    nodes: dict[str, GraphNode] = field(default_factory=dict)
+    edges: list[GraphEdge] = field(default_factory=list)
+
+    def add_node(self, node_id: str, kind: str, label: str, **attrs: object) -> str:
+        if node_id not in self.nodes:
+            self.nodes[node_id] = GraphNode(id=node_id, kind=kind, label=label, attrs=attrs)  # type: ignore[arg-type]
+        return node_id
+
+    def add_edge(self, source: str, target: str, relation: str) -> None:
+        edge = GraphEdge(source=source, target=target, relation=relation)  # type: ignore[arg-type]
+        if edge not in self.edges:
+            self.edges.append(edge)
+
+    def fact_node(self, name: str) -> str | None:
+        """The provenance node of a known fact (observation or derived, with its derivation chain)."""
+        if name in self.observations.facts:
+            obs = self.observations.facts[name]
+            return self.add_node(f"obs:{name}", "observation", f"{name} = {_fmt(obs.value)}", value=obs.value,
+                                 source=obs.source, **{f"detail_{k}": v for k, v in obs.detail.items()})
+        if name in self.derived:
+            d = self.derived[name]
+            node = f"derived:{name}"
+            if node not in self.nodes:
+                self.add_node(node, "derived", f"{name} = {_fmt(d.value)}", value=d.value, formula=d.formula,
+                              source=d.source)
+                for inp in d.inputs:
+                    parent = self.fact_node(inp)
+                    if parent:
+                        self.add_edge(parent, node, "derived-from")
+            return node
+        return None
+
+    def rule_node(self, lr: LoadedRule, fired: bool) -> str:
+        node = self.add_node(f"rule:{lr.id}", "rule", lr.rule.title, rule_id=lr.id, source=lr.rule.source,
+                             fired=fired, outcome=self.traces[lr.id][0])
+        for leaf in self.traces[lr.id][1]:
+            if leaf.kind == "fact" and leaf.value is not None and (leaf.supports or not fired):
+                parent = self.fact_node(leaf.name)
+                if parent:
+                    self.add_edge(parent, node, "used")
+            elif leaf.kind == "finding" and leaf.outcome == "true" and not leaf.negated:
+                self.add_edge(f"finding:{leaf.name}", node, "used")
+        return node
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _evidence(ctx: _Context, rule_id: str) -> list[Evidence]:
+    out: list[Evidence] = []
+    for leaf in ctx.traces[rule_id][1]:
+        if not leaf.supports:
+            continue
+        source = None
+        if leaf.kind == "fact":
+            if leaf.name in ctx.observations.facts:
+                source = ctx.observations.facts[leaf.name].source
+            elif leaf.name in ctx.derived:
+                source = f"derived: {ctx.derived[leaf.name].formula}"
+        out.append(Evidence(fact=leaf.name, value=leaf.value, test=leaf.comparison(), source=source))
+    return out
+
+
+def build_report(
+    kb: KnowledgeBase,
+    ruleset: RuleSet,
+    engine_name: str,
+    observations: Observations,
+    derived: dict[str, DerivedValue],
+    result: EngineResult,
+) -> Report:
+    """Assemble the report. Deterministic: independent of firing order and of the order facts were given in."""
+    facts: dict[str, Value] = {**observations.values(), **{n: d.value for n, d in derived.items()}}
+    ctx = _Context(kb, ruleset, facts, observations, derived)
+    ordered = sorted(ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
+    fired_ids = set(result.fired)
+    evaluations: list[RuleEvaluation] = []
+    for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
+        trace: list[LeafTrace] = []
+        outcome = evaluate(lr.condition, facts, result.findings, trace)
+        ctx.traces[lr.id] = (outcome, trace)
+        evaluations.append(RuleEvaluation(rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome,
+                                          fired=lr.id in fired_ids, leaves=trace))
+    fired = [lr for lr in ordered if lr.id in fired_ids]
+    for lr in fired:  # finding nodes first, so every rule that reads one can link to it
+        if lr.rule.then.finding:
+            ctx.add_node(f"finding:{lr.rule.then.finding.id}", "finding", lr.rule.then.finding.id,
+                         severity=lr.rule.severity)
+    for lr in fired:
+        ctx.rule_node(lr, fired=True)
+        if lr.rule.then.finding:
+            ctx.add_edge(f"rule:{lr.id}", f"finding:{lr.rule.then.finding.id}", "concluded")
+
+    findings = _findings(ctx, fired)
+    candidates, verdict = _verdict(ctx, fired)
+    axes = _axes(ctx, fired, candidates)
+    recommended, wasted = _optimizations(ctx, fired, verdict)
+    missing = _missing(ctx, ordered)
+    measurements = _measurements(ctx, fired, missing, verdict)
+    return Report(
+        engine=engine_name,
+        observations=dict(sorted(observations.facts.items())),
+        derived=dict(sorted(derived.items())),
+        bottleneck=verdict,
+        verdict_title=kb.regimes.regimes[verdict].title if verdict else None,
+        candidates=candidates,
+        axes=axes,
+        findings=findings,
+        recommended=recommended,
+        wasted=wasted,
+        next_measurements=measurements,
+        missing=missing,
+        scorecard=_scorecard(ctx),
+        iron_law=_iron_law(facts),
+        evaluations=evaluations,
+        graph=ProvenanceData(nodes=list(ctx.nodes.values()), edges=ctx.edges),
+    )
+
+
+def _findings(ctx: _Context, fired: list[LoadedRule]) -> list[Finding]:
+    seen: set[str] = set()
+    out: list[Finding] = []
+    for lr in fired:
+        spec = lr.rule.then.finding
+        if spec is None or spec.id in seen:
+            continue
+        seen.add(spec.id)
+        out.append(Finding(id=spec.id, severity=lr.rule.severity, title=lr.rule.title,
+                           message=render_message(spec.message, ctx.facts), rule_id=lr.id, source=lr.rule.source,
+                           evidence=_evidence(ctx, lr.id)))
+    out.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.rule_id))
+    return out
+
+
+def _verdict(ctx: _Context, fired: list[LoadedRule]) -> tuple[list[Candidate], str | None]:
+    regimes = ctx.kb.regimes
+    votes: dict[str, list[tuple[int, str]]] = {}
+    for lr in fired:
+        vote = lr.rule.then.bottleneck
+        if vote:
+            votes.setdefault(vote.regime, []).append((regimes.strengths[vote.strength], lr.id))
+    names = {v: k for k, v in regimes.strengths.items()}
+    candidates = [
+        Candidate(regime=regime, title=regimes.regimes[regime].title, strength=names[max(s for s, _ in vs)],
+                  score=sum(s for s, _ in vs), rules=sorted(r for _, r in vs))
+        for regime, vs in votes.items()
+    ]
+    order = {name: i for i, name in enumerate(regimes.precedence)}
+    candidates.sort(key=lambda c: (-regimes.strengths[c.strength], -c.score, order[c.regime]))
+    threshold = regimes.strengths[regimes.verdict_min_strength]
+    verdict = candidates[0].regime if candidates and regimes.strengths[candidates[0].strength] >= threshold else None
+    for c in candidates:
+        node = ctx.add_node(f"bottleneck:{c.regime}", "bottleneck", c.title, strength=c.strength, score=c.score,
+                            verdict=c.regime == verdict)
+        for rule_id in c.rules:
+            ctx.add_edge(f"rule:{rule_id}", node, "concluded")
+    return candidates, verdict
+
+
+def _axes(ctx: _Context, fired: list[LoadedRule], candidates: list[Candidate]) -> list[AxisScore]:
+    strengths = ctx.kb.regimes.strengths
+    score = dict.fromkeys(_AXES, 0.0)
+    rules: dict[str, set[str]] = {a: set() for a in _AXES}
+    for c in candidates:
+        for axis, weight in ctx.kb.regimes.regimes[c.regime].axes.items():
+            score[axis] += strengths[c.strength] * weight
+            rules[axis].update(c.rules)
+    for lr in fired:
+        vote = lr.rule.then.axis
+        if vote:
+            score[vote.axis] += strengths[vote.strength]
+            rules[vote.axis].add(lr.id)
+    total = sum(score.values())
+    if total == 0:
+        return []
+    axes = [AxisScore(axis=a, share=round(score[a] / total, 4), strength=score[a], rules=sorted(rules[a]))  # type: ignore[arg-type]
+            for a in _AXES if score[a] > 0]
+    axes.sort(key=lambda x: (-x.strength, _AXES.index(x.axis)))
+    return axes
+
+
+def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
+    share_fact = _GAIN_SHARE.get(shrinks)
+    if share_fact is None or share_fact not in ctx.facts:
+        return None
+    share = float(ctx.facts[share_fact])
+    capped = share >= 1 - 1 / MAX_REPORTED_SPEEDUP
+    speedup = MAX_REPORTED_SPEEDUP if capped else amdahl_max_speedup(share)
+    what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
+    return ExpectedGain(
+        term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
+        assumptions=f"upper bound (Amdahl): the {shrinks} term, {share:.0%} of the step, {what}; other terms unchanged"
+        + ("; capped" if capped else ""),
+    )
+
+
+def _optimizations(
+    ctx: _Context, fired: list[LoadedRule], verdict: str | None
+) -> tuple[list[Recommendation], list[Wasted]]:
+    kb = ctx.kb
+    table = ctx.ruleset.tables.get(verdict)[1] if verdict and verdict in ctx.ruleset.tables else None
+    table_node = None
+    if table is not None and verdict is not None:
+        table_node = ctx.add_node(f"rule:table/{verdict}", "rule", f"Effective vs wasted optimizations: {verdict}",
+                                  rule_id=f"table/{verdict}", source=table.source, fired=True)
+        ctx.add_edge(f"bottleneck:{verdict}", table_node, "used")
+
+    wasted: dict[str, tuple[str, list[str]]] = {}
+    if table is not None:
+        for entry in table.wasted:
+            wasted[entry.id] = (entry.reason, [f"table/{verdict}"])
+    for lr in fired:
+        for w in lr.rule.then.waste:
+            reason, rules = wasted.setdefault(w.id, (render_message(w.reason, ctx.facts), []))
+            rules.append(lr.id)
+
+    proposals: dict[str, tuple[list[str], list[str], int]] = {}  # id -> (whys, rules, specificity)
+    for lr in fired:
+        for rec in lr.rule.then.recommend:
+            whys, rules, _ = proposals.setdefault(rec.id, ([], [], 0))
+            whys.append(render_message(rec.why, ctx.facts))
+            rules.append(lr.id)
+    if table is not None:
+        regime_title = kb.regimes.regimes[table.regime].title
+        for opt_id in table.effective:
+            whys, rules, spec = proposals.setdefault(opt_id, ([], [], 1))
+            whys.append(f"effective when {regime_title.lower()} ({table.source})")
+            rules.append(f"table/{verdict}")
+
+    recommended: list[tuple[tuple[float, int, int], Recommendation]] = []
+    for index, (opt_id, (whys, rules, spec)) in enumerate(proposals.items()):
+        if opt_id in wasted:
+            continue
+        opt = kb.optimizations[opt_id]
+        gain = _gain(ctx, opt.shrinks)
+        rec = Recommendation(id=opt_id, title=opt.title, why="; ".join(whys), how=opt.how, axis=opt.axis,
+                             shrinks=opt.shrinks, source=opt.source, rules=rules, expected_gain=gain)
+        recommended.append(((-(gain.max_speedup if gain else 1.0), spec, index), rec))
+        node = ctx.add_node(f"recommendation:{opt_id}", "recommendation", opt.title,
+                            max_speedup=gain.max_speedup if gain else None)
+        for rule_id in rules:
+            ctx.add_edge(f"rule:{rule_id}", node, "concluded")
+    recommended.sort(key=lambda item: item[0])
+
+    wasted_out: list[Wasted] = []
+    for opt_id, (reason, rules) in sorted(wasted.items()):
+        wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].title, reason=reason, rules=rules))
+        node = ctx.add_node(f"wasted:{opt_id}", "wasted", kb.optimizations[opt_id].title, reason=reason)
+        for rule_id in rules:
+            ctx.add_edge(f"rule:{rule_id}", node, "ruled-out")
+    return [rec for _, rec in recommended], wasted_out
+
+
+def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
+    """Unknown facts that stand between a rule and a definite outcome, weighted by what the rule would conclude."""
+    strengths = ctx.kb.regimes.strengths
+    weight: dict[str, int] = {}
+    rules_for: dict[str, list[str]] = {}
+    for lr in ordered:
+        outcome, trace = ctx.traces[lr.id]
+        if outcome != "unknown":
+            continue
+        then = lr.rule.then
+        w = strengths[then.bottleneck.strength] * 2 if then.bottleneck else 1
+        for leaf in trace:
+            if leaf.kind != "fact" or leaf.value is not None or leaf.op == "known":
+                continue
+            for fact in askable_inputs(leaf.name, ctx.kb):
+                if fact in ctx.observations.facts:
+                    continue
+                weight[fact] = weight.get(fact, 0) + w
+                if lr.id not in rules_for.setdefault(fact, []):
+                    rules_for[fact].append(lr.id)
+    out: list[MissingFact] = []
+    for fact in sorted(weight, key=lambda f: (-weight[f], ctx.kb.facts[f].cost, f)):
+        spec = ctx.kb.facts[fact]
+        rules = rules_for[fact]
+        titles = "; ".join(ctx.ruleset.rules[r].rule.title for r in rules[:3])
+        more = f" and {len(rules) - 3} more" if len(rules) > 3 else ""
+        out.append(MissingFact(fact=fact, question=spec.question or spec.description,
+                               why=f"would settle: {titles}{more}", rules=rules))
+        for rule_id in rules:
+            lr = ctx.ruleset.rules[rule_id]
+            ctx.rule_node(lr, fired=False)
+    return out
+
+
+def _measurement_for(ctx: _Context, fact: str) -> tuple[str, str, str] | None:
+    spec = ctx.kb.facts.get(fact)
+    key = spec.measure if spec and spec.measure else fact
+    m = ctx.kb.tools.measurements.get(key)
+    if m is None:
+        return None
+    return m.axis, ctx.kb.tools.tools[m.tool].name, m.how
+
+
+def _measurements(
+    ctx: _Context, fired: list[LoadedRule], missing: list[MissingFact], verdict: str | None
+) -> list[NextMeasurement]:
+    out: dict[str, NextMeasurement] = {}
+    for lr in fired:
+        for fact in lr.rule.then.measure:
+            if fact in ctx.facts or fact in out:
+                continue
+            found = _measurement_for(ctx, fact)
+            if found is None:
+                continue
+            axis, tool, how = found
+            settles = [lr.rule.then.finding.id] if lr.rule.then.finding else [lr.id]
+            out[fact] = NextMeasurement(fact=fact, axis=axis, tool=tool, how=how,
+                                        why=f"{lr.rule.title}: measure {fact} to confirm or rule it out", settles=settles)
+            node = ctx.add_node(f"measurement:{fact}", "measurement", f"measure {fact}", tool=tool)
+            ctx.add_edge(f"rule:{lr.id}", node, "concluded")
+    for item in missing[:6]:
+        if item.fact in out:
+            continue
+        found = _measurement_for(ctx, item.fact)
+        if found is None:
+            continue
+        axis, tool, how = found
+        out[item.fact] = NextMeasurement(fact=item.fact, axis=axis, tool=tool, how=how, why=item.why,
+                                         settles=item.rules)
+        node = ctx.add_node(f"measurement:{item.fact}", "measurement", f"measure {item.fact}", tool=tool)
+        for rule_id in item.rules:
+            ctx.add_edge(f"rule:{rule_id}", node, "needs")
+    result = list(out.values())
+    if verdict:
+        regime = ctx.kb.regimes.regimes[verdict]
+        axis = max(regime.axes, key=lambda a: (regime.axes[a], -_AXES.index(a)))
+        row = ctx.kb.tools.axes[axis]
+        tools = [ctx.kb.tools.tools[t].name for t in [row.primary, *row.secondary]]
+        result.append(NextMeasurement(
+            fact=None, axis=axis, tool=tools[0], how=f"{row.key_metric}; secondary: {', '.join(tools[1:])}",
+            why=f"confirm the {regime.title.lower()} verdict along the {axis} axis ({row.source})",
+            settles=[verdict],
+        ))
+        node = ctx.add_node(f"measurement:confirm-{axis}", "measurement", f"confirm with {tools[0]}", tool=tools[0])
+        ctx.add_edge(f"bottleneck:{verdict}", node, "needs")
+    return result
+
+
+def _scorecard(ctx: _Context) -> list[ScoreRow]:
+    rows = []
+    for metric in ctx.kb.scorecard.metrics:
+        raw = ctx.facts.get(metric.fact)
+        value = float(raw) if isinstance(raw, (int, float)) else None
+        rows.append(ScoreRow(id=metric.id, title=metric.title, axis=metric.axis, value=value,
+                             band=metric.band(value), definition=metric.definition, bands=metric.bands_text()))
+    return rows
+
+
+def _iron_law(facts: Mapping[str, Value]) -> IronLaw:
+    def num(name: str) -> float | None:
+        value = facts.get(name)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    terms = [IronLawTerm(term=term, label=label, seconds=num(sec), share=num(share))  # type: ignore[arg-type]
+             for term, (sec, share, label) in _TERMS.items()]
+    return IronLaw(step_time_s=num("step_time_s"), terms=terms, sequential_s=num("t_sequential_s"),
+                   overlapped_s=num("t_overlapped_s"))

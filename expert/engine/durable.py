@@ -1,0 +1,246 @@
+"""The durable-rules backend: rules compiled from data into durable-rules rulesets, behind defences.
+
+Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/reference/durable-rules-notes.md):
+
+* the default ``Host`` starts timer threads that segfault under concurrency -> ``_QuietHost`` never starts them;
+* ``delete_state`` on a session where no action ran segfaults -> every run asserts a ``done`` fact that a rule consumes;
+* more than 1,024 live sessions per ruleset crash -> one session per run, deleted in ``finally``, runs serialised;
+* a fact no pattern accepts aborts a batch -> a never-completing ``sink`` join accepts every fact;
+* exceptions inside actions are swallowed into state -> actions catch, record and the run re-raises;
+* floats whose repr has an exponent but no '.' (1e-05) are rejected -> nudged by one ULP; NaN/inf/bool never get here;
+* no truth maintenance -> rules that negate a finding are gated on a phase fact asserted after lower strata finish;
+* a ruleset name cannot be redefined -> every engine registers a uniquely named ruleset on its own host;
+* the release does not import on Python 3.13 -> ``available()`` says so and the caller falls back to the pure engine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EngineError
+from ..rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf, RuleSet
+from .base import EngineResult, Value
+
+_IMPORT_ERROR: str | None = None
+try:  # pragma: no branch
+    import durable_rules_engine  # noqa: F401  (the C extension; fails first on unsupported Pythons)
+    from durable import engine as _dr
+except Exception as exc:  # ImportError, or undefined symbols on Python 3.13
+    _dr = None  # type: ignore[assignment]
+    _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+
+def available() -> tuple[bool, str | None]:
+    """Whether durable-rules can be used here, and if not, why."""
+    return _dr is not None, _IMPORT_ERROR
+
+
+# ---- compiling conditions -----------------------------------------------------------------------------------------
+# Negation normal form: ("leaf", fact, op, constant) | ("find", id, positive) | ("and", [..]) | ("or", [..])
+
+_NEG_OP = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq", "in": "not_in", "not_in": "in"}
+NNF = tuple[Any, ...]
+
+
+def _nnf(node: Condition, negated: bool = False) -> NNF:
+    if isinstance(node, FactTest):
+        leaves: list[NNF] = []
+        if node.known is not None:
+            leaves.append(("leaf", node.fact, "known", node.known != negated))
+        for op, constant in node.ops():
+            leaves.append(("leaf", node.fact, _NEG_OP[op] if negated else op, constant))
+        if len(leaves) == 1:
+            return leaves[0]
+        return ("or" if negated else "and", leaves)
+    if isinstance(node, FindingRef):
+        return ("find", node.finding, not negated)
+    if isinstance(node, AllOf):
+        return ("or" if negated else "and", [_nnf(c, negated) for c in node.all])
+    if isinstance(node, AnyOf):
+        return ("and" if negated else "or", [_nnf(c, negated) for c in node.any])
+    if isinstance(node, NotOf):
+        return _nnf(node.not_, not negated)
+    raise TypeError(f"unresolved condition node {node!r}")
+
+
+def _obs_only(n: NNF) -> bool:
+    if n[0] == "leaf":
+        return True
+    if n[0] == "find":
+        return False
+    return all(_obs_only(c) for c in n[1])
+
+
+@dataclass
+class _Branch:
+    obs: list[NNF] = field(default_factory=list)
+    pos: list[str] = field(default_factory=list)
+    neg: list[str] = field(default_factory=list)
+
+
+def _dnf(n: NNF) -> list[_Branch]:
+    """Split a condition into alternative branches: an observation expression plus finding joins."""
+    if _obs_only(n):
+        return [_Branch(obs=[n])]
+    if n[0] == "find":
+        return [_Branch(pos=[n[1]])] if n[2] else [_Branch(neg=[n[1]])]
+    if n[0] == "or":
+        return [b for c in n[1] for b in _dnf(c)]
+    branches = [_Branch()]
+    for child in n[1]:
+        branches = [
+            _Branch(a.obs + b.obs, a.pos + b.pos, a.neg + b.neg) for a in branches for b in _dnf(child)
+        ]
+    return branches
+
+
+def durable_number(value: float | int) -> float | int:
+    """Make a number durable-rules' JSON parser accepts (it needs a fraction before an exponent)."""
+    if isinstance(value, bool):
+        raise TypeError("booleans are not numbers here")
+    if isinstance(value, int):
+        if abs(value) < 2**63:
+            return value
+        value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError("NaN and infinity cannot be compared by durable-rules")
+    text = repr(value)
+    if "e" in text and "." not in text:
+        return math.nextafter(value, math.inf)  # 1 ULP; 1e-05 -> 1.0000000000000001e-05
+    return value
+
+
+def _const(value: Any) -> Any:
+    return value if isinstance(value, str) else durable_number(value)
+
+
+def _expr(n: NNF) -> dict[str, Any]:
+    if n[0] == "and":
+        return {"$and": [_expr(c) for c in n[1]]}
+    if n[0] == "or":
+        return {"$or": [_expr(c) for c in n[1]]}
+    _, fact, op, constant = n
+    exists = {"$ex": {fact: 1}}
+    if op == "known":
+        return exists if constant else {"$nex": {fact: 1}}
+    if op == "eq":
+        return {fact: _const(constant)}
+    if op == "ne":
+        return {"$and": [exists, {"$neq": {fact: _const(constant)}}]}
+    if op == "in":
+        return {"$or": [{fact: _const(v)} for v in constant]}
+    if op == "not_in":
+        return {"$and": [exists, *({"$neq": {fact: _const(v)}} for v in constant)]}
+    dr_op = {"lt": "$lt", "le": "$lte", "gt": "$gt", "ge": "$gte"}[op]
+    return {dr_op: {fact: _const(constant)}}
+
+
+class _QuietHost(_dr.Host if _dr is not None else object):  # type: ignore[misc]
+    """A durable-rules Host without the background timer threads (they segfault under concurrent use)."""
+
+    def _run(self) -> None:
+        return None
+
+
+@dataclass
+class _Run:
+    result: EngineResult = field(default_factory=EngineResult)
+    errors: list[str] = field(default_factory=list)
+
+
+class DurableEngine:
+    """Runs a RuleSet on durable-rules. Thread-safe: runs are serialised (the C engine never releases the GIL)."""
+
+    name = "durable-rules"
+
+    def __init__(self, ruleset: RuleSet) -> None:
+        if _dr is None:
+            raise EngineError(f"durable-rules is not available: {_IMPORT_ERROR}")
+        self._lock = threading.Lock()
+        self._sids = itertools.count()
+        self._current: _Run | None = None
+        self._max_stratum = ruleset.max_stratum
+        self._ruleset_name = f"dam_{uuid.uuid4().hex}"
+        self._host = _QuietHost()
+        self._host.set_rulesets({self._ruleset_name: self._compile(ruleset)})
+
+    def _compile(self, ruleset: RuleSet) -> dict[str, Any]:
+        consumed = ruleset.consumed_findings()
+        definition: dict[str, Any] = {
+            # accepts every fact so no assert is ever "not handled"; the second pattern never matches
+            "zz_sink": {"all": [{"a0": {"$ex": {"t": 1}}}, {"a1": {"t": "__never__"}}], "run": lambda c: None},
+            # guarantees an action ran in every session, so delete_state is safe
+            "zz_done": {"all": [{"d": {"t": "done"}}], "run": lambda c: None},
+        }
+        for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
+            finding = lr.rule.then.finding.id if lr.rule.then.finding else None
+            action = self._action(lr.id, finding, assert_back=finding in consumed)
+            for k, branch in enumerate(_dnf(_nnf(lr.condition))):
+                patterns: list[dict[str, Any]] = []
+                if lr.stratum > 0 and branch.neg:
+                    patterns.append({"ph": {"$and": [{"t": "phase"}, {"n": lr.stratum}]}})
+                obs = [{"t": "obs"}, *(_expr(n) for n in branch.obs)]
+                patterns.append({"o": {"$and": obs}})
+                for j, fid in enumerate(branch.pos):
+                    patterns.append({f"f{j}": {"$and": [{"t": "finding"}, {"id": fid}]}})
+                for j, fid in enumerate(branch.neg):
+                    patterns.append({f"n{j}$not": {"$and": [{"t": "finding"}, {"id": fid}]}})
+                definition[f"{lr.id}#{k}"] = {"all": patterns, "run": action}
+        return definition
+
+    def _action(self, rule_id: str, finding: str | None, assert_back: bool) -> Any:
+        def action(c: Any) -> None:
+            run = self._current
+            if run is None:  # pragma: no cover - only reachable if durable-rules fired outside run()
+                return
+            try:
+                if rule_id in run.result.matched:
+                    return  # a rule fires once, whichever branch or finding fact matched first
+                matched = sorted(
+                    fact["id"] for alias, fact in getattr(c, "_m", {}).items() if alias.startswith("f") and "id" in fact
+                )
+                run.result.fired.append(rule_id)
+                run.result.matched[rule_id] = matched
+                if finding is None:
+                    return
+                new = finding not in run.result.findings
+                run.result.findings.add(finding)
+                if new and assert_back:  # only findings some rule reads go back into the engine
+                    c.assert_fact({"t": "finding", "id": finding, "by": rule_id})
+            except Exception as exc:  # durable-rules would swallow it into the session state
+                run.errors.append(f"{rule_id}: {type(exc).__name__}: {exc}")
+
+        return action
+
+    def run(self, facts: Mapping[str, Value]) -> EngineResult:
+        payload: dict[str, Any] = {"t": "obs"}
+        for name, value in facts.items():
+            payload[name] = value if isinstance(value, str) else durable_number(value)
+        with self._lock:
+            sid = f"s{next(self._sids)}"
+            run = _Run()
+            self._current = run
+            name = self._ruleset_name
+            try:
+                state = self._host.assert_fact(name, {**payload, "sid": sid})
+                for stratum in range(1, self._max_stratum + 1):
+                    state = self._host.assert_fact(name, {"t": "phase", "n": stratum, "sid": sid})
+                state = self._host.assert_fact(name, {"t": "done", "sid": sid})
+                if isinstance(state, dict) and "exception" in state:
+                    run.errors.append(str(state["exception"]))
+            except Exception as exc:
+                raise EngineError(f"durable-rules failed: {type(exc).__name__}: {exc}") from exc
+            finally:
+                try:
+                    self._host.delete_state(name, sid)
+                finally:
+                    self._current = None
+        if run.errors:
+            raise EngineError("a rule action failed: " + "; ".join(run.errors))
+        return run.result

@@ -1,0 +1,56 @@
+"""The Expert: knowledge base and rules loaded and compiled once, then any number of diagnoses, from any thread."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._resources import data_dir
+from .derive import derive
+from .diagnosis import build_report
+from .engine import EngineName, make_engine
+from .knowledge import KnowledgeBase
+from .observations import Observations, normalise
+from .report import Report
+from .rulebook import RuleSet
+
+
+class Expert:
+    """A long-lived diagnostician. Holds no per-diagnosis state, so one instance serves many threads.
+
+    >>> expert = Expert()
+    >>> expert.diagnose({"hardware": "h100-sxm", "gpu_util": "45%", "data_wait_s": 0.12, "step_time_s": 0.3}).bottleneck
+    'input'
+    """
+
+    def __init__(
+        self,
+        rules_dirs: Sequence[str | Path] | None = None,
+        knowledge_base: str | Path | None = None,
+        *,
+        extra_rules_dirs: Sequence[str | Path] = (),
+        engine: EngineName = "auto",
+    ) -> None:
+        kb_dir = Path(knowledge_base) if knowledge_base is not None else data_dir("knowledge_base")
+        dirs = [Path(d) for d in rules_dirs] if rules_dirs is not None else [data_dir("rules")]
+        dirs += [Path(d) for d in extra_rules_dirs]
+        self.kb = KnowledgeBase.load(kb_dir)
+        self.ruleset = RuleSet.load(dirs, self.kb)
+        self.engine = make_engine(self.ruleset, engine)
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine.name
+
+    def observations(self, raw: Mapping[str, Any] | Observations) -> Observations:
+        """Validate and normalise raw observations (units, percentages, hardware aliases)."""
+        return normalise(self.kb, raw)
+
+    def diagnose(self, observations: Mapping[str, Any] | Observations) -> Report:
+        """Diagnose one set of observations. Raises ObservationError (with every problem) on invalid input."""
+        obs = normalise(self.kb, observations)
+        derived = derive(obs.values(), self.kb)
+        facts = {**obs.values(), **{name: d.value for name, d in derived.items()}}
+        result = self.engine.run(facts)
+        return build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result)

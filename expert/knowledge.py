@@ -1,0 +1,305 @@
+"""The knowledge base: fact vocabulary, hardware, optimizations, tools, scorecard, regimes and units (all YAML data)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ._yaml import load_yaml, validate
+from .errors import KnowledgeBaseError, Problem
+
+Axis = Literal["data", "algorithm", "machine"]
+Term = Literal["input", "data", "compute", "latency", "overlap", "communication", "coordination"]
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FactSpec(_Strict):
+    """One fact of the observation vocabulary."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: Literal["observed", "derived", "both"]
+    type: Literal["fraction", "number", "integer", "enum", "hardware"]
+    unit: str | None = None
+    dimension: str | None = None
+    min: float | None = None
+    max: float | None = None
+    exclusive_min: bool = False
+    choices: list[str] | None = None
+    description: str
+    question: str | None = None
+    example: str | None = None
+    ask_first: bool = False
+    cost: int = Field(default=3, ge=1, le=5)
+    measure: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FactSpec:
+        if self.type == "enum" and not self.choices:
+            raise ValueError("an enum fact needs `choices`")
+        if self.kind != "derived" and not self.question:
+            raise ValueError("an observable fact needs a `question`")
+        return self
+
+    @property
+    def askable(self) -> bool:
+        return self.kind in ("observed", "both")
+
+    def range_text(self) -> str:
+        """Human description of the accepted values."""
+        if self.type == "fraction":
+            return "a fraction in [0, 1], or a percentage such as 62%"
+        if self.type in ("enum",):
+            return "one of " + ", ".join(self.choices or [])
+        if self.type == "hardware":
+            return "a hardware catalog id (dam hardware list) or a device name"
+        lo = "-inf" if self.min is None else f"{self.min:g}"
+        hi = "inf" if self.max is None else f"{self.max:g}"
+        bracket = "(" if self.exclusive_min else "["
+        unit = f" {self.unit}" if self.unit else ""
+        kind = "an integer" if self.type == "integer" else "a number"
+        return f"{kind} in {bracket}{lo}, {hi}]{unit}"
+
+
+class FactCatalog(_Strict):
+    schema_version: int = 1
+    facts: list[FactSpec]
+
+
+class HardwareSpec(_Strict):
+    """One accelerator: dense peaks per dtype, memory bandwidth, links, source."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: str
+    vendor: str
+    peak_tflops: dict[Dtype, float | None]
+    sparse_headline: bool
+    memory_gb: float
+    memory_type: str
+    memory_bandwidth_gbs: float = Field(gt=0)
+    host_link: str | None = None
+    host_link_gbs: float | None = None
+    scale_up_link: str | None = None
+    scale_up_gbs: float | None = None
+    source: str
+    notes: str | None = None
+    aliases: list[str] = Field(default_factory=list)
+
+    def peak(self, dtype: str) -> float | None:
+        """Dense peak TFLOP/s for a dtype, or None when the part has no published figure for it."""
+        return self.peak_tflops.get(dtype)  # type: ignore[call-overload]
+
+
+class HardwareCatalog(_Strict):
+    schema_version: int = 1
+    hardware: list[HardwareSpec]
+
+
+class Optimization(_Strict):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    axis: Axis
+    shrinks: Term
+    how: str
+    source: str
+
+
+class OptimizationCatalog(_Strict):
+    schema_version: int = 1
+    optimizations: list[Optimization]
+
+
+class Tool(_Strict):
+    name: str
+    url: str
+
+
+class AxisTools(_Strict):
+    key_metric: str
+    primary: str
+    secondary: list[str]
+    source: str
+
+
+class Measurement(_Strict):
+    tool: str
+    axis: Axis
+    how: str
+
+
+class ToolMap(_Strict):
+    schema_version: int = 1
+    tools: dict[str, Tool]
+    axes: dict[Axis, AxisTools]
+    measurements: dict[str, Measurement]
+
+
+class ScoreMetric(_Strict):
+    id: str
+    title: str
+    axis: Axis
+    fact: str
+    definition: str
+    direction: Literal["lower_is_better", "higher_is_better"]
+    fail_above: float | None = None
+    pass_below: float | None = None
+    fail_below: float | None = None
+    pass_above: float | None = None
+    note: str | None = None
+
+    def band(self, value: float | None) -> Literal["fail", "marginal", "pass", "n/a"]:
+        """Grade a value against the seed's Table 5 bands."""
+        if value is None:
+            return "n/a"
+        if self.direction == "lower_is_better":
+            if self.fail_above is None or self.pass_below is None:
+                return "n/a"
+            if value > self.fail_above:
+                return "fail"
+            return "pass" if value < self.pass_below else "marginal"
+        if self.fail_below is None or self.pass_above is None:
+            return "n/a"
+        if value < self.fail_below:
+            return "fail"
+        return "pass" if value > self.pass_above else "marginal"
+
+    def bands_text(self) -> str:
+        if self.direction == "lower_is_better" and self.fail_above is not None and self.pass_below is not None:
+            return f"fail > {self.fail_above:.0%}, pass < {self.pass_below:.0%}"
+        if self.direction == "higher_is_better" and self.fail_below is not None and self.pass_above is not None:
+            return f"fail < {self.fail_below:.0%}, pass > {self.pass_above:.0%}"
+        return self.note or "no bands"
+
+
+class Scorecard(_Strict):
+    schema_version: int = 1
+    source: str
+    metrics: list[ScoreMetric]
+
+
+class Regime(_Strict):
+    title: str
+    term: Term
+    axes: dict[Axis, float]
+    source: str
+
+
+Strength = Literal["suspect", "likely", "confirmed"]
+
+
+class RegimeCatalog(_Strict):
+    schema_version: int = 1
+    strengths: dict[Strength, int]
+    verdict_min_strength: Strength
+    precedence: list[str]
+    regimes: dict[str, Regime]
+
+    @model_validator(mode="after")
+    def _precedence_complete(self) -> RegimeCatalog:
+        if sorted(self.precedence) != sorted(self.regimes):
+            raise ValueError("`precedence` must list every regime exactly once")
+        return self
+
+
+class Dimension(_Strict):
+    base: str
+    units: dict[str, float]
+
+
+class UnitTable(_Strict):
+    schema_version: int = 1
+    dimensions: dict[str, Dimension]
+
+
+class KnowledgeBase:
+    """Everything in knowledge_base/, validated and indexed. Immutable after loading; safe to share across threads."""
+
+    def __init__(
+        self,
+        facts: FactCatalog,
+        hardware: HardwareCatalog,
+        optimizations: OptimizationCatalog,
+        tools: ToolMap,
+        scorecard: Scorecard,
+        regimes: RegimeCatalog,
+        units: UnitTable,
+        source: Path | None = None,
+    ) -> None:
+        self.source = source
+        self.facts = {f.name: f for f in facts.facts}
+        self.hardware = {h.id: h for h in hardware.hardware}
+        self.optimizations = {o.id: o for o in optimizations.optimizations}
+        self.tools = tools
+        self.scorecard = scorecard
+        self.regimes = regimes
+        self.units = units
+        self._check_references()
+
+    @classmethod
+    def load(cls, directory: Path) -> KnowledgeBase:
+        """Load and validate every file of a knowledge_base/ directory."""
+
+        def part(name: str, model: type[_Strict]) -> _Strict:
+            path = directory / f"{name}.yaml"
+            return validate(model, load_yaml(path), path)
+
+        return cls(
+            facts=part("facts", FactCatalog),  # type: ignore[arg-type]
+            hardware=part("hardware", HardwareCatalog),  # type: ignore[arg-type]
+            optimizations=part("optimizations", OptimizationCatalog),  # type: ignore[arg-type]
+            tools=part("tools", ToolMap),  # type: ignore[arg-type]
+            scorecard=part("scorecard", Scorecard),  # type: ignore[arg-type]
+            regimes=part("regimes", RegimeCatalog),  # type: ignore[arg-type]
+            units=part("units", UnitTable),  # type: ignore[arg-type]
+            source=directory,
+        )
+
+    def _check_references(self) -> None:
+        where = str(self.source or "knowledge_base")
+        problems: list[Problem] = []
+        seen: dict[str, str] = {}
+        for hw in self.hardware.values():
+            for alias in [hw.id, *hw.aliases]:
+                key = alias.casefold()
+                if key in seen and seen[key] != hw.id:
+                    problems.append(Problem(f"{where}/hardware.yaml: {hw.id}", f"alias {alias!r} also names {seen[key]}"))
+                seen[key] = hw.id
+        for fact in self.facts.values():
+            if fact.dimension and fact.dimension not in self.units.dimensions:
+                problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown dimension {fact.dimension!r}"))
+            if fact.measure and fact.measure not in self.tools.measurements:
+                problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown measurement {fact.measure!r}"))
+        for name, m in self.tools.measurements.items():
+            if m.tool not in self.tools.tools:
+                problems.append(Problem(f"{where}/tools.yaml: measurements.{name}", f"unknown tool {m.tool!r}"))
+        for axis, row in self.tools.axes.items():
+            for tool in [row.primary, *row.secondary]:
+                if tool not in self.tools.tools:
+                    problems.append(Problem(f"{where}/tools.yaml: axes.{axis}", f"unknown tool {tool!r}"))
+        for metric in self.scorecard.metrics:
+            if metric.fact not in self.facts:
+                problems.append(Problem(f"{where}/scorecard.yaml: {metric.id}", f"unknown fact {metric.fact!r}"))
+        if problems:
+            raise KnowledgeBaseError(problems, title="the knowledge base refers to things it does not define")
+
+    @cached_property
+    def _alias_index(self) -> dict[str, str]:
+        index: dict[str, str] = {}
+        for hw in self.hardware.values():
+            for alias in [hw.id, *hw.aliases]:
+                index[alias.casefold()] = hw.id
+        return index
+
+    def resolve_hardware(self, name: str) -> str | None:
+        """Map a catalog id or a device name (e.g. "NVIDIA H100 80GB HBM3") to a catalog id."""
+        return self._alias_index.get(name.strip().casefold())
+
+    def strength(self, name: str) -> int:
+        return self.regimes.strengths[name]  # type: ignore[index]

@@ -1,0 +1,208 @@
+"""Observations: what a user or a telemetry parser saw, validated against the fact vocabulary."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
+
+from .errors import ObservationError, Problem
+from .knowledge import FactSpec, KnowledgeBase
+
+Scalar = Union[StrictInt, StrictFloat, StrictStr]
+Value = Union[int, float, str]
+
+_NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+_UNKNOWN_WORDS = frozenset({"unknown", "skip", "?", "n/a", "na", ""})
+
+
+class Observation(BaseModel):
+    """One observed value and where it came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Scalar
+    source: str = "user"
+    detail: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class Observations(BaseModel):
+    """A set of observations keyed by fact name. Accepts a flat mapping: ``Observations({"gpu_util": 0.62})``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    facts: dict[str, Observation] = Field(default_factory=dict)
+
+    def __init__(self, data: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if data is not None:
+            kwargs = {**_as_fields(data), **kwargs}
+        super().__init__(**kwargs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_mapping(cls, data: Any) -> Any:
+        return _as_fields(data) if isinstance(data, Mapping) else data
+
+    def values(self) -> dict[str, Value]:
+        """The plain fact -> value mapping."""
+        return {name: obs.value for name, obs in self.facts.items()}
+
+    def merged(self, other: Observations) -> Observations:
+        """A new set with `other`'s observations overriding these."""
+        return Observations(facts={**self.facts, **other.facts})
+
+    def __len__(self) -> int:
+        return len(self.facts)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.facts
+
+
+def _as_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn a flat {fact: value} mapping (or {fact: {value, source}}) into the model's fields."""
+    if set(data) == {"facts"} and isinstance(data.get("facts"), Mapping):
+        return dict(data)
+    facts: dict[str, Any] = {}
+    for name, raw in data.items():
+        if isinstance(raw, Observation):
+            facts[str(name)] = raw
+        elif isinstance(raw, Mapping) and "value" in raw:
+            facts[str(name)] = dict(raw)
+        else:
+            facts[str(name)] = {"value": raw}
+    return {"facts": facts}
+
+
+def is_unknown(raw: object) -> bool:
+    """True for the words that mean "I don't know" ("unknown", "skip", "n/a", "?")."""
+    return isinstance(raw, str) and raw.strip().casefold() in _UNKNOWN_WORDS
+
+
+def _number(raw: object, spec: FactSpec, kb: KnowledgeBase) -> float:
+    """Parse a number, a percentage (fractions) or a number with a unit of the fact's dimension."""
+    if isinstance(raw, bool):
+        raise ValueError("a true/false value is not a number")
+    if isinstance(raw, (int, float)):
+        value = float(raw)
+    elif isinstance(raw, str):
+        match = _NUMBER_WITH_UNIT.match(raw.replace(",", "").replace("_", ""))
+        if not match:
+            raise ValueError(f"{raw!r} is not a number")
+        value, unit = float(match.group(1)), match.group(2)
+        if unit:
+            value *= _unit_factor(unit, spec, kb)
+    else:
+        raise ValueError(f"expected a number, got {type(raw).__name__}")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError("NaN and infinity are not measurements")
+    return value
+
+
+def _unit_factor(unit: str, spec: FactSpec, kb: KnowledgeBase) -> float:
+    if unit == "%":
+        if spec.type != "fraction":
+            raise ValueError("a percentage is only accepted for fractions")
+        return 0.01
+    if spec.dimension is None:
+        expected = "a percentage such as 62%" if spec.type == "fraction" else "a plain number"
+        raise ValueError(f"unit {unit!r} is not accepted here; give {expected}")
+    dim = kb.units.dimensions[spec.dimension]
+    table = dim.units
+    if unit in table:
+        factor = table[unit]
+    else:
+        folded = {k.casefold(): v for k, v in table.items() if k}
+        if unit.casefold() not in folded or spec.dimension == "count":
+            raise ValueError(f"unknown unit {unit!r}; accepted: {', '.join(k for k in table if k) or 'none'}")
+        factor = folded[unit.casefold()]
+    base = table.get(spec.unit or dim.base, 1.0)  # canonical unit may differ from the dimension's base
+    return factor / base
+
+
+def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
+    """Convert one raw value to the fact's canonical type and unit; raises ValueError with the reason."""
+    if spec.type == "hardware":
+        if not isinstance(raw, str):
+            raise ValueError("expected a hardware id such as h100-sxm")
+        resolved = kb.resolve_hardware(raw)
+        if resolved is None:
+            close = difflib.get_close_matches(raw.casefold(), list(kb.hardware), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else "see `dam hardware list`"
+            raise ValueError(f"unknown hardware {raw!r}; {hint}")
+        return resolved
+    if spec.type == "enum":
+        choices = spec.choices or []
+        if not isinstance(raw, str) or raw.strip().casefold() not in choices:
+            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
+        return raw.strip().casefold()
+    value = _number(raw, spec, kb)
+    if spec.type == "fraction":
+        if value > 1.0 and not (isinstance(raw, str) and raw.strip().endswith("%")):
+            raise ValueError(f"{value:g} is above 1; a fraction is in [0, 1] (did you mean {value:g}%?)")
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{value:g} is outside [0, 1]")
+        return value
+    if spec.type == "integer":
+        if value != int(value):
+            raise ValueError(f"{value:g} is not a whole number")
+        result: Value = int(value)
+    else:
+        result = value
+    low, high = spec.min, spec.max
+    if low is not None and (value < low or (spec.exclusive_min and value == low)):
+        raise ValueError(f"{value:g} is out of range; expected {spec.range_text()}")
+    if high is not None and value > high:
+        raise ValueError(f"{value:g} is out of range; expected {spec.range_text()}")
+    return result
+
+
+def _raw_items(raw: Mapping[str, Any] | Observations) -> list[tuple[str, object, str, dict[str, Any]]]:
+    """(name, raw value, source, detail) for every entry, without forcing values into a type yet."""
+    if isinstance(raw, Observations):
+        return [(name, o.value, o.source, dict(o.detail)) for name, o in raw.facts.items()]
+    if not isinstance(raw, Mapping):
+        raise ObservationError([Problem("observations", f"expected a mapping of fact -> value, got {type(raw).__name__}")])
+    fields = _as_fields(raw)["facts"]
+    items: list[tuple[str, object, str, dict[str, Any]]] = []
+    for name, entry in fields.items():
+        if isinstance(entry, Observation):
+            items.append((name, entry.value, entry.source, dict(entry.detail)))
+        else:
+            detail = entry.get("detail", {})
+            items.append((name, entry.get("value"), str(entry.get("source", "user")), detail if isinstance(detail, dict) else {}))
+    return items
+
+
+def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Observations:
+    """Validate observations against the vocabulary; collect every problem before raising ObservationError.
+
+    Values equal to "unknown"/"skip" are dropped (they mean "not observed").
+    """
+    problems: list[Problem] = []
+    clean: dict[str, Observation] = {}
+    for name, value_in, source, detail in _raw_items(raw):
+        spec = kb.facts.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(name, list(kb.facts), n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(close)}?" if close else "see knowledge_base/facts.yaml for the vocabulary"
+            problems.append(Problem(name, "unknown fact", hint))
+            continue
+        if spec.kind == "derived":
+            problems.append(Problem(name, "is derived by the expert and cannot be given", "give its inputs instead"))
+            continue
+        if value_in is None or is_unknown(value_in):
+            continue
+        try:
+            value = convert(spec, value_in, kb)
+        except ValueError as exc:
+            problems.append(Problem(name, str(exc), f"accepted: {spec.range_text()}"))
+            continue
+        clean_detail = {k: v for k, v in detail.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        clean[name] = Observation(value=value, source=source, detail=clean_detail)
+    if problems:
+        raise ObservationError(problems, title="some observations are not valid")
+    return Observations(facts=clean)

@@ -1,0 +1,147 @@
+"""Rich terminal view of a Report. Renders only: every decision is already in the report."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..report import Report
+
+_BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
+_SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_BAR_WIDTH = 40
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def verdict_panel(report: Report) -> Panel:
+    if report.bottleneck is None:
+        body = Text("No verdict: the evidence is insufficient to name a bottleneck (the expert never guesses).",
+                    style="bold yellow")
+        if report.candidates:
+            body.append("\nHypotheses: " + ", ".join(f"{c.regime} ({c.strength})" for c in report.candidates),
+                        style="yellow")
+        title = "Verdict: undecided"
+    else:
+        lead = report.candidates[0]
+        body = Text(f"{report.verdict_title} ", style="bold")
+        body.append(f"[{lead.strength}, rules: {', '.join(lead.rules)}]", style="dim")
+        others = [c for c in report.candidates[1:]]
+        if others:
+            body.append("\nAlso implicated: " + ", ".join(f"{c.regime} ({c.strength})" for c in others))
+        title = f"Verdict: {report.bottleneck}"
+    if report.axes:
+        body.append("\nD·A·M axes: " + "  ".join(f"{a.axis} {a.share:.0%}" for a in report.axes))
+    style = "red" if report.bottleneck else "yellow"
+    return Panel(body, title=title, border_style=style, box=box.ROUNDED)
+
+
+def iron_law_table(report: Report) -> Table | None:
+    law = report.iron_law
+    if all(t.seconds is None for t in law.terms):
+        return None
+    table = Table(title="Iron law: T = D/BW + O/(R·η) + L (+ input wait)", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("term")
+    table.add_column("seconds", justify="right")
+    table.add_column("share of step", justify="right")
+    table.add_column("", no_wrap=True)
+    for term in law.terms:
+        if term.seconds is None:
+            table.add_row(term.label, "?", "?", Text("unknown", style="dim"))
+            continue
+        share = term.share or 0.0
+        filled = round(share * _BAR_WIDTH)
+        bar = Text("█" * filled, style="magenta") + Text("░" * (_BAR_WIDTH - filled), style="dim")
+        table.add_row(term.label, f"{term.seconds:.4g}", f"{share:.0%}" if term.share is not None else "?", bar)
+    caption = []
+    if law.step_time_s is not None:
+        caption.append(f"measured step {law.step_time_s:.4g} s")
+    if law.sequential_s is not None and law.overlapped_s is not None:
+        caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    table.caption = "; ".join(caption)
+    return table
+
+
+def findings_table(report: Report) -> Table | None:
+    if not report.findings:
+        return None
+    table = Table(title="Findings", box=box.SIMPLE_HEAD, title_justify="left", show_lines=False)
+    table.add_column("severity")
+    table.add_column("finding")
+    table.add_column("evidence")
+    for f in report.findings:
+        evidence = "\n".join(e.test for e in f.evidence)
+        table.add_row(Text(f.severity, style=_SEVERITY_STYLE[f.severity]), f"{f.message}\n[dim]{f.rule_id}[/dim]",
+                      evidence)
+    return table
+
+
+def optimizations_table(report: Report) -> Table | None:
+    if not report.recommended and not report.wasted:
+        return None
+    table = Table(title="Recommended vs wasted", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("optimization")
+    table.add_column("why")
+    table.add_column("max gain", justify="right")
+    for i, rec in enumerate(report.recommended, 1):
+        gain = f"≤ {rec.expected_gain.max_speedup:.2f}x" if rec.expected_gain else "unknown"
+        table.add_row(str(i), Text(rec.title, style="green"), f"{rec.why}\n[dim]{rec.how}[/dim]", gain)
+    for w in report.wasted:
+        table.add_row("✗", Text(w.title, style="red strike"), Text(w.reason, style="red"), "wasted")
+    return table
+
+
+def scorecard_table(report: Report) -> Table:
+    table = Table(title="D·A·M scorecard (seed Table 5)", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("axis", "metric", "value", "band", "bands"):
+        table.add_column(col)
+    for row in report.scorecard:
+        value = "?" if row.value is None else f"{row.value:.1%}"
+        table.add_row(row.axis, row.title, value, Text(row.band, style=_BAND_STYLE[row.band]), row.bands)
+    return table
+
+
+def measurements_table(report: Report) -> Table | None:
+    if not report.next_measurements:
+        return None
+    table = Table(title="Next measurements", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("fact", "tool", "how", "why"):
+        table.add_column(col)
+    for m in report.next_measurements:
+        table.add_row(m.fact or f"({m.axis} axis)", m.tool, m.how, m.why)
+    return table
+
+
+def missing_table(report: Report, limit: int = 8) -> Table | None:
+    if not report.missing:
+        return None
+    table = Table(title="Missing evidence (would sharpen or decide the diagnosis)", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    table.add_column("fact")
+    table.add_column("question")
+    for m in report.missing[:limit]:
+        table.add_row(m.fact, m.question)
+    if len(report.missing) > limit:
+        table.caption = f"and {len(report.missing) - limit} more (see --format json)"
+    return table
+
+
+def report_renderable(report: Report) -> RenderableType:
+    parts: list[RenderableType] = [verdict_panel(report)]
+    for part in (iron_law_table(report), findings_table(report), optimizations_table(report), scorecard_table(report),
+                 measurements_table(report), missing_table(report)):
+        if part is not None:
+            parts.append(part)
+    return Group(*parts)
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    (console or Console()).print(report_renderable(report))

@@ -1,0 +1,204 @@
+"""The diagnosis report: pydantic models, lossless JSON, and the provenance graph as networkx on demand."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .derive import DerivedValue
+from .evaluate import LeafTrace, Outcome
+from .observations import Observation
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+Value = int | float | str
+Band = Literal["fail", "marginal", "pass", "n/a"]
+NodeKind = Literal["observation", "derived", "rule", "finding", "bottleneck", "recommendation", "wasted", "measurement"]
+EdgeRelation = Literal["used", "derived-from", "concluded", "ruled-out", "needs"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Evidence(_Model):
+    """A fact (or finding) a conclusion rests on, with the comparison that held."""
+
+    fact: str
+    value: Value | None = None
+    test: str  # e.g. "gpu_util 0.55 < 0.8"
+    source: str | None = None
+
+
+class Finding(_Model):
+    id: str
+    severity: Literal["info", "warning", "critical"]
+    title: str
+    message: str
+    rule_id: str
+    source: str
+    evidence: list[Evidence]
+
+
+class Candidate(_Model):
+    """A bottleneck regime some rule voted for."""
+
+    regime: str
+    title: str
+    strength: Literal["suspect", "likely", "confirmed"]
+    score: int
+    rules: list[str]
+
+
+class AxisScore(_Model):
+    axis: Literal["data", "algorithm", "machine"]
+    share: float = Field(ge=0, le=1)
+    strength: float
+    rules: list[str]
+
+
+class ExpectedGain(_Model):
+    """Amdahl bound on the step speedup if the term this optimization shrinks went to zero."""
+
+    term: str
+    term_share: float
+    max_speedup: float
+    assumptions: str
+
+
+class Recommendation(_Model):
+    id: str
+    title: str
+    why: str
+    how: str
+    axis: str
+    shrinks: str
+    source: str
+    rules: list[str]
+    expected_gain: ExpectedGain | None = None
+
+
+class Wasted(_Model):
+    id: str
+    title: str
+    reason: str
+    rules: list[str]
+
+
+class NextMeasurement(_Model):
+    fact: str | None
+    axis: str
+    tool: str
+    how: str
+    why: str
+    settles: list[str]
+
+
+class MissingFact(_Model):
+    fact: str
+    question: str
+    why: str
+    rules: list[str]
+
+
+class ScoreRow(_Model):
+    id: str
+    title: str
+    axis: str
+    value: float | None
+    band: Band
+    definition: str
+    bands: str
+
+
+class IronLawTerm(_Model):
+    term: Literal["input", "data", "compute", "latency"]
+    label: str
+    seconds: float | None
+    share: float | None
+
+
+class IronLaw(_Model):
+    step_time_s: float | None
+    terms: list[IronLawTerm]
+    sequential_s: float | None
+    overlapped_s: float | None
+
+
+class RuleEvaluation(_Model):
+    """How one rule evaluated on these facts (fired or not), leaf by leaf."""
+
+    rule_id: str
+    title: str
+    source: str
+    outcome: Outcome
+    fired: bool
+    leaves: list[LeafTrace]
+
+
+class GraphNode(_Model):
+    id: str
+    kind: NodeKind
+    label: str
+    attrs: dict[str, Any] = {}
+
+
+class GraphEdge(_Model):
+    source: str
+    target: str
+    relation: EdgeRelation
+
+
+class ProvenanceData(_Model):
+    nodes: list[GraphNode] = []
+    edges: list[GraphEdge] = []
+
+
+class Report(_Model):
+    """Everything a diagnosis concluded, with the evidence and the provenance behind each conclusion."""
+
+    schema_version: Literal[1] = 1
+    engine: str
+    observations: dict[str, Observation]
+    derived: dict[str, DerivedValue]
+    bottleneck: str | None
+    verdict_title: str | None = None
+    candidates: list[Candidate]
+    axes: list[AxisScore]
+    findings: list[Finding]
+    recommended: list[Recommendation]
+    wasted: list[Wasted]
+    next_measurements: list[NextMeasurement]
+    missing: list[MissingFact]
+    scorecard: list[ScoreRow]
+    iron_law: IronLaw
+    evaluations: list[RuleEvaluation]
+    graph: ProvenanceData
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Lossless JSON; `Report.model_validate_json` reads it back."""
+        return self.model_dump_json(indent=indent)
+
+    def facts(self) -> dict[str, Value]:
+        """Every observed and derived value, by fact name."""
+        values: dict[str, Value] = {name: obs.value for name, obs in self.observations.items()}
+        values.update({name: d.value for name, d in self.derived.items()})
+        return values
+
+    @cached_property
+    def provenance(self) -> nx.DiGraph:
+        """The provenance graph: node attribute `kind`, edge attribute `relation`."""
+        import networkx as nx
+
+        graph = nx.DiGraph()
+        for node in self.graph.nodes:
+            graph.add_node(node.id, kind=node.kind, label=node.label, **node.attrs)
+        for edge in self.graph.edges:
+            graph.add_edge(edge.source, edge.target, relation=edge.relation)
+        return graph
+
+    def evaluation(self, rule_id: str) -> RuleEvaluation | None:
+        return next((e for e in self.evaluations if e.rule_id == rule_id), None)
