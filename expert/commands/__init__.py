@@ -1,0 +1,1 @@
+"""`dam` subcommands, one module each; every module exposes `register(subparsers)`."""

@@ -1,0 +1,35 @@
+"""Shared helpers for command modules: errors to exit code 2, example lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def example_path(name: str) -> Path:
+    """A bundled example by name (with or without .yaml)."""
+    from .._resources import examples_dir
+    from ..errors import ObservationError, Problem
+
+    directory = examples_dir()
+    for candidate in (directory / name, directory / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    names = sorted(p.stem for p in directory.glob("*.yaml"))
+    raise ObservationError([Problem(f"--example {name}", "no such bundled example", f"one of: {', '.join(names)}")])
+
+
+def parse_sets(pairs: list[str]) -> dict[str, str]:
+    """--set NAME=VALUE pairs as a mapping; malformed pairs raise ObservationError."""
+    from ..errors import ObservationError, Problem
+
+    values: dict[str, str] = {}
+    problems = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            problems.append(Problem(f"--set {pair}", "expected NAME=VALUE", "e.g. --set gpu_util=62%"))
+            continue
+        values[name.strip()] = value.strip()
+    if problems:
+        raise ObservationError(problems, title="cannot read --set")
+    return values
