@@ -381,27 +381,26 @@ class RuleSet:
         return producers
 
     def _stratify(self) -> list[Problem]:
-        """stratum(r) >= stratum(producer of a positive finding), > stratum(producer of a negated one)."""
-        limit = len(self.rules) + 1
-        for _ in range(limit):
+        """stratum(r) >= stratum(producer of a positive finding), > stratum(producer of a negated one).
+
+        Strata only grow; with n rules no stratum can exceed n unless negation runs through a cycle.
+        """
+        bound = len(self.rules)
+        changed = True
+        while changed:
             changed = False
             for lr in self.rules.values():
                 pos, neg = findings_used(lr.condition)
-                need = 0
-                for f in pos:
-                    need = max(need, *(self.rules[p].stratum for p in self.producers.get(f, [])), 0)
-                for f in neg:
-                    need = max(need, *(self.rules[p].stratum + 1 for p in self.producers.get(f, [])), 0)
+                need = max([self.rules[p].stratum for f in pos for p in self.producers.get(f, [])]
+                           + [self.rules[p].stratum + 1 for f in neg for p in self.producers.get(f, [])] + [0])
                 if need > lr.stratum:
-                    if need > limit:
-                        break
                     lr.stratum = need
                     changed = True
-            if not changed:
-                return []
-        cyclic = sorted(lr.id for lr in self.rules.values() if lr.stratum >= limit - 1)
-        return [Problem("rules", f"negation through a cycle of findings: {', '.join(cyclic) or 'several rules'}",
-                        "a rule may not depend, through `not`, on its own conclusion")]
+                    if need > bound:
+                        cyclic = sorted(r.id for r in self.rules.values() if r.stratum > bound // 2)
+                        return [Problem("rules", f"negation through a cycle of findings among: {', '.join(cyclic)}",
+                                        "a rule may not depend, through `not`, on its own conclusion")]
+        return []
 
     @property
     def max_stratum(self) -> int:

@@ -110,9 +110,8 @@ def durable_number(value: float | int) -> float | int:
         value = float(value)
     if math.isnan(value) or math.isinf(value):
         raise ValueError("NaN and infinity cannot be compared by durable-rules")
-    text = repr(value)
-    if "e" in text and "." not in text:
-        return math.nextafter(value, math.inf)  # 1 ULP; 1e-05 -> 1.0000000000000001e-05
+    while "e" in repr(value) and "." not in repr(value):
+        value = math.nextafter(value, math.inf)  # 1 ULP (1e-05 -> 1.0000000000000001e-05); denormals take a few
     return value
 
 
@@ -227,8 +226,10 @@ class DurableEngine:
             run = _Run()
             self._current = run
             name = self._ruleset_name
+            created = False
             try:
                 state = self._host.assert_fact(name, {**payload, "sid": sid})
+                created = True
                 for stratum in range(1, self._max_stratum + 1):
                     state = self._host.assert_fact(name, {"t": "phase", "n": stratum, "sid": sid})
                 state = self._host.assert_fact(name, {"t": "done", "sid": sid})
@@ -237,10 +238,9 @@ class DurableEngine:
             except Exception as exc:
                 raise EngineError(f"durable-rules failed: {type(exc).__name__}: {exc}") from exc
             finally:
-                try:
+                self._current = None
+                if created:  # the obs fact made the session; the done rule ran, so deleting is safe
                     self._host.delete_state(name, sid)
-                finally:
-                    self._current = None
         if run.errors:
             raise EngineError("a rule action failed: " + "; ".join(run.errors))
         return run.result

@@ -1,0 +1,59 @@
+"""Hypothesis strategies that generate valid observation sets from the fact vocabulary (knowledge_base/facts.yaml)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import strategies as st
+
+import expert
+from expert.knowledge import FactSpec
+
+KB = expert.default_expert().kb
+OBSERVABLE = [f for f in KB.facts.values() if f.askable]
+
+
+def _value(spec: FactSpec) -> st.SearchStrategy[Any]:
+    if spec.type == "hardware":
+        return st.sampled_from(sorted(KB.hardware))
+    if spec.type == "enum":
+        return st.sampled_from(spec.choices or [])
+    if spec.type == "fraction":
+        # thresholds sit on round numbers, so include them and their neighbourhoods
+        edges = st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.15, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0])
+        return st.one_of(st.floats(0.0, 1.0, allow_nan=False), edges)
+    low = spec.min if spec.min is not None else 0.0
+    high = spec.max if spec.max is not None else 1e12
+    if spec.type == "integer":
+        small = st.integers(int(max(low, 0)), int(min(high, 4096)))
+        return st.one_of(small, st.integers(int(max(low, 0)), int(high)), st.just(int(max(low, 1))))
+    # numbers: log-uniform over the range so tiny and huge magnitudes both appear
+    lo = max(low, 1e-9) if spec.exclusive_min or low <= 0 else low
+    hi = high
+    log_lo, log_hi = math.log10(lo), math.log10(hi)
+    return st.floats(log_lo, log_hi, allow_nan=False).map(lambda e: float(f"{10 ** e:.6g}"))
+
+
+@st.composite
+def observations(draw: st.DrawFn, max_facts: int | None = None) -> dict[str, Any]:
+    """A dict of fact -> value that passes validation (cross-fact constraints respected)."""
+    chosen = draw(st.lists(st.sampled_from(OBSERVABLE), unique_by=lambda f: f.name, max_size=max_facts or len(OBSERVABLE)))
+    obs: dict[str, Any] = {spec.name: draw(_value(spec)) for spec in chosen}
+    if "data_wait_s" in obs and "step_time_s" in obs and obs["data_wait_s"] > obs["step_time_s"]:
+        obs["data_wait_s"] = obs["step_time_s"] * draw(st.floats(0.0, 1.0))
+    if "active_params" in obs and "model_params" in obs and obs["active_params"] > obs["model_params"]:
+        obs["active_params"], obs["model_params"] = obs["model_params"], obs["active_params"]
+    return obs
+
+
+@st.composite
+def rich_observations(draw: st.DrawFn) -> dict[str, Any]:
+    """Observations that always include hardware, dtype and a step time, so derivations and verdicts occur often."""
+    obs = draw(observations())
+    obs.setdefault("hardware", draw(st.sampled_from(sorted(KB.hardware))))
+    obs.setdefault("dtype", draw(st.sampled_from(["bf16", "fp16", "fp32", "fp8"])))
+    obs.setdefault("step_time_s", draw(st.floats(1e-4, 10.0)))
+    if "data_wait_s" in obs and obs["data_wait_s"] > obs["step_time_s"]:
+        obs["data_wait_s"] = obs["step_time_s"] / 2
+    return obs
