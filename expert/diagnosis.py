@@ -18,6 +18,7 @@ from .observations import Observations
 from .report import (
     AxisScore,
     Candidate,
+    Concludes,
     Evidence,
     ExpectedGain,
     Finding,
@@ -29,6 +30,7 @@ from .report import (
     NextMeasurement,
     ProvenanceData,
     Recommendation,
+    RegimeTableRecord,
     Report,
     RuleEvaluation,
     ScoreRow,
@@ -170,7 +172,10 @@ def build_report(
         outcome = evaluate(lr.condition, facts, result.findings, trace)
         ctx.traces[lr.id] = (outcome, trace)
         evaluations.append(RuleEvaluation(rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome,
-                                          fired=lr.id in fired_ids, leaves=trace))
+                                          fired=lr.id in fired_ids, leaves=trace, concludes=_concludes(lr),
+                                          when=lr.condition.model_dump(by_alias=True, exclude_none=True)))
+    for name in [*sorted(observations.facts), *sorted(derived)]:  # every observed and derived value is a node
+        ctx.fact_node(name)
     fired = [lr for lr in ordered if lr.id in fired_ids]
     for lr in fired:  # finding nodes first, so every rule that reads one can link to it
         if lr.rule.then.finding:
@@ -186,7 +191,7 @@ def build_report(
     axes = _axes(ctx, fired, candidates)
     recommended, wasted = _optimizations(ctx, fired, verdict)
     missing = _missing(ctx, ordered)
-    measurements = _measurements(ctx, fired, missing, verdict)
+    measurements = _measurements(ctx, fired, missing, verdict, axes)
     return Report(
         engine=engine_name,
         observations=dict(sorted(observations.facts.items())),
@@ -204,7 +209,20 @@ def build_report(
         iron_law=_iron_law(facts),
         evaluations=evaluations,
         graph=ProvenanceData(nodes=list(ctx.nodes.values()), edges=ctx.edges),
+        tables=[RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
+                                  wasted={w.id: w.reason for w in t.wasted})
+                for _, (_, t) in sorted(ruleset.tables.items())],
     )
+
+
+def _concludes(lr: LoadedRule) -> Concludes:
+    """A rule's `then`, compactly, recorded in the report so that saved reports can answer why-not."""
+    then = lr.rule.then
+    return Concludes(finding=then.finding.id if then.finding else None,
+                     bottleneck=then.bottleneck.regime if then.bottleneck else None,
+                     strength=then.bottleneck.strength if then.bottleneck else None,
+                     axis=then.axis.axis if then.axis else None, recommend=[r.id for r in then.recommend],
+                     waste=[w.id for w in then.waste], measure=list(then.measure))
 
 
 def _findings(ctx: _Context, fired: list[LoadedRule]) -> list[Finding]:
@@ -385,7 +403,8 @@ def _measurement_for(ctx: _Context, fact: str) -> tuple[str, str, str] | None:
 
 
 def _measurements(
-    ctx: _Context, fired: list[LoadedRule], missing: list[MissingFact], verdict: str | None
+    ctx: _Context, fired: list[LoadedRule], missing: list[MissingFact], verdict: str | None,
+    implicated: list[AxisScore],
 ) -> list[NextMeasurement]:
     out: dict[str, NextMeasurement] = {}
     for lr in fired:
@@ -414,18 +433,27 @@ def _measurements(
         for rule_id in item.rules:
             ctx.add_edge(f"rule:{rule_id}", node, "needs")
     result = list(out.values())
-    if verdict:
-        regime = ctx.kb.regimes.regimes[verdict]
-        axis = max(regime.axes, key=lambda a: (regime.axes[a], -_AXES.index(a)))
-        row = ctx.kb.tools.axes[axis]
+    # seed Table 4: the tool that confirms the verdict along its axis, then one per other implicated axis
+    axes: list[str] = [ctx.kb.regimes.regimes[verdict].confirm_axis] if verdict else []
+    axes += [a.axis for a in implicated if a.axis not in axes]
+    for axis in axes:
+        row = ctx.kb.tools.axes[axis]  # type: ignore[index]
         tools = [ctx.kb.tools.tools[t].name for t in [row.primary, *row.secondary]]
-        result.append(NextMeasurement(
-            fact=None, axis=axis, tool=tools[0], how=f"{row.key_metric}; secondary: {', '.join(tools[1:])}",
-            why=f"confirm the {regime.title.lower()} verdict along the {axis} axis ({row.source})",
-            settles=[verdict],
-        ))
+        if verdict and axis == axes[0]:
+            why = f"confirm the {ctx.kb.regimes.regimes[verdict].title.lower()} verdict along the {axis} axis"
+            settles = [verdict]
+        else:
+            why = f"the {axis} axis is implicated; measure its key metric"
+            settles = [axis]
+        result.append(NextMeasurement(fact=None, axis=axis, tool=tools[0],
+                                      how=f"{row.key_metric}; secondary: {', '.join(tools[1:])}",
+                                      why=f"{why} ({row.source})", settles=settles))
         node = ctx.add_node(f"measurement:confirm-{axis}", "measurement", f"confirm with {tools[0]}", tool=tools[0])
-        ctx.add_edge(f"bottleneck:{verdict}", node, "needs")
+        if verdict and axis == axes[0]:
+            ctx.add_edge(f"bottleneck:{verdict}", node, "needs")
+        else:
+            for rule_id in next(a.rules for a in implicated if a.axis == axis):
+                ctx.add_edge(f"rule:{rule_id}", node, "needs")
     return result
 
 

@@ -188,6 +188,7 @@ class Regime(_Strict):
     title: str
     term: Term
     axes: dict[Axis, float]
+    confirm_axis: Axis
     source: str
 
 

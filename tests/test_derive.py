@@ -1,0 +1,159 @@
+"""Derived quantities, each checked against a hand calculation."""
+
+from __future__ import annotations
+
+import pytest
+
+import expert
+from expert import ObservationError
+from expert.derive import (
+    achieved_tflops,
+    amdahl_max_speedup,
+    arithmetic_intensity,
+    compression_ratio,
+    decode_bandwidth_gbs,
+    decode_intensity,
+    derive,
+    io_overhead,
+    iron_law,
+    mfu,
+    ridge_point,
+)
+
+KB = expert.default_expert().kb
+approx = pytest.approx
+
+
+def test_ridge_point_h100_sxm_bf16_is_the_seeds_295() -> None:
+    # 989.4e12 FLOP/s / 3.35e12 B/s = 295.34 (the seed rounds 989/3.35 to 295.2)
+    assert ridge_point(989.4, 3350) == approx(295.34, abs=0.01)
+
+
+@pytest.mark.parametrize(("hw", "ridge"), [("a100-sxm-80gb", 153.0), ("h200-sxm", 206.1), ("l4", 403.3),
+                                           ("mi300x", 246.7), ("v100-sxm2", 138.9)])
+def test_catalog_ridge_points_match_the_reference_table(hw: str, ridge: float) -> None:
+    spec = KB.hardware[hw]
+    peak = spec.peak("bf16") or spec.peak("fp16")
+    assert peak is not None
+    assert ridge_point(peak, spec.memory_bandwidth_gbs) == approx(ridge, abs=0.5)
+
+
+def test_arithmetic_intensity_of_a_square_gemm() -> None:
+    n = 4096  # bf16 square GEMM: 2n^3 FLOPs over 3 n^2 elements x 2 bytes = n / 3
+    assert arithmetic_intensity(2 * n**3, 3 * n * n * 2) == approx(n / 3)
+
+
+def test_decode_intensity_is_about_the_batch_in_bf16() -> None:
+    assert decode_intensity(1, 2) == 1.0
+    assert decode_intensity(64, 1) == 128.0
+
+
+def test_io_overhead_mfu_compression() -> None:
+    assert io_overhead(0.12, 0.30) == approx(0.4)
+    assert achieved_tflops(3.0e15, 2.0) == approx(1500.0)
+    assert mfu(494.7, 989.4) == approx(0.5)
+    assert compression_ratio(13e9, 47e9) == approx(0.2766, abs=1e-4)
+
+
+def test_decode_bandwidth_llama_7b_on_h100() -> None:
+    # 180 tok/s at batch 1, 6.7e9 params x 2 B = 13.4 GB per token -> 2412 GB/s, 72 % of 3350 GB/s
+    assert decode_bandwidth_gbs(180, 1, 6.7e9, 2) == approx(2412.0)
+    # batch 8: 8 tokens per weight pass
+    assert decode_bandwidth_gbs(800, 8, 6.7e9, 2) == approx(1340.0)
+
+
+def test_iron_law_sequential_and_overlapped() -> None:
+    seq, over = iron_law(0.1, 0.2, 0.5, 0.05)
+    assert seq == approx(0.85)
+    assert over == approx(0.1 + 0.5 + 0.05)
+    seq, over = iron_law(None, 0.2, None, None)
+    assert (seq, over) == (approx(0.2), approx(0.2))
+
+
+def test_amdahl_bound() -> None:
+    assert amdahl_max_speedup(0.4) == approx(1 / 0.6)
+    assert amdahl_max_speedup(1.0) == float("inf")
+
+
+def _derive(obs: dict[str, object]) -> dict[str, float]:
+    normalised = expert.default_expert().observations(obs)
+    return {name: d.value for name, d in derive(normalised.values(), KB).items()}
+
+
+def test_pipeline_training_step() -> None:
+    d = _derive({"hardware": "h100-sxm", "dtype": "bf16", "flops": 3.1e15, "bytes_moved": 4e11,
+                 "step_time_s": 10.0, "data_wait_s": 1.0})
+    assert d["peak_tflops"] == 989.4
+    assert d["peak_bandwidth"] == 3350
+    assert d["ridge_point"] == approx(295.34, abs=0.01)
+    assert d["arithmetic_intensity"] == approx(7750.0)
+    assert d["intensity_to_ridge"] == approx(7750 / 295.343, rel=1e-4)
+    assert d["achieved_tflops"] == approx(310.0)
+    assert d["mfu"] == approx(310 / 989.4)
+    assert d["io_overhead"] == approx(0.1)
+    assert d["t_data_s"] == approx(4e11 / 3.35e12)
+    assert d["t_compute_s"] == approx(3.1e15 / 989.4e12)
+    assert d["t_sequential_s"] == approx(1.0 + 4e11 / 3.35e12 + 3.1e15 / 989.4e12)
+    assert d["t_overlapped_s"] == approx(1.0 + 3.1e15 / 989.4e12)
+    assert d["share_input"] == approx(0.1)
+
+
+def test_pipeline_llm_decode_derives_bandwidth_and_intensity() -> None:
+    d = _derive({"hardware": "h100-sxm", "dtype": "bf16", "workload": "inference", "phase": "decode",
+                 "batch_size": 1, "model_params": "6.7B", "tokens_per_s": 180})
+    assert d["mem_bw_util"] == approx(2412 / 3350)
+    assert d["arithmetic_intensity"] == 1.0
+
+
+def test_observed_values_are_never_overwritten() -> None:
+    d = _derive({"hardware": "h100-sxm", "dtype": "bf16", "mfu": 0.4, "achieved_tflops": 100})
+    assert "mfu" not in d  # observed, so not derived
+
+
+def test_measured_bandwidth_share_feeds_the_data_term() -> None:
+    d = _derive({"mem_bw_util": 0.8, "step_time_s": 0.5})
+    assert d["t_data_s"] == approx(0.4)
+    assert d["share_data"] == approx(0.8)
+
+
+def test_launch_gap_is_idle_time_beyond_the_data_wait() -> None:
+    d = _derive({"gpu_idle_gap_frac": 0.5, "data_wait_s": 0.1, "step_time_s": 1.0})
+    assert d["launch_gap_frac"] == approx(0.4)
+    assert d["t_overhead_s"] == approx(0.4)
+
+
+def test_impossible_decode_rate_is_clamped_with_a_note() -> None:
+    normalised = expert.default_expert().observations(
+        {"hardware": "l4", "dtype": "bf16", "phase": "decode", "batch_size": 1, "model_params": "70B",
+         "tokens_per_s": 100})
+    d = derive(normalised.values(), KB)
+    assert d["mem_bw_util"].value == 1.0
+    assert d["mem_bw_util"].note and "clamped" in d["mem_bw_util"].note
+
+
+def test_unpublished_peak_derives_nothing() -> None:
+    d = _derive({"hardware": "v100-sxm2", "dtype": "bf16", "flops": 1e12, "bytes_moved": 1e10})
+    assert "peak_tflops" not in d and "ridge_point" not in d
+    assert d["arithmetic_intensity"] == approx(100.0)
+
+
+@pytest.mark.parametrize(("obs", "field"), [
+    ({"data_wait_s": 2.0, "step_time_s": 1.0}, "data_wait_s"),
+    ({"active_params": 2e9, "model_params": 1e9}, "active_params"),
+])
+def test_contradictory_observations_are_refused(obs: dict[str, float], field: str) -> None:
+    with pytest.raises(ObservationError) as info:
+        expert.diagnose(obs)
+    assert info.value.problems[0].where == field
+
+
+def test_every_derived_value_is_a_provenance_node_linked_to_its_inputs() -> None:
+    report = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "flops": 3.1e15, "bytes_moved": 4e11,
+                              "step_time_s": 10.0, "data_wait_s": 1.0, "gpu_util": 0.5})
+    graph = report.provenance
+    for name, derived in report.derived.items():
+        node = f"derived:{name}"
+        assert graph.nodes[node]["kind"] == "derived"
+        parents = {p.split(":", 1)[1] for p in graph.predecessors(node)}
+        assert parents <= set(derived.inputs), (name, parents)
+        assert parents, name

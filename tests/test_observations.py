@@ -1,0 +1,172 @@
+"""Observation parsing and validation; knowledge-base loading errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import expert
+from expert import KnowledgeBaseError, ObservationError, Observations
+from expert._resources import data_dir
+from expert.knowledge import KnowledgeBase
+
+EXPERT = expert.default_expert()
+
+
+def _one(name: str, raw: Any) -> Any:
+    return EXPERT.observations({name: raw}).facts[name].value
+
+
+@pytest.mark.parametrize(("name", "raw", "value"), [
+    ("gpu_util", "62%", 0.62),
+    ("gpu_util", "62 %", 0.62),
+    ("gpu_util", "0.62", 0.62),
+    ("gpu_util", 0.62, 0.62),
+    ("gpu_util", 1, 1.0),
+    ("step_time_s", "12 ms", 0.012),
+    ("step_time_s", "1.5", 1.5),
+    ("step_time_s", "250ms", 0.25),
+    ("data_wait_s", "40 us", 4e-5),
+    ("mean_kernel_us", "8 us", 8.0),
+    ("mean_kernel_us", "0.5 ms", 500.0),
+    ("latency_ms", "0.12 s", 120.0),
+    ("achieved_bandwidth", "3.35 TB/s", 3350.0),
+    ("model_params", "7B", 7e9),
+    ("model_params", "70M", 7e7),
+    ("flops", "3.2 TFLOP", 3.2e12),
+    ("bytes_moved", "40 GB", 4e10),
+    ("bytes_moved", "1 GiB", 2**30),
+    ("achieved_tflops", "410", 410.0),
+    ("achieved_tflops", "0.41 PFLOP/s", 410.0),
+    ("batch_size", "32", 32),
+    ("batch_size", 32.0, 32),
+    ("hardware", "NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("hardware", "H100-SXM", "h100-sxm"),
+    ("hardware", "Tesla V100-SXM2-16GB", "v100-sxm2"),
+    ("dtype", "BF16", "bf16"),
+])
+def test_values_are_parsed_to_canonical_units(name: str, raw: Any, value: Any) -> None:
+    assert _one(name, raw) == pytest.approx(value)
+
+
+def test_unknown_and_skip_mean_not_observed() -> None:
+    obs = EXPERT.observations({"gpu_util": "unknown", "sm_active": "skip", "mem_bw_util": None, "batch_size": 4})
+    assert set(obs.facts) == {"batch_size"}
+
+
+@pytest.mark.parametrize(("raw", "where", "text"), [
+    ({"gpu_utl": 0.5}, "gpu_utl", "did you mean gpu_util"),
+    ({"gpu_util": 62}, "gpu_util", "did you mean 62%"),
+    ({"gpu_util": "162%"}, "gpu_util", "outside [0, 1]"),
+    ({"step_time_s": -1}, "step_time_s", "out of range"),
+    ({"step_time_s": 0}, "step_time_s", "out of range"),
+    ({"step_time_s": "12 parsecs"}, "step_time_s", "unknown unit"),
+    ({"hardware": "h100"}, "hardware", "did you mean h100-sxm"),
+    ({"dtype": "fp64"}, "dtype", "not one of"),
+    ({"batch_size": 2.5}, "batch_size", "not a whole number"),
+    ({"batch_size": 0}, "batch_size", "out of range"),
+    ({"gpu_util": True}, "gpu_util", "true/false"),
+    ({"gpu_util": float("nan")}, "gpu_util", "NaN"),
+    ({"gpu_util": [0.5]}, "gpu_util", "expected a number"),
+    ({"io_overhead": 0.2}, "io_overhead", "derived"),
+])
+def test_bad_values_are_named_with_what_is_accepted(raw: dict[str, Any], where: str, text: str) -> None:
+    with pytest.raises(ObservationError) as info:
+        expert.diagnose(raw)
+    problem = info.value.problems[0]
+    assert problem.where == where
+    assert text in str(problem)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ObservationError) as info:
+        expert.diagnose({"gpu_util": 5, "hardware": "nope", "batch_size": -3})
+    assert {p.where for p in info.value.problems} == {"gpu_util", "hardware", "batch_size"}
+
+
+def test_observations_model_accepts_flat_and_sourced_forms() -> None:
+    flat = Observations({"gpu_util": 0.5})
+    sourced = Observations({"gpu_util": {"value": 0.5, "source": "nvidia-smi.csv", "detail": {"samples": 12}}})
+    assert flat.values() == sourced.values() == {"gpu_util": 0.5}
+    report = expert.diagnose(sourced)
+    assert report.observations["gpu_util"].source == "nvidia-smi.csv"
+    assert report.observations["gpu_util"].detail == {"samples": 12}
+
+
+def test_the_vocabulary_has_the_issue_minimum_set() -> None:
+    required = """hardware dtype workload phase batch_size gpu_util sm_active tensor_active mem_bw_util host_cpu_util
+    step_time_s data_wait_s gpu_idle_gap_frac mean_kernel_us flops bytes_moved arithmetic_intensity achieved_tflops
+    mfu model_params active_params tokens_per_s latency_ms latency_target_ms""".split()
+    missing = [name for name in required if name not in EXPERT.kb.facts or not EXPERT.kb.facts[name].askable]
+    assert not missing
+    assert EXPERT.kb.facts["dtype"].choices == ["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+
+
+def test_catalogs_have_the_required_ids() -> None:
+    hardware = {"h100-sxm", "h100-pcie", "h200-sxm", "a100-sxm-80gb", "a100-40gb", "b200", "l4", "l40s", "v100-sxm2",
+                "mi300x", "tpu-v4", "tpu-v5e", "tpu-v5p", "gaudi3"}
+    optimizations = {"more_peak_flops", "more_memory_bandwidth", "quantization", "pruning", "batching",
+                     "kernel_fusion", "better_kernels", "tensor_cores", "lower_precision", "async_scheduling",
+                     "cuda_graphs", "prefetching", "pin_memory", "more_dataloader_workers", "cuda_streams_overlap",
+                     "double_buffering", "async_grad_sync"}
+    assert hardware <= set(EXPERT.kb.hardware)
+    assert optimizations <= set(EXPERT.kb.optimizations)
+    for hw in EXPERT.kb.hardware.values():
+        assert hw.source and hw.memory_bandwidth_gbs > 0
+    # dense, never the 2:4-sparse headline: NVIDIA's H100 sheet says 1979 TFLOP/s bf16 "with sparsity"
+    assert EXPERT.kb.hardware["h100-sxm"].peak("bf16") == 989.4
+
+
+@pytest.fixture
+def kb_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), target)
+    return target
+
+
+def test_a_bad_knowledge_base_file_names_file_entry_and_field(kb_copy: Path) -> None:
+    path = kb_copy / "hardware.yaml"
+    path.write_text(path.read_text().replace("memory_bandwidth_gbs: 3350", "memory_bandwidth_gbs: fast", 1))
+    with pytest.raises(KnowledgeBaseError) as info:
+        KnowledgeBase.load(kb_copy)
+    text = str(info.value)
+    assert "hardware.yaml" in text and "h100-sxm" in text and "memory_bandwidth_gbs" in text
+
+
+def test_malformed_knowledge_base_yaml_names_the_line(kb_copy: Path) -> None:
+    (kb_copy / "units.yaml").write_text("dimensions:\n  time: [unclosed\n")
+    with pytest.raises(KnowledgeBaseError, match=r"units.yaml:\d+"):
+        KnowledgeBase.load(kb_copy)
+
+
+def test_a_dangling_reference_in_the_knowledge_base_is_refused(kb_copy: Path) -> None:
+    path = kb_copy / "tools.yaml"
+    path.write_text(path.read_text().replace("tool: nvidia_smi", "tool: nvidia_smy", 1))
+    with pytest.raises(KnowledgeBaseError, match="nvidia_smy"):
+        KnowledgeBase.load(kb_copy)
+
+
+def test_a_rule_on_an_unknown_fact_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("""
+schema_version: 1
+rules:
+  - {id: bad-rule, title: t, source: s, rationale: r, when: {fact: gpu_utilisation, lt: 0.8},
+     then: {finding: {id: x, message: m}}}
+""")
+    with pytest.raises(KnowledgeBaseError) as info:
+        expert.Expert(rules_dirs=[tmp_path])
+    assert "bad-rule" in str(info.value) and "gpu_utilisation" in str(info.value)
+
+
+def test_a_rule_that_executes_nothing_but_has_no_condition_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("""
+schema_version: 1
+rules:
+  - {id: bad-rule, title: t, source: s, rationale: r, when: {python: "os.system('x')"},
+     then: {finding: {id: x, message: m}}}
+""")
+    with pytest.raises(KnowledgeBaseError, match="exactly one of"):
+        expert.Expert(rules_dirs=[tmp_path])
