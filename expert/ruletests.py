@@ -16,18 +16,29 @@ One file per rule file, under ``rules/tests/<stem>.test.yaml``::
 
 `expect` lists what must be present, `absent` what must not be; `expect.bottleneck` (a regime or null) is
 checked only when given. A case reports every false negative and false positive rather than stopping at one.
+
+`run_suite` runs many cases and tallies them per rule, with coverage: a rule is covered when it has a case that
+fires it and a case that leaves it silent, and a branch of an `any` is exercised when one of the rule's own
+(non-todo) cases fires the rule with that branch true (for an `any` under `not`: leaves it silent with the branch
+true).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._yaml import load_yaml, validate
 from .errors import ExpertError
+from .evaluate import evaluate
 from .report import Report
+from .rulebook import AllOf, AnyOf, Condition, ConditionRef, NotOf
+
+if TYPE_CHECKING:
+    from .rulebook import LoadedRule, NamedCondition
 
 
 class _Model(BaseModel):
@@ -120,12 +131,204 @@ def check(report: Report, case: RuleTestCase) -> tuple[list[str], list[str]]:
 
 def run_case(expert: Any, path: Path, case: RuleTestCase) -> CaseResult:
     """Diagnose a case's facts and compare; invalid facts are reported as an error of the case."""
+    return run_case_with_report(expert, path, case)[0]
+
+
+def run_case_with_report(expert: Any, path: Path, case: RuleTestCase) -> tuple[CaseResult, Report | None]:
+    """`run_case`, also returning the report (None when the case's facts are invalid)."""
     try:
         report = expert.diagnose(case.facts)
     except ExpertError as exc:
         return CaseResult(file=str(path), case=case.name, rule=case.rule, todo=case.todo, fired=False,
-                          false_negatives=[], false_positives=[], error=str(exc))
+                          false_negatives=[], false_positives=[], error=str(exc)), None
     negatives, positives = check(report, case)
     fired = case.rule in observed(report)["fired"]
     return CaseResult(file=str(path), case=case.name, rule=case.rule, todo=case.todo, fired=fired,
-                      false_negatives=negatives, false_positives=positives)
+                      false_negatives=negatives, false_positives=positives), report
+
+
+# ---- suites: many cases, tallied per rule, with coverage -----------------------------------------------------------
+
+
+class Branch(_Model):
+    """One branch of an `any` in a rule's condition, and whether the rule's own cases exercise it."""
+
+    where: str  # e.g. "when.all[1].any[0]", through named conditions as "ref(compute_busy)"
+    negated: bool  # under an odd number of `not`s: exercising it means leaving the rule silent
+    covered: bool = False
+
+
+class RuleTally(_Model):
+    """Every case about one rule, summed up."""
+
+    rule: str
+    cases: int = 0
+    passed: int = 0
+    false_negatives: int = 0  # count of expected conclusions that were missing, over failing cases
+    false_positives: int = 0  # count of conclusions expected absent that were present
+    errors: int = 0
+    todo: int = 0
+    firing: int = 0  # non-todo cases that fired the rule
+    silent: int = 0  # non-todo cases that left it silent
+    branches: list[Branch] = []
+
+    @property
+    def failed(self) -> int:
+        return self.cases - self.passed - self.todo
+
+    @property
+    def covered(self) -> bool:
+        return self.firing > 0 and self.silent > 0
+
+    @property
+    def branches_covered(self) -> int:
+        return sum(1 for b in self.branches if b.covered)
+
+
+class Coverage(_Model):
+    rules: int
+    rules_covered: int  # with >= 1 firing and >= 1 silent case
+    branches: int
+    branches_covered: int
+
+    @property
+    def complete(self) -> bool:
+        return self.rules_covered == self.rules and self.branches_covered == self.branches
+
+    def describe(self) -> str:
+        def pct(a: int, b: int) -> str:
+            return "100 %" if b == 0 else f"{100 * a / b:.0f} %"
+
+        return (f"{self.rules_covered}/{self.rules} rules with a firing and a silent case "
+                f"({pct(self.rules_covered, self.rules)}); {self.branches_covered}/{self.branches} `any` branches "
+                f"exercised ({pct(self.branches_covered, self.branches)})")
+
+
+class SuiteResult(_Model):
+    results: list[CaseResult]
+    rules: dict[str, RuleTally]
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        """Non-todo cases with an error, a false negative or a false positive."""
+        return [r for r in self.results if not r.todo and not r.passed]
+
+    @property
+    def unexpected_passes(self) -> list[CaseResult]:
+        """Todo cases that now pass (their `todo` can go)."""
+        return [r for r in self.results if r.todo and r.passed]
+
+    def coverage(self) -> Coverage:
+        tallies = self.rules.values()
+        return Coverage(rules=len(self.rules), rules_covered=sum(1 for t in tallies if t.covered),
+                        branches=sum(len(t.branches) for t in tallies),
+                        branches_covered=sum(t.branches_covered for t in tallies))
+
+
+BranchKey = tuple[str, bool, Condition]  # (where, negated, resolved child)
+
+
+def any_branches(rule: LoadedRule, conditions: dict[str, tuple[Path, NamedCondition]]) -> list[BranchKey]:
+    """Every branch of every `any` in a rule, located in the rule's own YAML (named conditions included)."""
+    out: list[BranchKey] = []
+
+    def visit(raw: Condition, resolved: Condition, where: str, negated: bool) -> None:
+        while isinstance(raw, ConditionRef):
+            where = f"{where}.ref({raw.ref})"
+            raw = conditions[raw.ref][1].when
+        if isinstance(raw, AnyOf) and isinstance(resolved, AnyOf):
+            for i, (r, c) in enumerate(zip(raw.any, resolved.any, strict=True)):
+                out.append((f"{where}.any[{i}]", negated, c))
+                visit(r, c, f"{where}.any[{i}]", negated)
+        elif isinstance(raw, AllOf) and isinstance(resolved, AllOf):
+            for i, (r, c) in enumerate(zip(raw.all, resolved.all, strict=True)):
+                visit(r, c, f"{where}.all[{i}]", negated)
+        elif isinstance(raw, NotOf) and isinstance(resolved, NotOf):
+            visit(raw.not_, resolved.not_, f"{where}.not", not negated)
+
+    visit(rule.rule.when, rule.condition, "when", False)
+    return out
+
+
+def _exercised(key: BranchKey, report: Report, fired: bool) -> bool:
+    _, negated, child = key
+    if fired == negated:
+        return False
+    findings = {f.id for f in report.findings}
+    return evaluate(child, report.facts(), findings) == "true"
+
+
+def run_suite(
+    expert: Any, test_files: Iterable[tuple[Path, RuleTestFile]], rules: Iterable[str] | None = None
+) -> SuiteResult:
+    """Run every case of the test files; tally per rule (all of the expert's rules, or `rules`) with coverage.
+
+    A case naming a rule the expert does not have is reported as an error of that case.
+    """
+    ruleset = expert.ruleset
+    scope = sorted(ruleset.rules) if rules is None else list(rules)
+    tallies = {rule_id: RuleTally(rule=rule_id) for rule_id in scope}
+    branch_keys = {rule_id: any_branches(ruleset.rules[rule_id], ruleset.conditions)
+                   for rule_id in scope if rule_id in ruleset.rules}
+    for rule_id, keys in branch_keys.items():
+        tallies[rule_id].branches = [Branch(where=w, negated=n) for w, n, _ in keys]
+    results: list[CaseResult] = []
+    for path, case in iter_cases(test_files):
+        if case.rule not in ruleset.rules:
+            result = CaseResult(file=str(path), case=case.name, rule=case.rule, todo=case.todo, fired=False,
+                                false_negatives=[], false_positives=[],
+                                error=f"the case names rule {case.rule!r}, which is not loaded")
+            report = None
+        else:
+            result, report = run_case_with_report(expert, path, case)
+        results.append(result)
+        tally = tallies.get(case.rule)
+        if tally is None:
+            continue
+        tally.cases += 1
+        if case.todo:
+            tally.todo += 1
+            continue
+        if result.passed:
+            tally.passed += 1
+        tally.false_negatives += len(result.false_negatives)
+        tally.false_positives += len(result.false_positives)
+        if result.error is not None or report is None:
+            tally.errors += 1
+            continue
+        if result.fired:
+            tally.firing += 1
+        else:
+            tally.silent += 1
+        for branch, key in zip(tally.branches, branch_keys.get(case.rule, []), strict=True):
+            if not branch.covered and _exercised(key, report, result.fired):
+                branch.covered = True
+    return SuiteResult(results=results, rules=tallies)
+
+
+def iter_cases(test_files: Iterable[tuple[Path, RuleTestFile]]) -> Iterator[tuple[Path, RuleTestCase]]:
+    """(file, case) for every case of the files, in order."""
+    for path, tf in test_files:
+        for case in tf.cases:
+            yield path, case
+
+
+def rules_of_test_files(test_files: Iterable[tuple[Path, RuleTestFile]], ruleset: Any) -> list[str]:
+    """The rules of the rule files that test files are about (``rule_file`` beside their ``tests/`` folder)."""
+    targets: set[Path] = set()
+    for path, tf in test_files:
+        folder = path.parent.parent if path.parent.name == "tests" else path.parent
+        targets.add((folder / tf.rule_file).resolve())
+    return sorted(lr.id for lr in ruleset.rules.values() if lr.path.resolve() in targets)
+
+
+CaseStatus = Literal["pass", "fail", "error", "todo", "xpass"]
+
+
+def status(result: CaseResult) -> CaseStatus:
+    """One word for a case result (xpass: a todo case that now passes)."""
+    if result.todo:
+        return "xpass" if result.passed else "todo"
+    if result.error is not None:
+        return "error"
+    return "pass" if result.passed else "fail"
