@@ -6,6 +6,7 @@ becomes a node of the provenance graph. An observed value always wins over a der
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -73,6 +74,52 @@ def iron_law(
 def amdahl_max_speedup(share: float) -> float:
     """Upper bound on the step speedup from removing a term that takes `share` of the step entirely."""
     return float("inf") if share >= 1.0 else 1.0 / (1.0 - share)
+
+
+# ---- cluster scale: seed Table 6 and the C³ taxonomy --------------------------------------------------------------
+
+
+def scaling_efficiency(per_gpu_throughput: float, single_gpu_throughput: float) -> float:
+    """Per-GPU throughput on N GPUs over the throughput of one GPU alone (1.0 = linear scaling)."""
+    return per_gpu_throughput / single_gpu_throughput
+
+
+def ring_allreduce_bytes(gradient_bytes: float, ranks: int) -> float:
+    """Bytes each rank sends (and receives) in a ring all-reduce of `gradient_bytes`: 2(N−1)/N × bytes."""
+    return 2.0 * (ranks - 1) / ranks * gradient_bytes
+
+
+def comm_term(bytes_per_rank: float, bandwidth_gbs: float) -> float:
+    """Seconds to move `bytes_per_rank` at a per-direction bandwidth in GB/s (the communication term at full speed)."""
+    return bytes_per_rank / (bandwidth_gbs * 1e9)
+
+
+def exposed_comm(comm_time_s: float, overlap_frac: float) -> float:
+    """Communication time not hidden behind compute."""
+    return comm_time_s * (1.0 - overlap_frac)
+
+
+def young_interval(delta_s: float, mtbf_s: float) -> float:
+    """Young's optimal checkpoint interval √(2δM) (CACM 17(9), 1974)."""
+    return math.sqrt(2.0 * delta_s * mtbf_s)
+
+
+def daly_interval(delta_s: float, mtbf_s: float) -> float:
+    """Daly's higher-order optimum: √(2δM)·[1 + ⅓√(δ/2M) + (δ/2M)/9] − δ for δ < 2M, else M (FGCS 22, 2006)."""
+    if delta_s >= 2.0 * mtbf_s:
+        return mtbf_s
+    x = delta_s / (2.0 * mtbf_s)
+    return math.sqrt(2.0 * delta_s * mtbf_s) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - delta_s
+
+
+def coordination_loss(delta_s: float, interval_s: float, mtbf_s: float, restart_s: float = 0.0) -> float:
+    """Time lost per unit of useful time (first order): checkpoints δ/τ + expected rework τ/2M + restarts R/M."""
+    return delta_s / interval_s + interval_s / (2.0 * mtbf_s) + restart_s / mtbf_s
+
+
+def lost_share(loss: float) -> float:
+    """Share of wall time lost, from time lost per unit of useful time: x / (1 + x)."""
+    return loss / (1.0 + loss)
 
 
 # ---- the derivation pipeline ------------------------------------------------------------------------------------
@@ -173,7 +220,57 @@ def _term_share(name: str) -> Callable[[Facts, KnowledgeBase], _Result | None]:
     return share
 
 
+def _scaling(value: float) -> _Result:
+    if value > 1.0:
+        return _Result(1.0, note=f"scaling efficiency came out at {value:.2f} (superlinear, e.g. per-GPU data now fits "
+                       "in cache or memory); clamped to 1")
+    return _Result(max(0.0, value))
+
+
+_HARDWARE_LINKS = {"nvlink": ("scale_up_link", "scale_up_gbs", "nvlink"), "pcie": ("host_link", "host_link_gbs", "pcie")}
+
+
+def _hardware_link(f: Facts, kb: KnowledgeBase) -> _Result | None:
+    """The hardware's own NVLink or PCIe figure (hardware.yaml quotes bidirectional totals; halved per direction)."""
+    kind = str(f["interconnect"])
+    if kind not in _HARDWARE_LINKS:
+        return None
+    hw = _hw(f, kb)
+    name_field, gbs_field, marker = _HARDWARE_LINKS[kind]
+    name, total = getattr(hw, name_field), getattr(hw, gbs_field)
+    if not name or total is None or marker not in str(name).casefold():
+        return None
+    return _Result(total / 2.0, {f"{hw.id} {name} (GB/s, bidirectional)": total, "source": hw.source})
+
+
+def _catalog_link(f: Facts, kb: KnowledgeBase) -> _Result | None:
+    link = kb.default_interconnect(str(f["interconnect"]))
+    if link is None:
+        return None
+    return _Result(link.per_direction_gbs, {f"{link.name} (GB/s per direction)": link.per_direction_gbs,
+                                            "source": link.source}, link.notes)
+
+
+def _mtbf_s(f: Facts) -> float:
+    return _num(f, "mtbf_h") * 3600.0
+
+
+def _coordination(interval: str, with_restart: bool) -> Callable[[Facts, KnowledgeBase], _Result | None]:
+    def overhead(f: Facts, kb: KnowledgeBase) -> _Result | None:
+        restart = _num(f, "restart_time_s") if with_restart else 0.0
+        loss = coordination_loss(_num(f, "checkpoint_write_s"), _num(f, interval), _mtbf_s(f), restart)
+        return _Result(lost_share(loss), {"time lost per unit of useful time (x)": round(loss, 6)})
+
+    return overhead
+
+
 _SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
+_C3_SCALING = "seed C³ (C1 computation adds scaling-efficiency loss); scaling efficiency = per-GPU throughput N vs 1"
+_C3_COMM = "seed Table 6 and C³ (C2 communication: the communication wall)"
+_C3_COORD = "seed Table 6 (reliability wall, cluster MTBF) and C³ (C3 coordination)"
+_NCCL = "NCCL ring all-reduce moves 2(N−1)/N × bytes per rank (nccl-tests doc/PERFORMANCE.md, bus bandwidth)"
+_YOUNG = "Young 1974, CACM 17(9), https://doi.org/10.1145/361147.361115"
+_DALY = "Daly 2006, FGCS 22, https://doi.org/10.1016/j.future.2004.11.016"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 
 DERIVATIONS: tuple[Derivation, ...] = (
@@ -237,6 +334,68 @@ DERIVATIONS: tuple[Derivation, ...] = (
                _term_share("t_compute_s")),
     Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
                _term_share("t_overhead_s")),
+    # cluster scale (seed Table 6, C³): computation, communication, coordination
+    Derivation("per_gpu_throughput", ("cluster_throughput", "num_gpus"), "cluster_throughput / num_gpus", _C3_SCALING,
+               lambda f, kb: _Result(_num(f, "cluster_throughput") / _num(f, "num_gpus"))),
+    Derivation("scaling_efficiency", ("per_gpu_throughput", "single_gpu_throughput"),
+               "per_gpu_throughput / single_gpu_throughput", _C3_SCALING,
+               lambda f, kb: _scaling(scaling_efficiency(_num(f, "per_gpu_throughput"), _num(f, "single_gpu_throughput")))),
+    Derivation("scaling_efficiency", ("single_gpu_step_time_s", "step_time_s"),
+               "single_gpu_step_time_s / step_time_s (weak scaling: same per-GPU batch)", _C3_SCALING,
+               lambda f, kb: _scaling(_num(f, "single_gpu_step_time_s") / _num(f, "step_time_s"))),
+    Derivation("effective_gpus", ("num_gpus", "scaling_efficiency"), "num_gpus × scaling_efficiency", _C3_SCALING,
+               lambda f, kb: _Result(_num(f, "num_gpus") * _num(f, "scaling_efficiency"))),
+    Derivation("exposed_comm_s", ("comm_time_s", "comm_overlap_frac"), "comm_time_s × (1 − comm_overlap_frac)", _C3_COMM,
+               lambda f, kb: _Result(exposed_comm(_num(f, "comm_time_s"), _num(f, "comm_overlap_frac")))),
+    Derivation("comm_frac", ("exposed_comm_s", "step_time_s"), "exposed_comm_s / step_time_s", _C3_COMM,
+               lambda f, kb: _clamp_fraction(_num(f, "exposed_comm_s") / _num(f, "step_time_s"), "exposed communication share")),
+    Derivation("interconnect_bandwidth", ("interconnect", "hardware"),
+               "the hardware's own link (hardware.yaml, bidirectional total) / 2", "knowledge_base/hardware.yaml",
+               _hardware_link),
+    Derivation("interconnect_bandwidth", ("interconnect",), "catalog default per-direction bandwidth of the link kind",
+               "knowledge_base/interconnects.yaml", _catalog_link),
+    Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"), "2(N − 1)/N × gradient_bytes (ring all-reduce)", _NCCL,
+               lambda f, kb: None if _num(f, "num_gpus") < 2
+               else _Result(ring_allreduce_bytes(_num(f, "gradient_bytes"), int(_num(f, "num_gpus"))))),
+    Derivation("t_comm_s", ("allreduce_bytes", "interconnect_bandwidth"), "allreduce_bytes / interconnect_bandwidth",
+               f"{_NCCL}; seed Table 6 (communication wall)",
+               lambda f, kb: _Result(comm_term(_num(f, "allreduce_bytes"), _num(f, "interconnect_bandwidth")))),
+    Derivation("comm_term_share", ("t_comm_s", "step_time_s"), "t_comm_s / step_time_s", _C3_COMM,
+               lambda f, kb: _Result(_num(f, "t_comm_s") / _num(f, "step_time_s"))),
+    Derivation("bus_bandwidth", ("allreduce_bytes", "comm_time_s"), "allreduce_bytes / comm_time_s", _NCCL,
+               lambda f, kb: None if _num(f, "comm_time_s") <= 0
+               else _Result(_num(f, "allreduce_bytes") / _num(f, "comm_time_s") / 1e9)),
+    Derivation("bus_bw_util", ("bus_bandwidth", "interconnect_bandwidth"), "bus_bandwidth / interconnect_bandwidth", _NCCL,
+               lambda f, kb: _clamp_fraction(_num(f, "bus_bandwidth") / _num(f, "interconnect_bandwidth"),
+                                             "bus bandwidth utilization")),
+    Derivation("sync_wait_frac", ("sync_wait_s", "step_time_s"), "sync_wait_s / step_time_s", _C3_COORD,
+               lambda f, kb: _clamp_fraction(_num(f, "sync_wait_s") / _num(f, "step_time_s"), "straggler wait share")),
+    Derivation("mtbf_h", ("failures_per_day",), "24 h / failures_per_day", _C3_COORD,
+               lambda f, kb: None if _num(f, "failures_per_day") <= 0 else _Result(24.0 / _num(f, "failures_per_day"))),
+    Derivation("mtbf_h", ("node_mtbf_h", "num_nodes"), "node_mtbf_h / num_nodes (independent node failures)", _C3_COORD,
+               lambda f, kb: _Result(_num(f, "node_mtbf_h") / _num(f, "num_nodes"))),
+    Derivation("young_interval_s", ("checkpoint_write_s", "mtbf_h"), "√(2·δ·M), δ = checkpoint_write_s, M = mtbf_h", _YOUNG,
+               lambda f, kb: _Result(young_interval(_num(f, "checkpoint_write_s"), _mtbf_s(f)))),
+    Derivation("daly_interval_s", ("checkpoint_write_s", "mtbf_h"),
+               "√(2δM)·[1 + ⅓·√(δ/2M) + (δ/2M)/9] − δ for δ < 2M, else M", _DALY,
+               lambda f, kb: _Result(daly_interval(_num(f, "checkpoint_write_s"), _mtbf_s(f)))),
+    Derivation("checkpoint_interval_ratio", ("checkpoint_interval_s", "daly_interval_s"),
+               "checkpoint_interval_s / daly_interval_s", _DALY,
+               lambda f, kb: _Result(_num(f, "checkpoint_interval_s") / _num(f, "daly_interval_s"))),
+    Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h", "restart_time_s"),
+               "x / (1 + x), x = δ/τ + τ/2M + R/M", f"{_YOUNG}; {_DALY}", _coordination("checkpoint_interval_s", True)),
+    Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h"),
+               "x / (1 + x), x = δ/τ + τ/2M (restart time unknown)", f"{_YOUNG}; {_DALY}",
+               _coordination("checkpoint_interval_s", False)),
+    Derivation("optimal_coordination_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h", "restart_time_s"),
+               "x / (1 + x), x = δ/τ* + τ*/2M + R/M at Daly's τ*", f"{_YOUNG}; {_DALY}",
+               _coordination("daly_interval_s", True)),
+    Derivation("optimal_coordination_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h"),
+               "x / (1 + x), x = δ/τ* + τ*/2M at Daly's τ* (restart time unknown)", f"{_YOUNG}; {_DALY}",
+               _coordination("daly_interval_s", False)),
+    Derivation("excess_coordination_overhead", ("coordination_overhead", "optimal_coordination_overhead"),
+               "max(0, coordination_overhead − optimal_coordination_overhead)", _DALY,
+               lambda f, kb: _Result(max(0.0, _num(f, "coordination_overhead") - _num(f, "optimal_coordination_overhead")))),
 )
 
 _OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")
@@ -290,6 +449,13 @@ def derive(observed: Facts, kb: KnowledgeBase) -> dict[str, DerivedValue]:
 
 def askable_inputs(name: str, kb: KnowledgeBase) -> list[str]:
     """The facts a user could supply to settle `name`: itself if askable, else the inputs of its derivations."""
+    cache: dict[str, list[str]] = kb.__dict__.setdefault("_askable_inputs", {})  # kb is immutable once loaded
+    if name not in cache:
+        cache[name] = _askable_inputs(name, kb)
+    return cache[name]
+
+
+def _askable_inputs(name: str, kb: KnowledgeBase) -> list[str]:
     spec = kb.facts.get(name)
     if spec is not None and spec.askable:
         return [name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .derive import DerivedValue, amdahl_max_speedup, askable_inputs
 from .engine.base import EngineResult
@@ -90,7 +91,8 @@ class _Context:
     derived: dict[str, DerivedValue]
     traces: dict[str, tuple[str, list[LeafTrace]]] = field(default_factory=dict)
     nodes: dict[str, GraphNode] = field(default_factory=dict)
-    edges: list[GraphEdge] = field(default_factory=list)
+    edges: dict[tuple[str, str, str], GraphEdge] = field(default_factory=dict)  # insertion-ordered, deduplicated
+    fact_nodes: dict[str, str | None] = field(default_factory=dict)
 
     def add_node(self, node_id: str, kind: str, label: str, **attrs: object) -> str:
         if node_id not in self.nodes:
@@ -98,28 +100,34 @@ class _Context:
         return node_id
 
     def add_edge(self, source: str, target: str, relation: str) -> None:
-        edge = GraphEdge(source=source, target=target, relation=relation)  # type: ignore[arg-type]
-        if edge not in self.edges:
-            self.edges.append(edge)
+        key = (source, target, relation)
+        if key not in self.edges:
+            self.edges[key] = GraphEdge(source=source, target=target, relation=relation)  # type: ignore[arg-type]
+
+    def graph(self) -> ProvenanceData:
+        # built from trusted values, so skip re-validation; JSON round trips validate them
+        return ProvenanceData.model_construct(nodes=list(self.nodes.values()), edges=list(self.edges.values()))
 
     def fact_node(self, name: str) -> str | None:
         """The provenance node of a known fact (observation or derived, with its derivation chain)."""
+        if name in self.fact_nodes:
+            return self.fact_nodes[name]
+        node: str | None = None
         if name in self.observations.facts:
             obs = self.observations.facts[name]
-            return self.add_node(f"obs:{name}", "observation", f"{name} = {_fmt(obs.value)}", value=obs.value,
+            node = self.add_node(f"obs:{name}", "observation", f"{name} = {_fmt(obs.value)}", value=obs.value,
                                  source=obs.source, **{f"detail_{k}": v for k, v in obs.detail.items()})
-        if name in self.derived:
+        elif name in self.derived:
             d = self.derived[name]
-            node = f"derived:{name}"
-            if node not in self.nodes:
-                self.add_node(node, "derived", f"{name} = {_fmt(d.value)}", value=d.value, formula=d.formula,
-                              source=d.source)
-                for inp in d.inputs:
-                    parent = self.fact_node(inp)
-                    if parent:
-                        self.add_edge(parent, node, "derived-from")
-            return node
-        return None
+            node = self.add_node(f"derived:{name}", "derived", f"{name} = {_fmt(d.value)}", value=d.value,
+                                 formula=d.formula, source=d.source)
+            self.fact_nodes[name] = node
+            for inp in d.inputs:
+                parent = self.fact_node(inp)
+                if parent:
+                    self.add_edge(parent, node, "derived-from")
+        self.fact_nodes[name] = node
+        return node
 
     def rule_node(self, lr: LoadedRule, fired: bool) -> str:
         node = self.add_node(f"rule:{lr.id}", "rule", lr.rule.title, rule_id=lr.id, source=lr.rule.source,
@@ -171,9 +179,10 @@ def build_report(
         trace: list[LeafTrace] = []
         outcome = evaluate(lr.condition, facts, result.findings, trace)
         ctx.traces[lr.id] = (outcome, trace)
-        evaluations.append(RuleEvaluation(rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome,
-                                          fired=lr.id in fired_ids, leaves=trace, concludes=_concludes(lr),
-                                          when=lr.condition.model_dump(by_alias=True, exclude_none=True)))
+        concludes, when = _static_parts(lr)
+        evaluations.append(RuleEvaluation(
+            rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome, fired=lr.id in fired_ids,
+            leaves=trace, concludes=concludes, when=when))
     for name in [*sorted(observations.facts), *sorted(derived)]:  # every observed and derived value is a node
         ctx.fact_node(name)
     fired = [lr for lr in ordered if lr.id in fired_ids]
@@ -208,11 +217,27 @@ def build_report(
         scorecard=_scorecard(ctx),
         iron_law=_iron_law(facts),
         evaluations=evaluations,
-        graph=ProvenanceData(nodes=list(ctx.nodes.values()), edges=ctx.edges),
-        tables=[RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
-                                  wasted={w.id: w.reason for w in t.wasted})
-                for _, (_, t) in sorted(ruleset.tables.items())],
+        graph=ctx.graph(),
+        tables=_table_records(ruleset),
     )
+
+
+def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:
+    """The regime tables as report records; they never change, so they are built once per rule set."""
+    records: list[RegimeTableRecord] | None = ruleset.__dict__.get("_table_records")
+    if records is None:
+        records = [RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
+                                     wasted={w.id: w.reason for w in t.wasted})
+                   for _, (_, t) in sorted(ruleset.tables.items())]
+        ruleset.__dict__["_table_records"] = records
+    return list(records)
+
+
+def _static_parts(lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
+    """A rule's `concludes` and resolved `when` never change, so they are built once and kept on the rule."""
+    if lr.report_parts is None:
+        lr.report_parts = (_concludes(lr), lr.condition.model_dump(by_alias=True, exclude_none=True))
+    return lr.report_parts  # type: ignore[no-any-return]
 
 
 def _concludes(lr: LoadedRule) -> Concludes:

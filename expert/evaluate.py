@@ -8,9 +8,9 @@ is what why / why-not explanations are built from, for firing and silent rules a
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
 
 from .rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
 
@@ -21,17 +21,19 @@ _SYMBOL = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
 _NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq", "in": "not_in", "not_in": "in"}
 
 
-class LeafTrace(BaseModel):
-    """One comparison (or finding reference) of a rule, as it evaluated."""
+@dataclass
+class LeafTrace:
+    """One comparison (or finding reference) of a rule, as it evaluated.
 
-    model_config = ConfigDict(extra="forbid")
+    A plain dataclass (pydantic validates and serialises it inside the Report): a report holds about a hundred.
+    """
 
     kind: Literal["fact", "finding"]
     name: str
-    op: str  # lt/le/gt/ge/eq/ne/in/not_in/known/unknown/concluded
+    op: str  # lt/le/gt/ge/eq/ne/in/not_in/known/concluded
+    outcome: Outcome
     threshold: Value | list[Value] | bool | None = None
     value: Value | None = None
-    outcome: Outcome
     negated: bool = False  # under an odd number of `not`s: the rule needs this leaf to be false
 
     @property
@@ -116,18 +118,19 @@ def evaluate(
             results.append(outcome)
             if trace is not None:
                 trace.append(LeafTrace(kind="fact", name=node.fact, op="known", threshold=node.known,
-                                       value=value, outcome=outcome, negated=negated))
+                                                       value=value, outcome=outcome, negated=negated))
         for op, constant in node.ops():
             outcome = "unknown" if value is None else ("true" if _compare(op, value, constant) else "false")
             results.append(outcome)
             if trace is not None:
-                trace.append(LeafTrace(kind="fact", name=node.fact, op=op, threshold=constant, value=value,
-                                       outcome=outcome, negated=negated))
+                trace.append(LeafTrace(kind="fact", name=node.fact, op=op, threshold=constant,
+                                                       value=value, outcome=outcome, negated=negated))
         return _and(results)
     if isinstance(node, FindingRef):
         outcome = "true" if node.finding in findings else "false"
         if trace is not None:
-            trace.append(LeafTrace(kind="finding", name=node.finding, op="concluded", outcome=outcome, negated=negated))
+            trace.append(LeafTrace(kind="finding", name=node.finding, op="concluded", threshold=None,
+                                                   value=None, outcome=outcome, negated=negated))
         return outcome
     if isinstance(node, AllOf):
         return _and([evaluate(c, facts, findings, trace, negated) for c in node.all])

@@ -142,7 +142,8 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
     value = _number(raw, spec, kb)
     if spec.type == "fraction":
         if value > 1.0 and not (isinstance(raw, str) and raw.strip().endswith("%")):
-            raise ValueError(f"{value:g} is above 1; a fraction is in [0, 1] (did you mean {value:g}%?)")
+            hint = f" (did you mean {value:g}%?)" if value <= 100 else ""
+            raise ValueError(f"{value:g} is above 1; a fraction is in [0, 1]{hint}")
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{value:g} is outside [0, 1]")
         return value

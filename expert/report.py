@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -12,7 +13,12 @@ from .evaluate import LeafTrace, Outcome
 from .observations import Observation
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import networkx as nx
+
+    from .explain import Counterfactuals, How, WhatIf, Why, WhyNot
+    from .expert import Expert
 
 Value = int | float | str
 Band = Literal["fail", "marginal", "pass", "n/a"]
@@ -128,8 +134,25 @@ class IronLaw(_Model):
     overlapped_s: float | None
 
 
-class RuleEvaluation(_Model):
-    """How one rule evaluated on these facts (fired or not), leaf by leaf."""
+class Concludes(_Model):
+    """What a rule concludes when it fires (its `then`, compactly), so a saved report can answer why-not."""
+
+    finding: str | None = None
+    bottleneck: str | None = None
+    strength: Literal["suspect", "likely", "confirmed"] | None = None
+    axis: str | None = None
+    recommend: list[str] = []
+    waste: list[str] = []
+    measure: list[str] = []
+
+
+@dataclass
+class RuleEvaluation:
+    """How one rule evaluated on these facts (fired or not), leaf by leaf.
+
+    A plain dataclass (validated and serialised by pydantic as part of the Report): a report holds one per rule,
+    and building them must stay cheap.
+    """
 
     rule_id: str
     title: str
@@ -137,16 +160,31 @@ class RuleEvaluation(_Model):
     outcome: Outcome
     fired: bool
     leaves: list[LeafTrace]
+    concludes: Concludes = field(default_factory=Concludes)
+    when: dict[str, Any] | None = None  # the resolved condition tree; its leaves are `leaves`, in order
 
 
-class GraphNode(_Model):
+class RegimeTableRecord(_Model):
+    """One regime's effective vs wasted optimizations (rules/optimization_tables.yaml), as the diagnosis used it."""
+
+    regime: str
+    source: str
+    effective: list[str]
+    wasted: dict[str, str]  # optimization id -> reason
+
+
+@dataclass
+class GraphNode:
+    """A provenance node (a plain dataclass for speed; pydantic validates it inside ProvenanceData)."""
+
     id: str
     kind: NodeKind
     label: str
-    attrs: dict[str, Any] = {}
+    attrs: dict[str, Any] = field(default_factory=dict)
 
 
-class GraphEdge(_Model):
+@dataclass
+class GraphEdge:
     source: str
     target: str
     relation: EdgeRelation
@@ -177,6 +215,7 @@ class Report(_Model):
     iron_law: IronLaw
     evaluations: list[RuleEvaluation]
     graph: ProvenanceData
+    tables: list[RegimeTableRecord] = []
 
     def to_json(self, indent: int | None = 2) -> str:
         """Lossless JSON; `Report.model_validate_json` reads it back."""
@@ -202,3 +241,35 @@ class Report(_Model):
 
     def evaluation(self, rule_id: str) -> RuleEvaluation | None:
         return next((e for e in self.evaluations if e.rule_id == rule_id), None)
+
+    # ---- explanations (expert/explain.py) ----
+
+    def why(self, conclusion_id: str) -> Why:
+        """The chain from the observations through derivations and rules to a conclusion (finding, regime, ...)."""
+        from .explain import why
+
+        return why(self, conclusion_id)
+
+    def how(self, fact_name: str) -> How:
+        """How a fact got its value: observation source, or formula, inputs and hardware figures."""
+        from .explain import how
+
+        return how(self, fact_name)
+
+    def why_not(self, ident: str) -> WhyNot:
+        """Why a bottleneck, finding, optimization or rule was not concluded, rule by rule."""
+        from .explain import why_not
+
+        return why_not(self, ident)
+
+    def what_if(self, changes: Mapping[str, Any], expert: Expert | None = None) -> WhatIf:
+        """Re-diagnose with some facts changed and return the differences."""
+        from .explain import what_if
+
+        return what_if(self, changes, expert)
+
+    def counterfactuals(self, expert: Expert | None = None, limit: int | None = None) -> Counterfactuals:
+        """The smallest single-fact changes that flip the verdict, each verified by re-diagnosis."""
+        from .explain import counterfactuals
+
+        return counterfactuals(self, expert, limit)

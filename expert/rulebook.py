@@ -7,6 +7,7 @@ A condition is a tree of exactly-one-key nodes: ``{fact: x, lt: 0.8}``, ``{all: 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -48,6 +49,10 @@ class FactTest(_Node):
 
     def ops(self) -> list[tuple[str, Any]]:
         """The (operator, constant) pairs of this test, in a fixed order."""
+        return self._ops
+
+    @cached_property
+    def _ops(self) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
         for op in OPS:
             value = getattr(self, "in_" if op == "in" else op)
@@ -202,6 +207,7 @@ class LoadedRule:
         self.path = path
         self.condition = condition
         self.stratum = 0
+        self.report_parts: Any = None  # per-rule report data that never changes (filled by diagnosis)
 
     @property
     def id(self) -> str:
@@ -254,6 +260,15 @@ def facts_used(node: Condition) -> list[str]:
     return seen
 
 
+NOT_RULE_FILES = frozenset({"lint_waivers.yaml"})  # data for `dam rules lint`, kept beside the rules
+
+
+def rule_file_paths(directory: Path) -> list[Path]:
+    """The rule files of a rules directory: every *.yaml, sorted, except tests/ folders and NOT_RULE_FILES."""
+    return [path for path in sorted(directory.rglob("*.yaml"))
+            if "tests" not in path.relative_to(directory).parts and path.name not in NOT_RULE_FILES]
+
+
 class RuleSet:
     """All rules and regime tables from one or more directories, resolved and checked against the knowledge base."""
 
@@ -296,15 +311,13 @@ class RuleSet:
 
     @classmethod
     def load(cls, directories: list[Path], kb: KnowledgeBase) -> RuleSet:
-        """Load every *.yaml under the directories (except tests/ folders), in sorted order."""
+        """Load every rule file under the directories (see `rule_file_paths`), in sorted order."""
         files: list[tuple[Path, RuleFile]] = []
         problems: list[Problem] = []
         for directory in directories:
             if not directory.is_dir():
                 raise KnowledgeBaseError([Problem(str(directory), "rules directory does not exist")])
-            for path in sorted(directory.rglob("*.yaml")):
-                if "tests" in path.relative_to(directory).parts:
-                    continue
+            for path in rule_file_paths(directory):
                 try:
                     files.append((path, validate(RuleFile, load_yaml(path), path)))
                 except KnowledgeBaseError as exc:
