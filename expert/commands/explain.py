@@ -1,0 +1,123 @@
+"""`dam explain`: why / why-not / how / what-if / counterfactuals on a saved report, and exports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EPILOG = """\
+examples:
+  dam diagnose --example data_starved_training --format json --output report.json
+  dam explain report.json                         (why the verdict)
+  dam explain report.json --why data_starved      (a finding, regime, optimization, rule or fact)
+  dam explain report.json --why-not compute       (every rule that could conclude it, and what failed)
+  dam explain report.json --why-not quantization  (optimizations: also whether it is wasted, and why)
+  dam explain report.json --how mfu               (formula, inputs, hardware figures and their source)
+  dam explain report.json --what-if data_wait_s=10ms host_cpu_util=95%
+  dam explain report.json --counterfactuals       (smallest single-fact changes that flip the verdict)
+  dam explain report.json --export html --output postmortem.html
+  dam explain --example llm_decode_batch1 --why-not compute
+
+REPORT is a JSON report (dam diagnose --format json, or --export json); an observation file (YAML) is
+diagnosed first. export formats: markdown, mermaid, dot, graphml, json (lossless), html (self-contained).
+"""
+
+
+def register(sub: Any) -> None:
+    from ..export import FORMATS
+
+    p = sub.add_parser("explain", help="why / why-not / how / what-if on a report, and postmortem exports",
+                       description="Explain a diagnosis: the evidence behind each conclusion, why something was "
+                                   "not concluded, what would change it; export it for a postmortem.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("report", nargs="?", metavar="REPORT", help="saved report (JSON) or an observation file")
+    p.add_argument("--example", metavar="NAME", help="diagnose a bundled example instead of reading REPORT")
+    ask = p.add_mutually_exclusive_group()
+    ask.add_argument("--why", metavar="ID", help="the chain behind a conclusion (or 'verdict')")
+    ask.add_argument("--why-not", metavar="ID",
+                     help="why a bottleneck, finding, optimization or rule was not concluded")
+    ask.add_argument("--how", metavar="FACT", help="how a fact was observed or derived")
+    ask.add_argument("--what-if", nargs="+", metavar="NAME=VALUE", help="re-diagnose with facts changed")
+    ask.add_argument("--counterfactuals", action="store_true",
+                     help="the smallest single-fact changes that flip the verdict")
+    ask.add_argument("--export", choices=FORMATS, metavar="FORMAT", help=f"export: {', '.join(FORMATS)}")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="explanation output format")
+    p.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--engine", choices=["auto", "durable", "pure"], default="auto",
+                   help="rule engine for --what-if / --counterfactuals")
+    p.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
+                   help="extra rules directory for --what-if / --counterfactuals (as used for the report)")
+    p.set_defaults(func=run)
+
+
+def load_report(path: str | None, example: str | None, rules_args: argparse.Namespace | None = None) -> Any:
+    """A report from a saved JSON report, or by diagnosing an observation file or a bundled example."""
+    from ..errors import ObservationError, Problem
+    from ..export import load
+    from ..observation_file import read_observation_file
+    from ._common import example_path
+    from .diagnose import make_expert
+
+    if example:
+        source = example_path(example)
+    elif path:
+        source = Path(path)
+    else:
+        raise ObservationError([Problem("REPORT", "no report given",
+                                        "give a saved report (dam diagnose ... --format json --output report.json) "
+                                        "or --example NAME")])
+    if source.suffix.lower() == ".json" and _looks_like_report(source):
+        return load(source)
+    observations = read_observation_file(source).observations
+    if rules_args is not None:
+        return make_expert(rules_args).diagnose(observations)
+    import expert
+
+    return expert.default_expert().diagnose(observations)
+
+
+def _looks_like_report(path: Path) -> bool:
+    try:
+        head = path.read_text(encoding="utf-8")[:4096]
+    except (OSError, UnicodeDecodeError):
+        return True  # let the report loader give the message
+    return '"evaluations"' in head or '"dam-expert/provenance"' in head or '"schema_version"' in head
+
+
+def _write(text: str, output: str | None) -> None:
+    from ..errors import ObservationError, Problem
+
+    text = text if text.endswith("\n") else text + "\n"
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ObservationError([Problem(f"--output {output}", f"cannot write: {exc.strerror}")]) from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..export import export
+    from ._common import parse_sets
+    from .diagnose import make_expert
+
+    report = load_report(args.report, args.example, args)
+    if args.export:
+        _write(export(report, args.export), args.output)
+        return 0
+    result: Any
+    if args.why_not:
+        result = report.why_not(args.why_not)
+    elif args.how:
+        result = report.how(args.how)
+    elif args.what_if:
+        result = report.what_if(parse_sets(args.what_if), make_expert(args))
+    elif args.counterfactuals:
+        result = report.counterfactuals(make_expert(args))
+    else:
+        result = report.why(args.why or "verdict")
+    _write(result.model_dump_json(indent=2) if args.format == "json" else result.text(), args.output)
+    return 0

@@ -1,0 +1,168 @@
+"""One self-contained HTML file: the report, why-chains, the provenance graph and a roofline chart as inline SVG.
+
+No script, no stylesheet link, no font or image download: the file opens offline and prints as it shows.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..explain import gain_text, why
+from ..report import Report
+from .svg import iron_law_svg, provenance_svg, roofline_svg
+
+_CSS = """
+body{font-family:Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;color:#111827;line-height:1.45;
+padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #e5e7eb;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.92em}th,td{border:1px solid #e5e7eb;padding:4px 8px;
+text-align:left;vertical-align:top}th{background:#f9fafb}.verdict{font-size:1.3em;padding:.6em 1em;border-radius:8px;
+background:#fee2e2;border:1px solid #dc2626}.verdict.undecided{background:#fef9c3;border-color:#ca8a04}
+.muted{color:#6b7280}.band-fail{color:#b91c1c;font-weight:bold}.band-pass{color:#15803d}.band-marginal{color:#a16207}
+pre{background:#f9fafb;border:1px solid #e5e7eb;padding:.6em;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
+.graph{overflow-x:auto;border:1px solid #e5e7eb;border-radius:8px;padding:4px}del{color:#6b7280}
+.sev-critical{color:#b91c1c;font-weight:bold}.sev-warning{color:#a16207;font-weight:bold}.sev-info{color:#0369a1}
+"""
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def to_html(report: Report, title: str | None = None) -> str:
+    """The report as one offline HTML page."""
+    heading = title or "D·A·M diagnosis"
+    body: list[str] = [f"<h1>{_e(heading)}</h1>"]
+    body += _verdict(report)
+    body += _iron_law(report)
+    body += _roofline(report)
+    body += _findings(report)
+    body += _optimizations(report)
+    body += _scorecard(report)
+    body += _measurements(report)
+    body += _evidence(report)
+    body += ["<h2 id=\"provenance\">Provenance</h2>",
+             "<p class=\"muted\">Observations (left) through derived quantities and rules to conclusions (right). "
+             "Hover a node for its full label.</p>",
+             f"<div class=\"graph\">{provenance_svg(report)}</div>",
+             f"<p class=\"muted\">dam-expert, {_e(report.engine)} engine. Follow-up questions: "
+             "<code>dam explain REPORT.json --why ID</code>, <code>--why-not ID</code>, "
+             "<code>--what-if k=v</code>.</p>"]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(heading)}: {_e(report.verdict_title or 'undecided')}</title><style>{_CSS}</style></head>\n"
+            "<body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _verdict(report: Report) -> list[str]:
+    if report.bottleneck:
+        lead = report.candidates[0]
+        out = [f"<p id=\"verdict\" class=\"verdict\" data-verdict=\"{_e(report.bottleneck)}\">"
+               f"Verdict: <strong>{_e(report.verdict_title)}</strong> "
+               f"<span class=\"muted\">({_e(lead.strength)}; rules: {_e(', '.join(lead.rules))})</span></p>"]
+    else:
+        out = ["<p id=\"verdict\" class=\"verdict undecided\" data-verdict=\"\">Verdict: <strong>undecided</strong> "
+               "<span class=\"muted\">— the evidence is insufficient to name a bottleneck</span></p>"]
+    others = report.candidates[1:] if report.bottleneck else report.candidates
+    if others:
+        out.append("<p>Other hypotheses: " + ", ".join(f"{_e(c.title)} ({_e(c.strength)}, score {c.score})"
+                                                      for c in others) + "</p>")
+    if report.axes:
+        out.append("<p>D·A·M axes: " + ", ".join(f"{_e(a.axis)} {a.share:.0%}" for a in report.axes) + "</p>")
+    return out
+
+
+def _iron_law(report: Report) -> list[str]:
+    svg = iron_law_svg(report)
+    out = ["<h2>Iron law</h2>"]
+    if svg is None:
+        return [*out, "<p class=\"muted\">No term of the iron law is known on this evidence.</p>"]
+    return [*out, svg]
+
+
+def _roofline(report: Report) -> list[str]:
+    svg = roofline_svg(report)
+    out = ["<h2>Roofline</h2>"]
+    if svg is None:
+        return [*out, "<p class=\"muted\">No roofline: it needs the hardware and the dtype (for the peak FLOP/s "
+                      "and the memory bandwidth).</p>"]
+    return [*out, svg]
+
+
+def _findings(report: Report) -> list[str]:
+    out = ["<h2>Findings</h2>"]
+    if not report.findings:
+        return [*out, "<p class=\"muted\">No finding on this evidence.</p>"]
+    for f in report.findings:
+        chain = why(report, f"finding:{f.id}").text()
+        out.append(f"<details><summary><span class=\"sev-{f.severity}\">{_e(f.severity)}</span> {_e(f.message)} "
+                   f"<span class=\"muted\">({_e(f.rule_id)})</span></summary>"
+                   f"<p class=\"muted\">{_e(f.source)}</p><pre>{_e(chain)}</pre></details>")
+    return out
+
+
+def _optimizations(report: Report) -> list[str]:
+    out = ["<h2>Recommended</h2>"]
+    if report.recommended:
+        out.append("<table><tr><th>#</th><th>optimization</th><th>why</th><th>expected gain (upper bound)</th></tr>")
+        for i, r in enumerate(report.recommended, 1):
+            out.append(f"<tr><td>{i}</td><td><strong>{_e(r.title)}</strong><br><span class=\"muted\">{_e(r.how)}"
+                       f"</span></td><td>{_e(r.why)}</td><td>{_e(gain_text(r.expected_gain))}</td></tr>")
+        out.append("</table>")
+    else:
+        out.append("<p class=\"muted\">Nothing yet: no rule concluded an optimization on this evidence.</p>")
+    out.append("<h2>Wasted effort</h2>")
+    if report.wasted:
+        out.append("<table><tr><th>optimization</th><th>why it would not help</th><th>decided by</th></tr>")
+        for w in report.wasted:
+            out.append(f"<tr><td><del>{_e(w.title)}</del></td><td>{_e(w.reason)}</td>"
+                       f"<td>{_e(', '.join(w.rules))}</td></tr>")
+        out.append("</table>")
+    else:
+        out.append("<p class=\"muted\">Nothing is ruled out on this evidence.</p>")
+    return out
+
+
+def _scorecard(report: Report) -> list[str]:
+    out = ["<h2>Scorecard</h2>",
+           "<table><tr><th>axis</th><th>metric</th><th>value</th><th>band</th><th>bands</th></tr>"]
+    for row in report.scorecard:
+        value = "?" if row.value is None else f"{row.value:.1%}"
+        out.append(f"<tr><td>{_e(row.axis)}</td><td>{_e(row.title)}</td><td>{value}</td>"
+                   f"<td class=\"band-{_e(row.band.replace('/', ''))}\">{_e(row.band)}</td>"
+                   f"<td>{_e(row.bands)}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _measurements(report: Report) -> list[str]:
+    out = ["<h2>Next measurements</h2>"]
+    if report.next_measurements:
+        out.append("<ul>")
+        for m in report.next_measurements:
+            out.append(f"<li><strong>{_e(m.fact or m.axis + ' axis')}</strong> with {_e(m.tool)}: "
+                       f"<code>{_e(m.how)}</code> — {_e(m.why)}</li>")
+        out.append("</ul>")
+    if report.missing:
+        out.append("<p>Missing evidence (would sharpen or decide the diagnosis):</p><ul>")
+        out += [f"<li><code>{_e(m.fact)}</code>: {_e(m.question)}</li>" for m in report.missing]
+        out.append("</ul>")
+    return out
+
+
+def _evidence(report: Report) -> list[str]:
+    out = ["<h2>Evidence</h2>", "<table><tr><th>fact</th><th>value</th><th>source</th></tr>"]
+    for name, obs in report.observations.items():
+        out.append(f"<tr><td><code>{_e(name)}</code></td><td>{_e(_fmt(obs.value))}</td><td>{_e(obs.source)}</td></tr>")
+    for name, d in report.derived.items():
+        unit = f" {d.unit}" if d.unit else ""
+        out.append(f"<tr><td><code>{_e(name)}</code></td><td>{_e(_fmt(d.value) + unit)}</td>"
+                   f"<td>derived: {_e(d.formula)} <span class=\"muted\">({_e(d.source)})</span></td></tr>")
+    out.append("</table>")
+    return out

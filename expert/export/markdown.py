@@ -1,0 +1,135 @@
+"""A postmortem-ready Markdown document: verdict, evidence, iron law, why-chains, recommended vs wasted, provenance."""
+
+from __future__ import annotations
+
+from ..explain import gain_text, why
+from ..report import Report
+from .graph import to_mermaid
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", "<br>")
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1%}"
+
+
+def postmortem(report: Report, title: str | None = None) -> str:
+    """The whole report as Markdown, with the provenance graph as a Mermaid diagram (renders on GitHub/GitLab)."""
+    lines = [f"# {title or 'Postmortem: why the job was slow (D·A·M diagnosis)'}", ""]
+    lines += _verdict(report)
+    lines += _evidence(report)
+    lines += _iron_law(report)
+    lines += _findings(report)
+    lines += _optimizations(report)
+    lines += _scorecard(report)
+    lines += _measurements(report)
+    lines += ["## Provenance", "",
+              "Observations (left) through derived quantities and rules to conclusions (right).", "",
+              "```mermaid", to_mermaid(report).rstrip("\n"), "```", "",
+              f"_Diagnosed by dam-expert ({report.engine} engine); `dam explain REPORT.json --why ID` / `--why-not ID` "
+              "answers follow-up questions._", ""]
+    return "\n".join(lines)
+
+
+def _verdict(report: Report) -> list[str]:
+    lines = ["## Verdict", ""]
+    if report.bottleneck:
+        lead = report.candidates[0]
+        lines.append(f"**{report.verdict_title}** (`{report.bottleneck}`, {lead.strength}; rules: "
+                     f"{', '.join(f'`{r}`' for r in lead.rules)})")
+    else:
+        lines.append("**Undecided**: the evidence is insufficient to name a bottleneck (the expert never guesses).")
+    others = report.candidates[1:] if report.bottleneck else report.candidates
+    if others:
+        lines += ["", "Other hypotheses: " + ", ".join(f"{c.title} ({c.strength}, score {c.score})" for c in others)]
+    if report.axes:
+        lines += ["", "D·A·M axes: " + ", ".join(f"{a.axis} {a.share:.0%}" for a in report.axes)]
+    return [*lines, ""]
+
+
+def _evidence(report: Report) -> list[str]:
+    lines = ["## Evidence", "", "| fact | value | source |", "|---|---|---|"]
+    for name, obs in report.observations.items():
+        lines.append(f"| `{name}` | {_cell(_fmt(obs.value))} | {_cell(obs.source)} |")
+    for name, d in report.derived.items():
+        unit = f" {d.unit}" if d.unit else ""
+        lines.append(f"| `{name}` | {_cell(_fmt(d.value) + unit)} | derived: {_cell(d.formula)} ({_cell(d.source)}) |")
+    return [*lines, ""]
+
+
+def _iron_law(report: Report) -> list[str]:
+    law = report.iron_law
+    lines = ["## Iron-law breakdown", ""]
+    if all(t.seconds is None for t in law.terms):
+        return [*lines, "No term of the iron law is known on this evidence.", ""]
+    lines += ["| term | seconds | share of step |", "|---|---|---|"]
+    for t in law.terms:
+        seconds = "unknown" if t.seconds is None else f"{t.seconds:.4g}"
+        share = "unknown" if t.share is None else f"{t.share:.0%}"
+        lines.append(f"| {_cell(t.label)} | {seconds} | {share} |")
+    notes = []
+    if law.step_time_s is not None:
+        notes.append(f"measured step {law.step_time_s:.4g} s")
+    if law.sequential_s is not None and law.overlapped_s is not None:
+        notes.append(f"sequential sum {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    if notes:
+        lines += ["", "; ".join(notes).capitalize() + "."]
+    return [*lines, ""]
+
+
+def _findings(report: Report) -> list[str]:
+    lines = ["## Findings", ""]
+    if not report.findings:
+        return [*lines, "No finding on this evidence.", ""]
+    for f in report.findings:
+        lines += [f"### {f.severity}: {f.title}", "", f"{f.message}", "",
+                  f"Rule `{f.rule_id}` — {f.source}", "", "Why (from the observations to the finding):", "", "```text",
+                  why(report, f"finding:{f.id}").text(), "```", ""]
+    return lines
+
+
+def _optimizations(report: Report) -> list[str]:
+    lines = ["## Recommended", ""]
+    if report.recommended:
+        lines += ["| # | optimization | why | expected gain (upper bound) |", "|---|---|---|---|"]
+        for i, r in enumerate(report.recommended, 1):
+            lines.append(f"| {i} | **{_cell(r.title)}** (`{r.id}`, {r.axis} axis, shrinks {r.shrinks})<br>"
+                         f"{_cell(r.how)} | {_cell(r.why)} | {_cell(gain_text(r.expected_gain))} |")
+    else:
+        lines.append("Nothing yet: no rule concluded an optimization on this evidence.")
+    lines += ["", "## Wasted effort", ""]
+    if report.wasted:
+        lines += ["| optimization | why it would not help | decided by |", "|---|---|---|"]
+        for w in report.wasted:
+            lines.append(f"| ~~{_cell(w.title)}~~ (`{w.id}`) | {_cell(w.reason)} | "
+                         f"{', '.join(f'`{r}`' for r in w.rules)} |")
+    else:
+        lines.append("Nothing is ruled out on this evidence.")
+    return [*lines, ""]
+
+
+def _scorecard(report: Report) -> list[str]:
+    lines = ["## Scorecard (seed Table 5)", "", "| axis | metric | value | band | bands |", "|---|---|---|---|---|"]
+    for row in report.scorecard:
+        lines.append(f"| {row.axis} | {_cell(row.title)} | {_pct(row.value)} | {row.band} | {_cell(row.bands)} |")
+    return [*lines, ""]
+
+
+def _measurements(report: Report) -> list[str]:
+    lines = ["## Next measurements", ""]
+    if not report.next_measurements:
+        lines.append("None suggested.")
+    for m in report.next_measurements:
+        lines.append(f"- **{m.fact or m.axis + ' axis'}** with {m.tool}: `{m.how}` — {m.why}")
+    if report.missing:
+        lines += ["", "Missing evidence (would sharpen or decide the diagnosis):", ""]
+        lines += [f"- `{item.fact}`: {item.question} ({item.why})" for item in report.missing]
+    return [*lines, ""]
