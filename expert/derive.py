@@ -10,8 +10,6 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict
-
 from .errors import ObservationError, Problem
 from .knowledge import DTYPE_BYTES, HardwareSpec, KnowledgeBase
 
@@ -125,18 +123,20 @@ def lost_share(loss: float) -> float:
 # ---- the derivation pipeline ------------------------------------------------------------------------------------
 
 
-class DerivedValue(BaseModel):
-    """A derived quantity with the recipe that produced it."""
+@dataclass
+class DerivedValue:
+    """A derived quantity with the recipe that produced it.
 
-    model_config = ConfigDict(extra="forbid")
+    A plain dataclass (pydantic validates and serialises it inside the Report): every diagnosis makes a dozen.
+    """
 
     name: str
     value: float
-    unit: str | None = None
     formula: str
     inputs: dict[str, Value]
-    constants: dict[str, Value] = {}
     source: str
+    unit: str | None = None
+    constants: dict[str, Value] = field(default_factory=dict)
     note: str | None = None
 
 

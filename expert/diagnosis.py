@@ -6,6 +6,7 @@ Everything here is decided by data: rule conclusions (rules/), regime tables (ru
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,12 +14,13 @@ from typing import Any
 
 from .derive import DerivedValue, amdahl_max_speedup, askable_inputs
 from .engine.base import EngineResult
-from .evaluate import LeafTrace, evaluate
+from .evaluate import LeafTrace
 from .knowledge import KnowledgeBase
 from .observations import Observations
 from .report import (
     AxisScore,
     Candidate,
+    ClusterSection,
     Concludes,
     Evidence,
     ExpectedGain,
@@ -50,36 +52,43 @@ _TERMS = {
     "latency": ("t_overhead_s", "share_overhead", "L_lat (launch / sync overhead)"),
 }
 _GAIN_SHARE = {"input": "share_input", "data": "share_data", "compute": "share_compute",
-               "latency": "share_overhead", "overlap": "overlap_headroom"}
+               "latency": "share_overhead", "overlap": "overlap_headroom",
+               "communication": "comm_frac", "coordination": "coordination_overhead"}
 MAX_REPORTED_SPEEDUP = 100.0
 
 
-class _SafeFormatter(string.Formatter):
-    """str.format restricted to plain fact names; no attribute or index access, unknown values render as '?'."""
+_Segment = tuple[str, "str | None", str]  # literal text, then a fact name (or None) and its format spec
 
-    def __init__(self, facts: Mapping[str, Value]) -> None:
-        self.facts = facts
 
-    def get_field(self, field_name: str, args: object, kwargs: object) -> tuple[object, str]:
-        if not field_name.isidentifier():
-            return f"{{{field_name}}}", field_name
-        return self.facts.get(field_name), field_name
-
-    def format_field(self, value: object, format_spec: str) -> str:
-        if value is None:
-            return "?"
-        try:
-            return format(value, format_spec)
-        except (ValueError, TypeError):
-            return str(value)
+@functools.lru_cache(maxsize=4096)
+def _parse_template(template: str) -> tuple[_Segment, ...]:
+    """A message template split once into segments (templates come from the rules, so they repeat)."""
+    try:
+        return tuple((text, name, spec or "") for text, name, spec, _ in string.Formatter().parse(template))
+    except ValueError:  # unbalanced braces: show the template as written
+        return ((template, None, ""),)
 
 
 def render_message(template: str, facts: Mapping[str, Value]) -> str:
-    """Fill a rule's message template with fact values ("{gpu_util:.0%}")."""
-    try:
-        return _SafeFormatter(facts).format(template)
-    except (ValueError, IndexError, KeyError):
-        return template
+    """Fill a rule's message template with fact values ("{gpu_util:.0%}"); only plain fact names are looked up
+    (no attribute or index access), and an unknown value renders as '?'."""
+    parts: list[str] = []
+    for text, name, spec in _parse_template(template):
+        parts.append(text)
+        if name is None:
+            continue
+        if not name.isidentifier():
+            parts.append(f"{{{name}}}")
+            continue
+        value = facts.get(name)
+        if value is None:
+            parts.append("?")
+            continue
+        try:
+            parts.append(format(value, spec))
+        except (ValueError, TypeError):
+            parts.append(str(value))
+    return "".join(parts)
 
 
 @dataclass
@@ -177,7 +186,7 @@ def build_report(
     evaluations: list[RuleEvaluation] = []
     for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
         trace: list[LeafTrace] = []
-        outcome = evaluate(lr.condition, facts, result.findings, trace)
+        outcome = lr.evaluator(facts, result.findings, trace, False)
         ctx.traces[lr.id] = (outcome, trace)
         concludes, when = _static_parts(lr)
         evaluations.append(RuleEvaluation(
@@ -219,7 +228,14 @@ def build_report(
         evaluations=evaluations,
         graph=ctx.graph(),
         tables=_table_records(ruleset),
+        cluster=_cluster(facts),
     )
+
+
+def _cluster(facts: Mapping[str, Value]) -> ClusterSection | None:
+    """The cluster section: the C³ facts by name, or None when the diagnosis has none of them."""
+    known = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
+    return ClusterSection(**known) if known else None  # type: ignore[arg-type]
 
 
 def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:

@@ -208,6 +208,16 @@ class LoadedRule:
         self.condition = condition
         self.stratum = 0
         self.report_parts: Any = None  # per-rule report data that never changes (filled by diagnosis)
+        self._evaluator: Any = None
+
+    @property
+    def evaluator(self) -> Any:
+        """The condition compiled to a function (expert.evaluate.compile_condition), built on first use."""
+        if self._evaluator is None:
+            from .evaluate import compile_condition
+
+            self._evaluator = compile_condition(self.condition)
+        return self._evaluator
 
     @property
     def id(self) -> str:

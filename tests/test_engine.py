@@ -221,3 +221,26 @@ rules:
 
 def test_shipped_rules_directory_is_found() -> None:
     assert (data_dir("rules") / "screening.yaml").is_file()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    gpu_util=st.one_of(st.none(), st.floats(0, 1)),
+    sm_active=st.one_of(st.none(), st.floats(0, 1)),
+    mem_bw_util=st.one_of(st.none(), st.floats(0, 1)),
+    dtype=st.one_of(st.none(), st.sampled_from(["fp8", "bf16", "int8"])),
+    workload=st.one_of(st.none(), st.sampled_from(["training", "inference"])),
+    batch_size=st.one_of(st.none(), st.integers(1, 16)),
+    host_cpu_util=st.one_of(st.none(), st.floats(0, 1)),
+    findings=st.sets(st.sampled_from(["base", "chain1", "chain2", "not_chain"])),
+)
+def test_compiled_conditions_match_the_interpreter(tricky: tuple[Expert, Expert], findings: set[str],
+                                                   **facts: Any) -> None:
+    from expert.evaluate import LeafTrace, evaluate
+
+    present = {k: v for k, v in facts.items() if v is not None}
+    for lr in tricky[1].ruleset.rules.values():
+        slow: list[LeafTrace] = []
+        fast: list[LeafTrace] = []
+        assert lr.evaluator(present, findings, fast, False) == evaluate(lr.condition, present, findings, slow)
+        assert fast == slow

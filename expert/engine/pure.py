@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..evaluate import evaluate
 from ..rulebook import RuleSet, findings_used
 from .base import EngineResult, Value
 
@@ -33,7 +32,7 @@ class PureEngine:
             while changed:
                 changed = False
                 for lr in stratum:
-                    if lr.id in fired or evaluate(lr.condition, facts, result.findings) != "true":
+                    if lr.id in fired or lr.evaluator(facts, result.findings, None, False) != "true":
                         continue
                     fired.add(lr.id)
                     result.fired.append(lr.id)
