@@ -244,3 +244,22 @@ def test_compiled_conditions_match_the_interpreter(tricky: tuple[Expert, Expert]
         fast: list[LeafTrace] = []
         assert lr.evaluator(present, findings, fast, False) == evaluate(lr.condition, present, findings, slow)
         assert fast == slow
+
+
+def test_fallback_to_the_pure_engine_is_announced_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where durable-rules cannot load (e.g. Python 3.13), "auto" uses the reference engine and says so once."""
+    import warnings
+
+    import expert.engine as engines
+    from expert.engine import durable
+
+    monkeypatch.setattr(durable, "available", lambda: (False, "ImportError: undefined symbol PyEval_CallObject"))
+    monkeypatch.setattr(engines, "_warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, second = Expert(engine="auto"), Expert(engine="auto")
+    assert first.engine_name == second.engine_name == "pure"
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "PyEval_CallObject" in messages[0] and "pure-Python engine" in messages[0]
+    with pytest.raises(EngineError, match="cannot be loaded"):
+        Expert(engine="durable")
