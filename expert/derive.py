@@ -227,7 +227,8 @@ def _scaling(value: float) -> _Result:
     return _Result(max(0.0, value))
 
 
-_HARDWARE_LINKS = {"nvlink": ("scale_up_link", "scale_up_gbs", "nvlink"), "pcie": ("host_link", "host_link_gbs", "pcie")}
+_HARDWARE_LINKS = {"nvlink": ("scale_up_link", "scale_up_gbs", "nvlink"),
+                   "pcie": ("host_link", "host_link_gbs", "pcie")}
 
 
 def _hardware_link(f: Facts, kb: KnowledgeBase) -> _Result | None:
@@ -339,22 +340,26 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: _Result(_num(f, "cluster_throughput") / _num(f, "num_gpus"))),
     Derivation("scaling_efficiency", ("per_gpu_throughput", "single_gpu_throughput"),
                "per_gpu_throughput / single_gpu_throughput", _C3_SCALING,
-               lambda f, kb: _scaling(scaling_efficiency(_num(f, "per_gpu_throughput"), _num(f, "single_gpu_throughput")))),
+               lambda f, kb: _scaling(scaling_efficiency(_num(f, "per_gpu_throughput"),
+                                                         _num(f, "single_gpu_throughput")))),
     Derivation("scaling_efficiency", ("single_gpu_step_time_s", "step_time_s"),
                "single_gpu_step_time_s / step_time_s (weak scaling: same per-GPU batch)", _C3_SCALING,
                lambda f, kb: _scaling(_num(f, "single_gpu_step_time_s") / _num(f, "step_time_s"))),
     Derivation("effective_gpus", ("num_gpus", "scaling_efficiency"), "num_gpus × scaling_efficiency", _C3_SCALING,
                lambda f, kb: _Result(_num(f, "num_gpus") * _num(f, "scaling_efficiency"))),
-    Derivation("exposed_comm_s", ("comm_time_s", "comm_overlap_frac"), "comm_time_s × (1 − comm_overlap_frac)", _C3_COMM,
+    Derivation("exposed_comm_s", ("comm_time_s", "comm_overlap_frac"), "comm_time_s × (1 − comm_overlap_frac)",
+               _C3_COMM,
                lambda f, kb: _Result(exposed_comm(_num(f, "comm_time_s"), _num(f, "comm_overlap_frac")))),
     Derivation("comm_frac", ("exposed_comm_s", "step_time_s"), "exposed_comm_s / step_time_s", _C3_COMM,
-               lambda f, kb: _clamp_fraction(_num(f, "exposed_comm_s") / _num(f, "step_time_s"), "exposed communication share")),
+               lambda f, kb: _clamp_fraction(_num(f, "exposed_comm_s") / _num(f, "step_time_s"),
+                                             "exposed communication share")),
     Derivation("interconnect_bandwidth", ("interconnect", "hardware"),
                "the hardware's own link (hardware.yaml, bidirectional total) / 2", "knowledge_base/hardware.yaml",
                _hardware_link),
     Derivation("interconnect_bandwidth", ("interconnect",), "catalog default per-direction bandwidth of the link kind",
                "knowledge_base/interconnects.yaml", _catalog_link),
-    Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"), "2(N − 1)/N × gradient_bytes (ring all-reduce)", _NCCL,
+    Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"), "2(N − 1)/N × gradient_bytes (ring all-reduce)",
+               _NCCL,
                lambda f, kb: None if _num(f, "num_gpus") < 2
                else _Result(ring_allreduce_bytes(_num(f, "gradient_bytes"), int(_num(f, "num_gpus"))))),
     Derivation("t_comm_s", ("allreduce_bytes", "interconnect_bandwidth"), "allreduce_bytes / interconnect_bandwidth",
@@ -365,7 +370,8 @@ DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("bus_bandwidth", ("allreduce_bytes", "comm_time_s"), "allreduce_bytes / comm_time_s", _NCCL,
                lambda f, kb: None if _num(f, "comm_time_s") <= 0
                else _Result(_num(f, "allreduce_bytes") / _num(f, "comm_time_s") / 1e9)),
-    Derivation("bus_bw_util", ("bus_bandwidth", "interconnect_bandwidth"), "bus_bandwidth / interconnect_bandwidth", _NCCL,
+    Derivation("bus_bw_util", ("bus_bandwidth", "interconnect_bandwidth"), "bus_bandwidth / interconnect_bandwidth",
+               _NCCL,
                lambda f, kb: _clamp_fraction(_num(f, "bus_bandwidth") / _num(f, "interconnect_bandwidth"),
                                              "bus bandwidth utilization")),
     Derivation("sync_wait_frac", ("sync_wait_s", "step_time_s"), "sync_wait_s / step_time_s", _C3_COORD,
@@ -374,7 +380,8 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: None if _num(f, "failures_per_day") <= 0 else _Result(24.0 / _num(f, "failures_per_day"))),
     Derivation("mtbf_h", ("node_mtbf_h", "num_nodes"), "node_mtbf_h / num_nodes (independent node failures)", _C3_COORD,
                lambda f, kb: _Result(_num(f, "node_mtbf_h") / _num(f, "num_nodes"))),
-    Derivation("young_interval_s", ("checkpoint_write_s", "mtbf_h"), "√(2·δ·M), δ = checkpoint_write_s, M = mtbf_h", _YOUNG,
+    Derivation("young_interval_s", ("checkpoint_write_s", "mtbf_h"), "√(2·δ·M), δ = checkpoint_write_s, M = mtbf_h",
+               _YOUNG,
                lambda f, kb: _Result(young_interval(_num(f, "checkpoint_write_s"), _mtbf_s(f)))),
     Derivation("daly_interval_s", ("checkpoint_write_s", "mtbf_h"),
                "√(2δM)·[1 + ⅓·√(δ/2M) + (δ/2M)/9] − δ for δ < 2M, else M", _DALY,
@@ -395,7 +402,8 @@ DERIVATIONS: tuple[Derivation, ...] = (
                _coordination("daly_interval_s", False)),
     Derivation("excess_coordination_overhead", ("coordination_overhead", "optimal_coordination_overhead"),
                "max(0, coordination_overhead − optimal_coordination_overhead)", _DALY,
-               lambda f, kb: _Result(max(0.0, _num(f, "coordination_overhead") - _num(f, "optimal_coordination_overhead")))),
+               lambda f, kb: _Result(max(0.0, _num(f, "coordination_overhead")
+                                         - _num(f, "optimal_coordination_overhead")))),
 )
 
 _OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")

@@ -235,7 +235,7 @@ def build_report(
 def _cluster(facts: Mapping[str, Value]) -> ClusterSection | None:
     """The cluster section: the C³ facts by name, or None when the diagnosis has none of them."""
     known = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
-    return ClusterSection(**known) if known else None  # type: ignore[arg-type]
+    return ClusterSection.model_validate(known) if known else None
 
 
 def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:

@@ -102,6 +102,23 @@ class HardwareCatalog(_Strict):
     hardware: list[HardwareSpec]
 
 
+class InterconnectSpec(_Strict):
+    """One GPU-to-GPU link (C³ communication term): per-direction bandwidth per GPU, with its source."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    kind: str  # a choice of the `interconnect` fact
+    name: str
+    per_direction_gbs: float = Field(gt=0)
+    default: bool = False
+    source: str
+    notes: str | None = None
+
+
+class InterconnectCatalog(_Strict):
+    schema_version: int = 1
+    interconnects: list[InterconnectSpec] = []
+
+
 class Optimization(_Strict):
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
@@ -232,6 +249,7 @@ class KnowledgeBase:
         regimes: RegimeCatalog,
         units: UnitTable,
         source: Path | None = None,
+        interconnects: InterconnectCatalog | None = None,
     ) -> None:
         self.source = source
         self.facts = {f.name: f for f in facts.facts}
@@ -241,6 +259,7 @@ class KnowledgeBase:
         self.scorecard = scorecard
         self.regimes = regimes
         self.units = units
+        self.interconnects = {i.id: i for i in (interconnects.interconnects if interconnects else [])}
         self._check_references()
 
     @classmethod
@@ -260,6 +279,8 @@ class KnowledgeBase:
             regimes=part("regimes", RegimeCatalog),  # type: ignore[arg-type]
             units=part("units", UnitTable),  # type: ignore[arg-type]
             source=directory,
+            interconnects=part("interconnects", InterconnectCatalog)  # type: ignore[arg-type]
+            if (directory / "interconnects.yaml").is_file() else None,
         )
 
     def _check_references(self) -> None:
@@ -287,8 +308,29 @@ class KnowledgeBase:
         for metric in self.scorecard.metrics:
             if metric.fact not in self.facts:
                 problems.append(Problem(f"{where}/scorecard.yaml: {metric.id}", f"unknown fact {metric.fact!r}"))
+        problems.extend(self._check_interconnects(where))
         if problems:
             raise KnowledgeBaseError(problems, title="the knowledge base refers to things it does not define")
+
+    def _check_interconnects(self, where: str) -> list[Problem]:
+        """Every catalog link is of a kind the `interconnect` fact offers; each such kind has exactly one default."""
+        if not self.interconnects:
+            return []
+        spec = self.facts.get("interconnect")
+        kinds = (spec.choices or []) if spec else []
+        problems = [Problem(f"{where}/interconnects.yaml: {i.id}", f"kind {i.kind!r} is not a choice of the "
+                            f"`interconnect` fact ({', '.join(kinds) or 'not defined'})")
+                    for i in self.interconnects.values() if i.kind not in kinds]
+        for kind in kinds:
+            defaults = [i.id for i in self.interconnects.values() if i.kind == kind and i.default]
+            if len(defaults) != 1:
+                problems.append(Problem(f"{where}/interconnects.yaml", f"kind {kind!r} needs exactly one `default: "
+                                        f"true` entry, found {len(defaults)}"))
+        return problems
+
+    def default_interconnect(self, kind: str) -> InterconnectSpec | None:
+        """The catalog's default link of a kind (nvlink, pcie, infiniband, ethernet), if the catalog has one."""
+        return next((i for i in self.interconnects.values() if i.kind == kind and i.default), None)
 
     @cached_property
     def _alias_index(self) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,16 +30,23 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Evidence(_Model):
+# The small records below are plain dataclasses: a report holds hundreds of them, and pydantic validates and
+# serialises them as fields of the Report (so JSON round trips and JSON Schemas cover them) without paying
+# for validation each time the diagnosis builds one from values it already checked.
+
+
+@dataclass
+class Evidence:
     """A fact (or finding) a conclusion rests on, with the comparison that held."""
 
     fact: str
-    value: Value | None = None
     test: str  # e.g. "gpu_util 0.55 < 0.8"
+    value: Value | None = None
     source: str | None = None
 
 
-class Finding(_Model):
+@dataclass
+class Finding:
     id: str
     severity: Literal["info", "warning", "critical"]
     title: str
@@ -49,7 +56,8 @@ class Finding(_Model):
     evidence: list[Evidence]
 
 
-class Candidate(_Model):
+@dataclass
+class Candidate:
     """A bottleneck regime some rule voted for."""
 
     regime: str
@@ -59,14 +67,16 @@ class Candidate(_Model):
     rules: list[str]
 
 
-class AxisScore(_Model):
+@dataclass
+class AxisScore:
     axis: Literal["data", "algorithm", "machine"]
-    share: float = Field(ge=0, le=1)
+    share: Annotated[float, Field(ge=0, le=1)]
     strength: float
     rules: list[str]
 
 
-class ExpectedGain(_Model):
+@dataclass
+class ExpectedGain:
     """Amdahl bound on the step speedup if the term this optimization shrinks went to zero."""
 
     term: str
@@ -75,7 +85,8 @@ class ExpectedGain(_Model):
     assumptions: str
 
 
-class Recommendation(_Model):
+@dataclass
+class Recommendation:
     id: str
     title: str
     why: str
@@ -87,14 +98,16 @@ class Recommendation(_Model):
     expected_gain: ExpectedGain | None = None
 
 
-class Wasted(_Model):
+@dataclass
+class Wasted:
     id: str
     title: str
     reason: str
     rules: list[str]
 
 
-class NextMeasurement(_Model):
+@dataclass
+class NextMeasurement:
     fact: str | None
     axis: str
     tool: str
@@ -103,14 +116,16 @@ class NextMeasurement(_Model):
     settles: list[str]
 
 
-class MissingFact(_Model):
+@dataclass
+class MissingFact:
     fact: str
     question: str
     why: str
     rules: list[str]
 
 
-class ScoreRow(_Model):
+@dataclass
+class ScoreRow:
     id: str
     title: str
     axis: str
@@ -120,7 +135,8 @@ class ScoreRow(_Model):
     bands: str
 
 
-class IronLawTerm(_Model):
+@dataclass
+class IronLawTerm:
     term: Literal["input", "data", "compute", "latency"]
     label: str
     seconds: float | None
@@ -195,6 +211,40 @@ class ProvenanceData(_Model):
     edges: list[GraphEdge] = []
 
 
+class ClusterSection(_Model):
+    """The cluster-scale view (seed Table 6, C³): each field is the fact of the same name, observed or derived.
+
+    Present only when a diagnosis has cluster facts; unknown values stay null.
+    """
+
+    num_gpus: int | None = None
+    num_nodes: int | None = None
+    interconnect: str | None = None
+    interconnect_bandwidth: float | None = None  # GB/s per direction, per GPU
+    # C1 computation
+    scaling_efficiency: float | None = None
+    effective_gpus: float | None = None
+    # C2 communication
+    comm_time_s: float | None = None
+    comm_overlap_frac: float | None = None
+    comm_frac: float | None = None  # exposed (non-overlapped) communication share of the step
+    t_comm_s: float | None = None  # communication term: ring all-reduce bytes over the link bandwidth
+    comm_term_share: float | None = None
+    bus_bandwidth: float | None = None  # achieved, GB/s
+    bus_bw_util: float | None = None
+    # C3 coordination
+    sync_wait_frac: float | None = None
+    checkpoint_write_s: float | None = None
+    checkpoint_interval_s: float | None = None
+    mtbf_h: float | None = None
+    young_interval_s: float | None = None
+    daly_interval_s: float | None = None
+    checkpoint_interval_ratio: float | None = None  # actual / Daly optimum
+    coordination_overhead: float | None = None
+    optimal_coordination_overhead: float | None = None
+    excess_coordination_overhead: float | None = None
+
+
 class Report(_Model):
     """Everything a diagnosis concluded, with the evidence and the provenance behind each conclusion."""
 
@@ -216,6 +266,7 @@ class Report(_Model):
     evaluations: list[RuleEvaluation]
     graph: ProvenanceData
     tables: list[RegimeTableRecord] = []
+    cluster: ClusterSection | None = None
 
     def to_json(self, indent: int | None = 2) -> str:
         """Lossless JSON; `Report.model_validate_json` reads it back."""
