@@ -181,10 +181,10 @@ def build_report(
     """Assemble the report. Deterministic: independent of firing order and of the order facts were given in."""
     facts: dict[str, Value] = {**observations.values(), **{n: d.value for n, d in derived.items()}}
     ctx = _Context(kb, ruleset, facts, observations, derived)
-    ordered = sorted(ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
+    ordered = ruleset.by_stratum
     fired_ids = set(result.fired)
     evaluations: list[RuleEvaluation] = []
-    for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
+    for lr in ruleset.by_id:
         trace: list[LeafTrace] = []
         outcome = lr.evaluator(facts, result.findings, trace, False)
         ctx.traces[lr.id] = (outcome, trace)

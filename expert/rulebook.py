@@ -203,6 +203,7 @@ class LoadedRule:
     """A rule with its named conditions inlined, the file it came from and its negation stratum."""
 
     def __init__(self, rule: Rule, path: Path, condition: Condition) -> None:
+        self.id = rule.id
         self.rule = rule
         self.path = path
         self.condition = condition
@@ -218,10 +219,6 @@ class LoadedRule:
 
             self._evaluator = compile_condition(self.condition)
         return self._evaluator
-
-    @property
-    def id(self) -> str:
-        return self.rule.id
 
     def __repr__(self) -> str:
         return f"LoadedRule({self.id!r}, stratum={self.stratum})"
@@ -424,6 +421,16 @@ class RuleSet:
                         return [Problem("rules", f"negation through a cycle of findings among: {', '.join(cyclic)}",
                                         "a rule may not depend, through `not`, on its own conclusion")]
         return []
+
+    @cached_property
+    def by_id(self) -> list[LoadedRule]:
+        """The rules sorted by id (the order reports list evaluations in)."""
+        return sorted(self.rules.values(), key=lambda lr: lr.id)
+
+    @cached_property
+    def by_stratum(self) -> list[LoadedRule]:
+        """The rules sorted by (stratum, id): the order conclusions are assembled in, whatever fired first."""
+        return sorted(self.rules.values(), key=lambda lr: (lr.stratum, lr.id))
 
     @property
     def max_stratum(self) -> int:
