@@ -205,6 +205,14 @@ def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> _Result | None:
     return _Result(result.value, {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}, result.note)
 
 
+def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> _Result | None:
+    if not _is_decode(f):
+        return None
+    b = DTYPE_BYTES[str(f["dtype"])]
+    achieved = decode_bandwidth_gbs(_num(f, "tokens_per_s"), int(_num(f, "batch_size")), _decode_params(f), b)
+    return _Result(achieved / _num(f, "peak_bandwidth"), {"bytes per weight": b, "achieved GB/s": round(achieved, 1)})
+
+
 def _decode_ai(f: Facts, kb: KnowledgeBase) -> _Result | None:
     if not _is_decode(f):
         return None
@@ -289,6 +297,9 @@ DERIVATIONS: tuple[Derivation, ...] = (
                _ROOFLINE, lambda f, kb: _Result(_num(f, "arithmetic_intensity") / _num(f, "ridge_point"))),
     Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
                lambda f, kb: _Result(achieved_tflops(_num(f, "flops"), _num(f, "step_time_s")))),
+    Derivation("flops_to_peak", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (unclamped)",
+               "roofline: no kernel exceeds the dense peak",
+               lambda f, kb: _Result(_num(f, "achieved_tflops") / _num(f, "peak_tflops"))),
     Derivation("mfu", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (dense)", "seed Table 5 (MFU)",
                lambda f, kb: _clamp_fraction(mfu(_num(f, "achieved_tflops"), _num(f, "peak_tflops")), "MFU")),
     Derivation("io_overhead", ("data_wait_s", "step_time_s"), "data_wait_s / step_time_s", "seed Table 5 (I/O overhead)",
@@ -302,6 +313,12 @@ DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
                "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
                "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util),
+    Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
+               "roofline: no step exceeds the peak memory bandwidth",
+               lambda f, kb: _Result(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"))),
+    Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth (unclamped)",
+               "domain.md §B, LLM decode bytes per step", _decode_bw_ratio),
     Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
                "seed screening signals (timeline gaps not explained by data wait)",
                lambda f, kb: _Result(max(0.0, _num(f, "gpu_idle_gap_frac") - _num(f, "io_overhead")))),

@@ -373,7 +373,7 @@ def _optimizations(
         regime_title = kb.regimes.regimes[table.regime].title
         for opt_id in table.effective:
             whys, rules, spec = proposals.setdefault(opt_id, ([], [], 1))
-            whys.append(f"effective when {regime_title.lower()} ({table.source})")
+            whys.append(f"effective when {regime_title.lower()} (regime table)")
             rules.append(f"table/{verdict}")
 
     recommended: list[tuple[tuple[float, int, int], Recommendation]] = []
