@@ -418,7 +418,9 @@ class RuleSet:
                     changed = True
                     if need > bound:
                         cyclic = sorted(r.id for r in self.rules.values() if r.stratum > bound // 2)
-                        return [Problem("rules", f"negation through a cycle of findings among: {', '.join(cyclic)}",
+                        first = self.rules[cyclic[0]] if cyclic else lr
+                        return [Problem(f"{first.path}: rule {first.id}: when",
+                                        f"negation through a cycle of findings among: {', '.join(cyclic)}",
                                         "a rule may not depend, through `not`, on its own conclusion")]
         return []
 
