@@ -334,7 +334,7 @@ class RuleSet:
         return cls(files, kb)
 
     def _resolve(self, node: Condition, path: Path, rule_id: str, stack: tuple[str, ...]) -> Condition:
-        where = f"{path}: rule {rule_id}"
+        where = f"{path}: rule {rule_id}: when"
         if isinstance(node, ConditionRef):
             if node.ref in stack:
                 raise KnowledgeBaseError([Problem(where, f"named conditions refer to each other in a cycle: "
