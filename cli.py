@@ -21,7 +21,7 @@ start here:
   dam diagnose --set gpu_util=62% --set hardware=h100-sxm ...
 """
 
-COMMANDS = ["diagnose", "hardware", "examples"]
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,14 +20,14 @@ checked only when given. A case reports every false negative and false positive 
 `run_suite` runs many cases and tallies them per rule, with coverage: a rule is covered when it has a case that
 fires it and a case that leaves it silent, and a branch of an `any` is exercised when one of the rule's own
 (non-todo) cases fires the rule with that branch true (for an `any` under `not`: leaves it silent with the branch
-true).
+true). Branches inside a named condition are counted once, exercised through any rule that uses the condition.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -151,9 +151,13 @@ def run_case_with_report(expert: Any, path: Path, case: RuleTestCase) -> tuple[C
 
 
 class Branch(_Model):
-    """One branch of an `any` in a rule's condition, and whether the rule's own cases exercise it."""
+    """One branch of an `any`, and whether a test case exercises it.
 
-    where: str  # e.g. "when.all[1].any[0]", through named conditions as "ref(compute_busy)"
+    Branches written in a rule belong to the rule; branches inside a named condition belong to the condition and
+    are counted once, exercised by the cases of any rule that uses it.
+    """
+
+    where: str  # e.g. "when.all[1].any[0]" (relative to the rule, or to the named condition)
     negated: bool  # under an odd number of `not`s: exercising it means leaving the rule silent
     covered: bool = False
 
@@ -170,7 +174,7 @@ class RuleTally(_Model):
     todo: int = 0
     firing: int = 0  # non-todo cases that fired the rule
     silent: int = 0  # non-todo cases that left it silent
-    branches: list[Branch] = []
+    branches: list[Branch] = []  # the `any` branches written in the rule itself
 
     @property
     def failed(self) -> int:
@@ -188,7 +192,7 @@ class RuleTally(_Model):
 class Coverage(_Model):
     rules: int
     rules_covered: int  # with >= 1 firing and >= 1 silent case
-    branches: int
+    branches: int  # of rules and of the named conditions they use, each counted once
     branches_covered: int
 
     @property
@@ -207,6 +211,7 @@ class Coverage(_Model):
 class SuiteResult(_Model):
     results: list[CaseResult]
     rules: dict[str, RuleTally]
+    conditions: dict[str, list[Branch]] = {}  # `any` branches of the named conditions the rules in scope use
 
     @property
     def failures(self) -> list[CaseResult]:
@@ -218,44 +223,53 @@ class SuiteResult(_Model):
         """Todo cases that now pass (their `todo` can go)."""
         return [r for r in self.results if r.todo and r.passed]
 
+    def uncovered_branches(self) -> list[tuple[str, str]]:
+        """(owner, where) of every branch not exercised; the owner is a rule id or a named condition."""
+        out = [(t.rule, b.where) for t in self.rules.values() for b in t.branches if not b.covered]
+        return out + [(name, b.where) for name, bs in self.conditions.items() for b in bs if not b.covered]
+
     def coverage(self) -> Coverage:
         tallies = self.rules.values()
+        named = [b for bs in self.conditions.values() for b in bs]
         return Coverage(rules=len(self.rules), rules_covered=sum(1 for t in tallies if t.covered),
-                        branches=sum(len(t.branches) for t in tallies),
-                        branches_covered=sum(t.branches_covered for t in tallies))
+                        branches=sum(len(t.branches) for t in tallies) + len(named),
+                        branches_covered=sum(t.branches_covered for t in tallies) + sum(b.covered for b in named))
 
 
-BranchKey = tuple[str, bool, Condition]  # (where, negated, resolved child)
+class BranchKey(NamedTuple):
+    owner: str | None  # None: the rule itself; else the named condition the branch is written in
+    where: str
+    negated: bool
+    child: Condition  # the resolved branch
 
 
 def any_branches(rule: LoadedRule, conditions: dict[str, tuple[Path, NamedCondition]]) -> list[BranchKey]:
-    """Every branch of every `any` in a rule, located in the rule's own YAML (named conditions included)."""
+    """Every branch of every `any` in a rule, located in the YAML it is written in (the rule or a named condition)."""
     out: list[BranchKey] = []
 
-    def visit(raw: Condition, resolved: Condition, where: str, negated: bool) -> None:
+    def visit(raw: Condition, resolved: Condition, owner: str | None, where: str, negated: bool) -> None:
         while isinstance(raw, ConditionRef):
-            where = f"{where}.ref({raw.ref})"
+            owner, where = raw.ref, "when"
             raw = conditions[raw.ref][1].when
         if isinstance(raw, AnyOf) and isinstance(resolved, AnyOf):
             for i, (r, c) in enumerate(zip(raw.any, resolved.any, strict=True)):
-                out.append((f"{where}.any[{i}]", negated, c))
-                visit(r, c, f"{where}.any[{i}]", negated)
+                out.append(BranchKey(owner, f"{where}.any[{i}]", negated, c))
+                visit(r, c, owner, f"{where}.any[{i}]", negated)
         elif isinstance(raw, AllOf) and isinstance(resolved, AllOf):
             for i, (r, c) in enumerate(zip(raw.all, resolved.all, strict=True)):
-                visit(r, c, f"{where}.all[{i}]", negated)
+                visit(r, c, owner, f"{where}.all[{i}]", negated)
         elif isinstance(raw, NotOf) and isinstance(resolved, NotOf):
-            visit(raw.not_, resolved.not_, f"{where}.not", not negated)
+            visit(raw.not_, resolved.not_, owner, f"{where}.not", not negated)
 
-    visit(rule.rule.when, rule.condition, "when", False)
+    visit(rule.rule.when, rule.condition, None, "when", False)
     return out
 
 
 def _exercised(key: BranchKey, report: Report, fired: bool) -> bool:
-    _, negated, child = key
-    if fired == negated:
+    if fired == key.negated:
         return False
     findings = {f.id for f in report.findings}
-    return evaluate(child, report.facts(), findings) == "true"
+    return evaluate(key.child, report.facts(), findings) == "true"
 
 
 def run_suite(
@@ -268,10 +282,19 @@ def run_suite(
     ruleset = expert.ruleset
     scope = sorted(ruleset.rules) if rules is None else list(rules)
     tallies = {rule_id: RuleTally(rule=rule_id) for rule_id in scope}
-    branch_keys = {rule_id: any_branches(ruleset.rules[rule_id], ruleset.conditions)
-                   for rule_id in scope if rule_id in ruleset.rules}
-    for rule_id, keys in branch_keys.items():
-        tallies[rule_id].branches = [Branch(where=w, negated=n) for w, n, _ in keys]
+    keys = {rule_id: any_branches(ruleset.rules[rule_id], ruleset.conditions)
+            for rule_id in scope if rule_id in ruleset.rules}
+    named: dict[str, dict[str, Branch]] = {}
+    branch_of: dict[tuple[str, str | None, str], Branch] = {}
+    for rule_id, rule_keys in keys.items():
+        for key in rule_keys:
+            if key.owner is None:
+                branch = Branch(where=key.where, negated=key.negated)
+                tallies[rule_id].branches.append(branch)
+            else:
+                branch = named.setdefault(key.owner, {}).setdefault(key.where,
+                                                                   Branch(where=key.where, negated=key.negated))
+            branch_of[(rule_id, key.owner, key.where)] = branch
     results: list[CaseResult] = []
     for path, case in iter_cases(test_files):
         if case.rule not in ruleset.rules:
@@ -300,10 +323,12 @@ def run_suite(
             tally.firing += 1
         else:
             tally.silent += 1
-        for branch, key in zip(tally.branches, branch_keys.get(case.rule, []), strict=True):
+        for key in keys.get(case.rule, []):
+            branch = branch_of[(case.rule, key.owner, key.where)]
             if not branch.covered and _exercised(key, report, result.fired):
                 branch.covered = True
-    return SuiteResult(results=results, rules=tallies)
+    return SuiteResult(results=results, rules=tallies,
+                       conditions={name: list(bs.values()) for name, bs in sorted(named.items())})
 
 
 def iter_cases(test_files: Iterable[tuple[Path, RuleTestFile]]) -> Iterator[tuple[Path, RuleTestCase]]:

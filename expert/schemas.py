@@ -1,0 +1,149 @@
+"""JSON Schemas for every file format, generated from the pydantic models (`dam schema NAME`, schemas/*.json).
+
+The models decide the structure; the knowledge base adds the vocabulary, so editors complete and check fact names,
+optimization ids and regimes in rule files, rule tests and observation files. Regenerate with
+``dam schema --all --output-dir schemas/`` after changing a model or the vocabulary (a test compares them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from . import knowledge as _knowledge
+from .knowledge import (
+    FactCatalog,
+    FactSpec,
+    HardwareCatalog,
+    KnowledgeBase,
+    OptimizationCatalog,
+    RegimeCatalog,
+    Scorecard,
+    ToolMap,
+    UnitTable,
+)
+from .lint import WaiverFile
+from .observation_file import ObservationFile
+from .report import Report
+from .rulebook import RuleFile
+from .ruletests import RuleTestFile
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+JsonSchema = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SchemaSpec:
+    """One file format: its model, what it describes, and how the knowledge base refines it."""
+
+    model: type[BaseModel]
+    description: str
+    mode: Literal["validation", "serialization"] = "validation"
+    refine: Callable[[JsonSchema, KnowledgeBase], None] | None = None
+
+
+def _enum(names: list[str]) -> JsonSchema:
+    return {"type": "string", "enum": names}
+
+
+def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
+    """What an observation of one fact may look like (values are normalised by the library, so this is lenient)."""
+    described = f"{spec.description} Accepts {spec.range_text()}."
+    if spec.type == "enum":
+        return {"description": described, "enum": [*(spec.choices or []), "unknown"]}
+    if spec.type == "hardware":
+        return {"description": described, "type": "string", "examples": sorted(kb.hardware)}
+    return {"description": described, "type": ["number", "string"],
+            **({"examples": [spec.example]} if spec.example else {})}
+
+
+def _facts_object(kb: KnowledgeBase) -> JsonSchema:
+    """A mapping of observable fact -> value (derived facts cannot be given)."""
+    props = {name: _fact_value(spec, kb) for name, spec in sorted(kb.facts.items()) if spec.askable}
+    return {"type": "object", "properties": props, "additionalProperties": False}
+
+
+def _refine_rules(schema: JsonSchema, kb: KnowledgeBase) -> None:
+    defs = schema["$defs"]
+    facts = sorted(kb.facts)
+    optimizations = sorted(kb.optimizations)
+    regimes = sorted(kb.regimes.regimes)
+    defs["FactTest"]["properties"]["fact"] = {**_enum(facts), "description": "a fact of knowledge_base/facts.yaml"}
+    defs["FactTest"]["minProperties"] = 2  # a fact and at least one operator
+    defs["Then"]["properties"]["measure"]["items"] = _enum(facts)
+    defs["RecommendSpec"]["properties"]["id"] = _enum(optimizations)
+    defs["WasteSpec"]["properties"]["id"] = _enum(optimizations)
+    defs["WastedEntry"]["properties"]["id"] = _enum(optimizations)
+    defs["RegimeTable"]["properties"]["effective"]["items"] = _enum(optimizations)
+    defs["RegimeTable"]["properties"]["regime"] = _enum(regimes)
+    defs["BottleneckVote"]["properties"]["regime"] = _enum(regimes)
+
+
+def _refine_tests(schema: JsonSchema, kb: KnowledgeBase) -> None:
+    schema["$defs"]["RuleTestCase"]["properties"]["facts"] = _facts_object(kb)
+
+
+def _refine_observations(schema: JsonSchema, kb: KnowledgeBase) -> None:
+    facts = _facts_object(kb)
+    schema["properties"]["observations"] = facts
+    structured = {key: schema.pop(key) for key in ("properties", "required", "additionalProperties", "type")
+                  if key in schema}
+    schema["anyOf"] = [structured, {**facts, "description": "a flat mapping of fact: value"}]
+
+
+SCHEMAS: dict[str, SchemaSpec] = {
+    "rules": SchemaSpec(RuleFile, "A rule file (rules/*.yaml): named conditions, rules and regime tables.",
+                        refine=_refine_rules),
+    "rule-tests": SchemaSpec(RuleTestFile, "A rule-test file (rules/tests/*.test.yaml): cases with facts and the "
+                             "conclusions expected present or absent.", refine=_refine_tests),
+    "lint-waivers": SchemaSpec(WaiverFile, "Lint waivers (rules/lint_waivers.yaml): subject -> lint id -> reason."),
+    "observations": SchemaSpec(ObservationFile, "An observation file for `dam diagnose FILE`: {description, "
+                               "observations} or a flat mapping of fact: value.", refine=_refine_observations),
+    "report": SchemaSpec(Report, "A diagnosis report, as `dam diagnose --format json` writes it.",
+                         mode="serialization"),
+    "facts": SchemaSpec(FactCatalog, "knowledge_base/facts.yaml: the fact vocabulary."),
+    "hardware": SchemaSpec(HardwareCatalog, "knowledge_base/hardware.yaml: accelerators with dense peaks."),
+    "optimizations": SchemaSpec(OptimizationCatalog, "knowledge_base/optimizations.yaml: the optimization catalog."),
+    "tools": SchemaSpec(ToolMap, "knowledge_base/tools.yaml: profilers and how each fact is measured."),
+    "scorecard": SchemaSpec(Scorecard, "knowledge_base/scorecard.yaml: the seed's Table 5 metrics and bands."),
+    "regimes": SchemaSpec(RegimeCatalog, "knowledge_base/regimes.yaml: bottleneck regimes, strengths, precedence."),
+    "units": SchemaSpec(UnitTable, "knowledge_base/units.yaml: accepted units per dimension."),
+}
+_interconnects = getattr(_knowledge, "InterconnectCatalog", None)
+if _interconnects is not None:  # the catalog of GPU-to-GPU links, where this version of the library has one
+    SCHEMAS["interconnects"] = SchemaSpec(_interconnects, "knowledge_base/interconnects.yaml: GPU-to-GPU links.")
+
+
+def schema_for(name: str, kb: KnowledgeBase) -> JsonSchema:
+    """The JSON Schema of one file format (see SCHEMAS for the names)."""
+    spec = SCHEMAS[name]
+    schema = spec.model.model_json_schema(mode=spec.mode)
+    if spec.refine is not None:
+        spec.refine(schema, kb)
+    return {"$schema": DIALECT, "title": f"dam-expert {name}", "description": spec.description,
+            **{k: v for k, v in schema.items() if k not in ("title", "description")}}
+
+
+def render(schema: JsonSchema) -> str:
+    """Stable JSON text of a schema (what schemas/*.json hold)."""
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def file_name(name: str) -> str:
+    return f"{name}.schema.json"
+
+
+def write_all(directory: Path, kb: KnowledgeBase) -> list[Path]:
+    """Write every schema to directory/<name>.schema.json; returns the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in SCHEMAS:
+        path = directory / file_name(name)
+        path.write_text(render(schema_for(name, kb)), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,115 @@
+"""JSON Schemas: current with the models (schemas/*.json), valid, and accepting the real files they describe."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+import expert
+from expert._resources import data_dir
+from expert.rulebook import rule_file_paths
+from expert.schemas import SCHEMAS, file_name, render, schema_for
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "schemas"
+KB = expert.default_expert().kb
+KB_FILES = {"facts", "hardware", "optimizations", "tools", "scorecard", "regimes", "units", "interconnects"}
+
+
+def validator(name: str) -> jsonschema.protocols.Validator:
+    schema = schema_for(name, KB)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def errors(name: str, data: Any) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in validator(name).iter_errors(data)]
+
+
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_committed_schema_is_current(name: str) -> None:
+    path = COMMITTED / file_name(name)
+    assert path.is_file() and path.read_text(encoding="utf-8") == render(schema_for(name, KB)), (
+        f"{path} is stale or missing: run `dam schema --all --output-dir schemas/`")
+
+
+@pytest.mark.parametrize("path", rule_file_paths(data_dir("rules")), ids=lambda p: p.name)
+def test_rule_files_validate(path: Path) -> None:
+    assert errors("rules", load(path)) == []
+
+
+@pytest.mark.parametrize("path", sorted((data_dir("rules") / "tests").glob("*.test.yaml")), ids=lambda p: p.name)
+def test_rule_test_files_validate(path: Path) -> None:
+    assert errors("rule-tests", load(path)) == []
+
+
+def test_waivers_validate() -> None:
+    assert errors("lint-waivers", load(data_dir("rules") / "lint_waivers.yaml")) == []
+
+
+@pytest.mark.parametrize("name", sorted(KB_FILES & set(SCHEMAS)))
+def test_knowledge_base_files_validate(name: str) -> None:
+    assert errors(name, load(data_dir("knowledge_base") / f"{name}.yaml")) == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_validate_as_observation_files(path: Path) -> None:
+    assert errors("observations", load(path)) == []
+
+
+def test_flat_observations_validate_and_unknown_facts_do_not() -> None:
+    assert errors("observations", {"gpu_util": "62%", "hardware": "h100-sxm"}) == []
+    assert errors("observations", {"gpu_utilization": 0.62})
+    assert errors("observations", {"observations": {"io_overhead": 0.2}})  # derived: cannot be given
+
+
+def test_report_validates() -> None:
+    report = expert.diagnose(load(ROOT / "examples" / "data_starved_training.yaml")["observations"])
+    assert errors("report", json.loads(report.to_json())) == []
+
+
+def test_rule_schema_knows_the_vocabulary() -> None:
+    rule = {"id": "r", "title": "t", "source": "s", "rationale": "r", "when": {"fact": "gpu_util", "lt": 0.8},
+            "then": {"recommend": [{"id": "prefetching", "why": "w"}]}}
+    assert errors("rules", {"rules": [rule]}) == []
+    assert errors("rules", {"rules": [{**rule, "when": {"fact": "gpu_utilization", "lt": 0.8}}]})
+    assert errors("rules", {"rules": [{**rule, "when": {"fact": "gpu_util"}}]})  # a fact needs an operator
+    assert errors("rules", {"rules": [{**rule, "then": {"recommend": [{"id": "magic", "why": "w"}]}}]})
+    assert errors("rules", {"rules": [{**rule, "when": {"fact": "gpu_util", "lt": 0.8, "all": []}}]})
+
+
+def repo_cli() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dam_repo_cli", ROOT / "cli.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_schema_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cli = repo_cli()
+    assert cli.main(["schema", "rules"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "dam-expert rules"
+    assert cli.main(["schema", "--list"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(SCHEMAS)
+    assert cli.main(["schema", "--all", "--output-dir", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(file_name(n) for n in SCHEMAS)
+    capsys.readouterr()
+    assert cli.main(["schema", "--all", "--output-dir", str(tmp_path), "--check"]) == 0
+    (tmp_path / file_name("report")).write_text("{}", encoding="utf-8")
+    assert cli.main(["schema", "--all", "--output-dir", str(tmp_path), "--check"]) == 1
+    assert "report.schema.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["schema", "nonsense"])
+    assert exc.value.code == 2
