@@ -21,7 +21,7 @@ start here:
   dam diagnose --set gpu_util=62% --set hardware=h100-sxm ...
 """
 
-COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema"]
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "ingest"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 from .expert import Expert
+from .ingest import IngestResult, ingest, ingest_result
 from .observations import Observation, Observations
 from .report import Report
 
@@ -43,6 +44,7 @@ __all__ = [
     "EngineError",
     "Expert",
     "ExpertError",
+    "IngestResult",
     "KnowledgeBaseError",
     "Observation",
     "ObservationError",
@@ -51,4 +53,6 @@ __all__ = [
     "Report",
     "default_expert",
     "diagnose",
+    "ingest",
+    "ingest_result",
 ]

@@ -28,6 +28,9 @@ def register(sub: Any) -> None:
                        description="Diagnose why a job is slow from observed facts.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", metavar="FILE", help="observation file (YAML or JSON)")
+    p.add_argument("--from", dest="from_files", nargs="+", default=[], metavar="TRACE",
+                   help="ingest profiler traces / GPU telemetry first (see dam ingest --help); several files merge; "
+                        "FILE, --example and --set override what they give")
     p.add_argument("--example", metavar="NAME", help="diagnose a bundled example (see `dam examples`)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an observation (repeatable)")
     p.add_argument("--format", choices=["rich", "json", "markdown"], default="rich", help="output format")
@@ -36,6 +39,9 @@ def register(sub: Any) -> None:
                    help="rule engine (auto: durable-rules where it loads)")
     p.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
                    help="extra rules directory, used beside the built-in rules (repeatable)")
+    from .ingest import add_input_options
+
+    add_input_options(p.add_argument_group("--from options"), format_flag="--from-format")
     p.set_defaults(func=run)
 
 
@@ -45,11 +51,21 @@ def gather(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
 
     raw: dict[str, Any] = {}
     description = None
+    if getattr(args, "from_files", None):
+        from .ingest import ingest_args
+
+        result = ingest_args(args, args.from_files, make_expert(args).kb)
+        raw.update(result.to_observation_file()["observations"])
+        raw = {k: v for k, v in raw.items() if v["value"] != "unknown"}
+        description = "Diagnosed from " + ", ".join(f"{f.name} ({f.format})" for f in result.files)
+        if result.not_derived:
+            print(f"dam diagnose: not derived from {', '.join(f.name for f in result.files)}: "
+                  f"{', '.join(result.not_derived)} (dam ingest shows why)", file=sys.stderr)
     path = example_path(args.example) if args.example else (Path(args.file) if args.file else None)
     if path is not None:
         obs_file = read_observation_file(path)
         raw.update(obs_file.observations)
-        description = obs_file.description
+        description = obs_file.description or description
     raw.update(parse_sets(args.set))
     return raw, description
 
