@@ -1,0 +1,70 @@
+"""What ingestion produces: measured facts with provenance, the facts it could not derive and why, notes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..observations import Observations
+
+Scalar = int | float | str
+
+
+class Measured(BaseModel):
+    """One fact measured from one file, before validation against the vocabulary."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fact: str
+    value: Scalar
+    source: str
+    detail: dict[str, Scalar] = Field(default_factory=dict)
+
+
+class FileResult(BaseModel):
+    """Everything one input file gave: measured facts, the facts its format could give but this file did not (and
+    why), and notes (choices made, data skipped)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    name: str
+    format: str
+    measured: dict[str, Measured] = Field(default_factory=dict)
+    not_derived: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    stats: dict[str, Scalar] = Field(default_factory=dict)
+
+    def add(self, fact: str, value: Scalar, **detail: Scalar | None) -> None:
+        """Record a measured fact with its provenance detail (None values are left out)."""
+        clean = {k: v for k, v in detail.items() if v is not None}
+        self.measured[fact] = Measured(fact=fact, value=value, source=f"{self.format}:{self.name}", detail=clean)
+        self.not_derived.pop(fact, None)
+
+    def missing(self, fact: str, reason: str) -> None:
+        """Record that this file cannot give `fact`, and why (unless it was measured)."""
+        if fact not in self.measured:
+            self.not_derived[fact] = reason
+
+
+class IngestResult(BaseModel):
+    """The merged observations of one or more files, with what could not be derived and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    observations: Observations
+    files: list[FileResult]
+    not_derived: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+    def to_observation_file(self) -> dict[str, Any]:
+        """A mapping `dam diagnose FILE` reads back: measured facts with source and detail, and the facts that
+        could not be derived as `unknown` with the reason (they are skipped on reading)."""
+        names = ", ".join(f"{f.name} ({f.format})" for f in self.files)
+        observations: dict[str, Any] = {}
+        for name, obs in self.observations.facts.items():
+            observations[name] = {"value": obs.value, "source": obs.source, "detail": dict(obs.detail)}
+        for name, reason in self.not_derived.items():
+            observations[name] = {"value": "unknown", "source": "ingest", "detail": {"reason": reason}}
+        return {"description": f"Observations ingested from {names}", "observations": observations}

@@ -1,0 +1,290 @@
+"""Opening telemetry inputs: paths or streams, gzip or plain, with progress, format sniffing and located errors."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from ..errors import ObservationError, Problem
+
+Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus"]
+FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus")
+FORMAT_TITLES: dict[str, str] = {
+    "kineto": "PyTorch profiler / Kineto trace (JSON, .json.gz)",
+    "nvidia-smi": "nvidia-smi --query-gpu=... --format=csv",
+    "nvidia-smi-dmon": "nvidia-smi dmon",
+    "dcgmi": "dcgmi dmon -e ...",
+    "prometheus": "dcgm-exporter Prometheus text",
+}
+
+Progress = Callable[[int, int | None], None]
+"""Called as progress(bytes_read, total_bytes_or_None) while a file is read (bytes as stored, i.e. compressed)."""
+
+SourceLike = str | os.PathLike[str] | IO[bytes] | IO[str]
+
+_SNIFF_BYTES = 64 * 1024
+_PROGRESS_STEP = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class Source:
+    """One input: a path on disk or an open stream (binary or text), and the name it is reported under."""
+
+    def __init__(self, obj: SourceLike) -> None:
+        self.path: Path | None = None
+        self._stream: IO[bytes] | None = None
+        self._head: bytes = b""
+        if isinstance(obj, (str, os.PathLike)):
+            self.path = Path(obj)
+            self.label = str(obj)
+            self.name = self.path.name
+            if not self.path.exists():
+                raise ObservationError([Problem(self.label, "no such file")], title="cannot read telemetry")
+            if not self.path.is_file():
+                raise ObservationError([Problem(self.label, "not a regular file")], title="cannot read telemetry")
+            self.size: int | None = self.path.stat().st_size
+        elif hasattr(obj, "read"):
+            name = getattr(obj, "name", None)
+            self.label = str(name) if isinstance(name, str) else "<stream>"
+            self.name = Path(self.label).name if isinstance(name, str) else "<stream>"
+            self._stream = _as_binary(obj)
+            self.size = None
+        else:
+            raise ObservationError([Problem(repr(obj)[:60], "expected a file path or an open file")],
+                                   title="cannot read telemetry")
+        self._used = False
+
+    def problem(self, message: str, *, line: int | None = None, hint: str = "") -> ObservationError:
+        """An ObservationError naming this file (and line, when known)."""
+        where = f"{self.label}:{line}" if line is not None else self.label
+        return ObservationError([Problem(where, message, hint)], title="cannot read telemetry")
+
+    def head(self) -> bytes:
+        """The first bytes of the (decompressed) content, for format sniffing; the stream is not consumed."""
+        if self.path is not None:
+            try:
+                with open(self.path, "rb") as fh:
+                    raw = fh.read(_SNIFF_BYTES)
+            except OSError as exc:
+                raise self.problem(f"cannot open: {exc.strerror or exc}") from exc
+        else:
+            assert self._stream is not None
+            if not self._head:
+                self._head = _read_upto(self._stream, _SNIFF_BYTES)
+            raw = self._head
+        if raw[:2] == _GZIP_MAGIC:
+            try:
+                head = zlib.decompressobj(31).decompress(raw, _SNIFF_BYTES)
+            except zlib.error as exc:
+                raise self.problem(f"corrupt gzip data: {exc}") from exc
+            if not head and len(raw) > 20:
+                raise self.problem("compressed data is truncated or corrupt (nothing decompresses)")
+            return head
+        return raw
+
+    @contextmanager
+    def open(self, progress: Progress | None = None) -> Iterator[IO[bytes]]:
+        """The decompressed content as a binary stream (gzip is detected by its magic bytes)."""
+        if self.path is not None:
+            try:
+                raw: Any = open(self.path, "rb")  # noqa: SIM115 - closed below
+            except OSError as exc:
+                raise self.problem(f"cannot open: {exc.strerror or exc}") from exc
+        else:
+            if self._used:
+                raise self.problem("a stream can be read only once")
+            self._used = True
+            assert self._stream is not None
+            raw = _Prefixed(self._head, self._stream) if self._head else self._stream
+        try:
+            counted: Any = _Counting(raw, progress, self.size) if progress else raw
+            buffered: Any = counted if isinstance(counted, io.BufferedReader) else io.BufferedReader(counted)
+            if buffered.peek(2)[:2] == _GZIP_MAGIC:
+                yield gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[misc]
+            else:
+                yield buffered
+        finally:
+            if self.path is not None:
+                raw.close()
+
+    def lines(self, progress: Progress | None = None) -> Iterator[tuple[int, str]]:
+        """(line number, text without the newline) for a text file; binary or non-UTF-8 content is a located error."""
+        number = 0
+        with self.open(progress) as fh:
+            text = io.TextIOWrapper(fh, encoding="utf-8", errors="strict", newline=None)
+            try:
+                for number, line in enumerate(_guarded(text, self), start=1):
+                    if "\x00" in line:
+                        raise self.problem("binary data, not a text log", line=number,
+                                           hint="give the text output of the tool, not a binary file")
+                    yield number, line.rstrip("\n")
+            except UnicodeDecodeError as exc:
+                raise self.problem("not UTF-8 text (binary data?)", line=number + 1,
+                                   hint="give the text output of the tool") from exc
+            finally:
+                text.detach()
+
+
+def _guarded(text: io.TextIOWrapper, src: Source) -> Iterator[str]:
+    """Iterate lines, turning gzip truncation or corruption into a located error."""
+    it = iter(text)
+    while True:
+        try:
+            line = next(it)
+        except StopIteration:
+            return
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise src.problem(f"compressed data is truncated or corrupt ({exc})") from exc
+        yield line
+
+
+def _read_upto(fh: IO[bytes], n: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        while got < n:
+            chunk = fh.read(n - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        pass  # a truncated or corrupt file still has a head to sniff; reading it later reports the error
+    return b"".join(chunks)
+
+
+def _as_binary(obj: IO[bytes] | IO[str]) -> IO[bytes]:
+    probe = obj.read(0)
+    if isinstance(probe, str):
+        return _TextAsBytes(obj)  # type: ignore[arg-type,return-value]
+    return obj  # type: ignore[return-value]
+
+
+class _TextAsBytes(io.RawIOBase):
+    """A text stream read as UTF-8 bytes."""
+
+    def __init__(self, text: IO[str]) -> None:
+        self._text = text
+        self._pending = b""
+        self.name = getattr(text, "name", "<stream>")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Buffer) -> int:  # type: ignore[override]
+        view = memoryview(buffer)
+        while len(self._pending) < len(view):
+            chunk = self._text.read(65536)
+            if not chunk:
+                break
+            self._pending += chunk.encode("utf-8")
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+
+Buffer = bytearray | memoryview
+
+
+class _Prefixed(io.RawIOBase):
+    """Bytes already read from a stream (for sniffing) followed by the rest of it."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self._head = head
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Buffer) -> int:  # type: ignore[override]
+        view = memoryview(buffer)
+        if self._head:
+            n = min(len(view), len(self._head))
+            view[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        super().close()
+
+
+class _Counting(io.RawIOBase):
+    """Passes bytes through and reports progress about every megabyte."""
+
+    def __init__(self, raw: IO[bytes], progress: Progress, total: int | None) -> None:
+        self._raw = raw
+        self._progress = progress
+        self._total = total
+        self._done = 0
+        self._next = _PROGRESS_STEP
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Buffer) -> int:  # type: ignore[override]
+        data = self._raw.read(len(buffer))
+        n = len(data)
+        memoryview(buffer)[:n] = data
+        self._done += n
+        if self._done >= self._next or n == 0:
+            self._next = self._done + _PROGRESS_STEP
+            self._progress(self._done, self._total)
+        return n
+
+
+_DCGMI_HEADER = re.compile(r"^#\s*Entity\b", re.IGNORECASE)
+_DMON_HEADER = re.compile(r"^#\s*(?:Date\s+Time\s+)?(?:gpu|Idx)\b", re.IGNORECASE)
+_PROM_SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+")
+_SMI_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?:\s*\[[^\]]*\])?$")
+
+
+_WHAT = "give a Kineto .json/.json.gz trace, nvidia-smi/dcgmi output or Prometheus text"
+
+
+def sniff(src: Source) -> Format:
+    """Tell the format of an input from its first bytes."""
+    head = src.head()
+    if not head.strip():
+        raise src.problem("the file is empty", hint="give a profiler trace or a telemetry log")
+    if b"\x00" in head:
+        raise src.problem("binary data, not a profiler trace or telemetry text", hint=_WHAT)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a multi-byte character cut at the end of the sniffed block
+            raise src.problem("not UTF-8 text (binary data?)", hint=_WHAT) from exc
+        text = head[: exc.start].decode("utf-8")
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if stripped[:1] in ("{", "["):
+        return "kineto"
+    lines = [ln.strip() for ln in stripped.splitlines() if ln.strip()][:20]
+    first = lines[0]
+    if _DCGMI_HEADER.match(first):
+        return "dcgmi"
+    if _DMON_HEADER.match(first):
+        return "nvidia-smi-dmon"
+    if first.startswith(("# HELP", "# TYPE")) or any(ln.startswith("DCGM_FI_") for ln in lines):
+        return "prometheus"
+    cells = [c.strip() for c in first.split(",")]
+    if len(cells) >= 2:
+        return "nvidia-smi"
+    if _PROM_SAMPLE.match(first):
+        return "prometheus"
+    raise src.problem(f"cannot tell the format from the first line {first[:60]!r}",
+                      line=1, hint="give --format " + "|".join(FORMATS))
+
+
+def is_header_cell(cell: str) -> bool:
+    """True for an nvidia-smi CSV header cell such as `utilization.gpu [%]`."""
+    return bool(_SMI_FIELD.match(cell.strip()))

@@ -1,0 +1,209 @@
+"""nvidia-smi output: `--query-gpu=... --format=csv[,noheader][,nounits] [-l N]` and `nvidia-smi dmon`.
+
+utilization.gpu (dmon: `sm`) is the share of the sample period with at least one kernel running: it becomes
+gpu_util, averaged over the kept samples and devices. `name` maps to the hardware catalog.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..knowledge import KnowledgeBase
+from ._result import FileResult
+from ._samples import Selector, Stat, add_fact
+from ._source import Progress, Source, is_header_cell
+
+FACTS = ("gpu_util", "hardware")
+MISSING = frozenset({"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]",
+                     "[gpu is lost]", "[requested functionality has been deprecated]", "-", ""})
+_NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%|[KMGT]i?B|W|[KMG]?Hz|C|s)?$")
+_UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
+_KNOWN = {"utilization.gpu", "name", "index", "timestamp"}
+
+
+def _number(src: Source, line: int, column: str, text: str) -> float | None:
+    """A numeric cell (units such as `%` or `MiB` stripped); `[N/A]` and friends are None."""
+    cell = text.strip()
+    if cell.casefold() in MISSING:
+        return None
+    match = _NUMBER.match(cell)
+    if not match:
+        raise src.problem(f"column {column}: {cell!r} is not a number", line=line,
+                          hint="expected values such as 62 or 62 %, or [N/A]")
+    return float(match.group(1))
+
+
+def _plain_number(src: Source, line: int, column: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise src.problem(f"column {column}: {text!r} is not a number", line=line,
+                          hint="dmon prints numbers, or - for no data") from None
+
+
+def _timestamp(src: Source, line: int, text: str) -> float | None:
+    cell = text.strip()
+    if cell.casefold() in MISSING:
+        return None
+    for fmt in _TIME_FORMATS:
+        try:
+            return datetime.strptime(cell, fmt).timestamp()
+        except ValueError:
+            continue
+    raise src.problem(f"column timestamp: {cell!r} is not a time", line=line, hint="expected 2024/01/31 13:48:11.412")
+
+
+def _finish_util(result: FileResult, kb: KnowledgeBase, util: Stat, selector: Selector, field_name: str,
+                 names: dict[str, int], has_name_column: bool, no_name_reason: str) -> None:
+    if util.count:
+        value = min(1.0, max(0.0, util.mean / 100.0))
+        add_fact(result, "gpu_util", value, util, field_name=field_name, scale=0.01, selector=selector)
+    if "gpu_util" not in result.not_derived:
+        result.missing("gpu_util", f"no {field_name} values in the selected samples")
+    if names:
+        name = max(names, key=lambda n: names[n])
+        resolved = kb.resolve_hardware(name)
+        if resolved is not None:
+            result.add("hardware", resolved, metric="name", method="device name mapped through the hardware "
+                       "catalog's aliases", device_name=name, file=result.path)
+        else:
+            result.missing("hardware", f"device name {name!r} is not in the hardware catalog; give --set "
+                           "hardware=ID (dam hardware list)")
+        if len(names) > 1:
+            result.notes.append(f"several device models in the log ({', '.join(sorted(names))}); used {name!r}")
+    elif has_name_column:
+        result.missing("hardware", "the name column holds no device name in the selected samples")
+    else:
+        result.missing("hardware", no_name_reason)
+
+
+def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, float | None] | None = None,
+              samples: tuple[float | None, float | None] | None = None, gpus: Sequence[int] | None = None,
+              columns: Sequence[str] | None = None, progress: Progress | None = None) -> FileResult:
+    """`nvidia-smi --query-gpu=... --format=csv` output, with or without header and units, one or many samples."""
+    result = FileResult(path=src.label, name=src.name, format="nvidia-smi")
+    selector = Selector(samples=samples, window=window, gpus=frozenset(gpus) if gpus else None)
+    header: list[str] | None = [_clean(c) for c in columns] if columns else None
+    raw_header: list[str] | None = None
+    util = Stat()
+    names: dict[str, int] = {}
+    rows = 0
+    ignored: set[str] = set()
+    for number, text in src.lines(progress):
+        if not text.strip():
+            continue
+        try:
+            cells = next(csv.reader([text], skipinitialspace=True))
+        except csv.Error as exc:
+            raise src.problem(f"not CSV: {exc}", line=number) from exc
+        if raw_header is not None and cells == raw_header:
+            continue  # a repeated header (logs appended to one file)
+        if header is None:
+            if all(is_header_cell(c) for c in cells) and any(c.strip() for c in cells):
+                raw_header = cells
+                header = [_clean(c) for c in cells]
+                known = _KNOWN & set(header)
+                if not known - {"timestamp", "index"}:
+                    raise src.problem(f"none of the columns ({', '.join(header)}) is one dam reads "
+                                      "(utilization.gpu, name)", line=number,
+                                      hint="nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu --format=csv")
+                ignored = set(header) - _KNOWN
+                continue
+            raise src.problem("no header row (nvidia-smi ran with --format=csv,noheader?)", line=number,
+                              hint="give the --query-gpu field list with --columns, e.g. "
+                                   "--columns timestamp,index,name,utilization.gpu")
+        if len(cells) != len(header):
+            raise src.problem(f"expected {len(header)} columns ({', '.join(header)}), got {len(cells)}", line=number,
+                              hint="is the file cut short, or were the columns given wrongly?")
+        row = dict(zip(header, cells, strict=True))
+        rows += 1
+        t = _timestamp(src, number, row["timestamp"]) if "timestamp" in row else None
+        index_text = row.get("index", "0").strip()
+        gpu = int(index_text) if index_text.isdigit() else None
+        if "index" in row and gpu is None:
+            raise src.problem(f"column index: {index_text!r} is not a GPU index", line=number)
+        if not selector.keep(f"GPU {gpu if gpu is not None else 0}", gpu if gpu is not None else 0, t):
+            continue
+        if "utilization.gpu" in row:
+            value = _number(src, number, "utilization.gpu", row["utilization.gpu"])
+            if value is not None:
+                if not 0.0 <= value <= 100.0:
+                    raise src.problem(f"column utilization.gpu: {value:g} is not a percentage", line=number)
+                util.add(value)
+        if "name" in row and row["name"].strip().casefold() not in MISSING:
+            names[row["name"].strip()] = names.get(row["name"].strip(), 0) + 1
+    if header is None or rows == 0:
+        raise src.problem("no samples in the file", hint="nvidia-smi --query-gpu=... --format=csv -l 1 > log.csv")
+    selector.finish(result, "timestamp" in header)
+    result.stats.update(rows=rows, samples=selector.number)
+    if ignored:
+        result.stats["ignored_columns"] = ", ".join(sorted(ignored))
+    if "utilization.gpu" not in header:
+        result.missing("gpu_util", "the query has no utilization.gpu column")
+    _finish_util(result, kb, util, selector, "utilization.gpu", names, "name" in header,
+                 "the query has no name column (add name to --query-gpu)")
+    return result
+
+
+def _clean(cell: str) -> str:
+    """`utilization.gpu [%]` -> `utilization.gpu`."""
+    return _UNIT_SUFFIX.sub("", cell.strip()).strip().casefold()
+
+
+def parse_dmon(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, float | None] | None = None,
+               samples: tuple[float | None, float | None] | None = None, gpus: Sequence[int] | None = None,
+               progress: Progress | None = None) -> FileResult:
+    """`nvidia-smi dmon [-s ...] [-o DT]`: `# gpu pwr gtemp mtemp sm mem ...` headers (repeated), `-` for no data."""
+    result = FileResult(path=src.label, name=src.name, format="nvidia-smi-dmon")
+    selector = Selector(samples=samples, window=window, gpus=frozenset(gpus) if gpus else None)
+    header: list[str] | None = None
+    util = Stat()
+    rows = 0
+    for number, text in src.lines(progress):
+        stripped = text.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            tokens = stripped.lstrip("#").split()
+            if tokens and tokens[0].casefold() in ("gpu", "date"):
+                header = [t.casefold() for t in tokens]
+            continue  # the units line (# Idx W C ...) and other comments
+        if header is None:
+            raise src.problem("a data row before the `# gpu ...` header line", line=number,
+                              hint="give the whole nvidia-smi dmon output, header included")
+        tokens = stripped.split()
+        if len(tokens) != len(header):
+            raise src.problem(f"expected {len(header)} columns ({' '.join(header)}), got {len(tokens)}", line=number)
+        row = dict(zip(header, tokens, strict=True))
+        rows += 1
+        t = None
+        if "date" in row and "time" in row:
+            try:
+                t = datetime.strptime(f"{row['date']} {row['time']}", "%Y%m%d %H:%M:%S").timestamp()
+            except ValueError as exc:
+                raise src.problem(f"date/time {row['date']} {row['time']!r} is not YYYYMMDD HH:MM:SS",
+                                  line=number) from exc
+        if not row.get("gpu", "").isdigit():
+            raise src.problem(f"column gpu: {row.get('gpu')!r} is not a GPU index", line=number)
+        gpu = int(row["gpu"])
+        if not selector.keep(f"GPU {gpu}", gpu, t):
+            continue
+        if "sm" in row:
+            value = None if row["sm"] == "-" else _plain_number(src, number, "sm", row["sm"])
+            if value is not None:
+                if not 0.0 <= value <= 100.0:
+                    raise src.problem(f"column sm: {value:g} is not a percentage", line=number)
+                util.add(value)
+    if header is None or rows == 0:
+        raise src.problem("no samples in the file", hint="nvidia-smi dmon -s u -c 60 > dmon.txt")
+    selector.finish(result, "date" in header)
+    result.stats.update(rows=rows, samples=selector.number)
+    if "sm" not in header:
+        result.missing("gpu_util", "the dmon output has no sm column (use -s u)")
+    _finish_util(result, kb, util, selector, "sm", {}, False,
+                 "nvidia-smi dmon does not print the device name; give --set hardware=ID (dam hardware list)")
+    return result

@@ -1,0 +1,72 @@
+"""`dam ingest` output formats and `dam diagnose --from`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "telemetry"
+TRACE = str(FIXTURES / "kineto_two_steps.json")
+DCGM = str(FIXTURES / "dcgmi_dmon.txt")
+
+
+def test_rich_table_shows_facts_provenance_and_gaps(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ingest", str(FIXTURES / "dcgmi_dmon_mig.txt")]) == 0
+    out = capsys.readouterr().out
+    assert "sm_active" in out and "40.0%" in out and "1002 SMACT" in out
+    assert "Not derived" in out and "hardware" in out
+
+
+def test_yaml_output_round_trips_into_diagnose(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.yaml"
+    assert cli.main(["ingest", TRACE, DCGM, "--as", "yaml", "--output", str(out)]) == 0
+    data = yaml.safe_load(out.read_text())
+    obs = data["observations"]
+    assert obs["gpu_util"]["source"] == "kineto:kineto_two_steps.json"
+    assert obs["sm_active"]["detail"]["samples"] == 6
+    assert out.read_text().startswith("# Written by `dam ingest`")
+    assert cli.main(["diagnose", str(out), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["observations"]["gpu_util"]["source"] == "kineto:kineto_two_steps.json"
+
+
+def test_json_output_lists_underivable_facts_as_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ingest", DCGM, "--as", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["observations"]["hardware"]["value"] == "unknown"
+    assert "device name" in data["observations"]["hardware"]["detail"]["reason"]
+    path = tmp_path / "dcgm.json"
+    path.write_text(json.dumps(data))
+    assert cli.main(["diagnose", str(path), "--format", "json"]) == 0  # "unknown" reads back as not observed
+
+
+def test_diagnose_from_files_merges_and_set_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["diagnose", "--from", TRACE, DCGM, "--set", "step_time_s=2ms", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    facts = json.loads(captured.out)["observations"]
+    assert facts["step_time_s"]["value"] == pytest.approx(0.002)
+    assert facts["step_time_s"]["source"] == "user"
+    assert facts["sm_active"]["source"] == "dcgmi:dcgmi_dmon.txt"
+    assert facts["data_wait_s"]["detail"]["window"] == "ProfilerStep#1–#2 (2 steps)"
+    assert cli.main(["diagnose", "--from", TRACE, "--steps", "2", "--format", "json"]) == 0
+    facts = json.loads(capsys.readouterr().out)["observations"]
+    assert facts["step_time_s"]["value"] == pytest.approx(0.0011)
+
+
+def test_diagnose_from_a_malformed_file_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    bad = str(FIXTURES / "malformed" / "dcgmi_truncated.txt")
+    assert cli.main(["diagnose", "--from", bad]) == 2
+    err = capsys.readouterr().err
+    assert "dcgmi_truncated.txt:4" in err and "Traceback" not in err
+
+
+def test_help_documents_input_and_output_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["ingest", "--help"])
+    out = capsys.readouterr().out
+    assert "--format" in out and "--as" in out and "names the INPUT format" in out
