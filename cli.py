@@ -21,7 +21,7 @@ start here:
   dam diagnose --set gpu_util=62% --set hardware=h100-sxm ...
 """
 
-COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "ingest"]
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest"]
 
 
 def build_parser() -> argparse.ArgumentParser:

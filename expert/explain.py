@@ -553,11 +553,10 @@ def _blocker(report: Report, ev: RuleEvaluation, leaf: LeafTrace, depth: int, se
         return Blocker(kind="missing", name=leaf.name, test=leaf.comparison(), threshold=leaf.threshold, ask=ask,
                        message=f"{leaf.name} is unknown{derived}; the rule needs {needs}{hint}")
     if leaf.op == "known":
-        state = "was measured" if leaf.value is not None else "is unknown"
+        want = "known" if bool(leaf.threshold) != leaf.negated else "unknown"
+        state = f"was measured ({_fmt(leaf.value)})" if leaf.value is not None else "is unknown"
         return Blocker(kind="failed", name=leaf.name, test=leaf.comparison(), value=leaf.value,
-                       threshold=leaf.threshold,
-                       message=f"the rule needs {leaf.comparison()}, but it {state}"
-                            + (f" ({_fmt(leaf.value)})" if leaf.value is not None else ""))
+                       threshold=leaf.threshold, message=f"the rule needs {leaf.name} to be {want}, but it {state}")
     return Blocker(kind="failed", name=leaf.name, test=leaf.comparison(), value=leaf.value, threshold=leaf.threshold,
                    message=f"{leaf.comparison()} fails (observed {leaf.name} = {_fmt(leaf.value)})")
 

@@ -35,6 +35,9 @@ def register(sub: Any) -> None:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an observation (repeatable)")
     p.add_argument("--format", choices=["rich", "json", "markdown"], default="rich", help="output format")
     p.add_argument("--output", metavar="FILE", help="write json/markdown output to FILE instead of stdout")
+    p.add_argument("--export", choices=["markdown", "mermaid", "dot", "graphml", "json", "html"], metavar="FORMAT",
+                   help="write an export instead (with --output FILE): markdown postmortem, mermaid, dot, graphml, "
+                        "json (node-link + report, lossless) or html (self-contained)")
     p.add_argument("--engine", choices=["auto", "durable", "pure"], default="auto",
                    help="rule engine (auto: durable-rules where it loads)")
     p.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
@@ -110,5 +113,13 @@ def run(args: argparse.Namespace) -> int:
               "(see dam diagnose --help)", file=sys.stderr)
         return 2
     report = make_expert(args).diagnose(raw)
+    if args.export:
+        from ..export import export, write
+
+        if args.output:
+            write(report, args.export, args.output)
+        else:
+            sys.stdout.write(export(report, args.export))
+        return 0
     emit(report, args.format, args.output, description)
     return 0

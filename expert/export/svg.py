@@ -262,7 +262,7 @@ def roofline_svg(report: Report, width: int = 640, height: int = 400, element_id
             note = f"workload: {rf.intensity:.4g} FLOP/B (achieved unknown; roof {roof_at:.4g} TFLOP/s)"
             out.append(f'<circle class="workload" cx="{_num(x)}" cy="{_num(y)}" r="6" fill="none" stroke="#dc2626" '
                        f'stroke-width="2"><title>{_e(note)}</title></circle>')
-        anchor = "end" if x > left + pw * 0.6 else "start"
+        anchor = "end" if x + 10 + 6 * len(note) > left + pw else "start"  # ~6 px per character at 11 px
         dx = -10 if anchor == "end" else 10
         out.append(f'<text x="{_num(x + dx)}" y="{_num(y + 16)}" font-size="11" fill="#b91c1c" '
                    f'text-anchor="{anchor}">{_e(note)}</text>')
