@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
     import networkx as nx
 
-    from .explain import Counterfactuals, How, WhatIf, Why, WhyNot
     from .expert import Expert
+    from .explain import Counterfactuals, How, WhatIf, Why, WhyNot
 
 Value = int | float | str
 Band = Literal["fail", "marginal", "pass", "n/a"]
