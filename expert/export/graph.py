@@ -62,7 +62,9 @@ _MERMAID_SHAPE = {
     "wasted": ('>"', '"]'),
     "measurement": ('[("', '")]'),
 }
-_MERMAID_ARROW = {"used": "-->", "derived-from": "-->", "concluded": "==>", "ruled-out": "-.->", "needs": "-.->"}
+# plain arrows feed evidence forward, thick ones conclude; only the dashed relations carry a label (less clutter)
+_MERMAID_ARROW = {"used": "-->", "derived-from": "-->", "concluded": "==>", "ruled-out": "-.->|ruled-out|",
+                  "needs": "-.->|needs|"}
 
 
 def _mermaid_text(text: str) -> str:
@@ -71,7 +73,10 @@ def _mermaid_text(text: str) -> str:
 
 
 def to_mermaid(report: Report) -> str:
-    """A Mermaid flowchart (renders on GitHub/GitLab): one node line per provenance node, one line per edge."""
+    """A Mermaid flowchart (renders on GitHub/GitLab): one node line per provenance node, one line per edge.
+
+    Plain arrows: used / derived-from; thick: concluded; dashed and labelled: ruled-out, needs.
+    """
     ids = {n.id: f"n{i}" for i, n in enumerate(report.graph.nodes)}
     text = labels(report)
     lines = ["flowchart LR"]
@@ -80,7 +85,7 @@ def to_mermaid(report: Report) -> str:
         lines.append(f"  {ids[n.id]}{left}{_mermaid_text(text[n.id])}{right}:::{n.kind}")
     for e in report.graph.edges:
         if e.source in ids and e.target in ids:
-            lines.append(f"  {ids[e.source]} {_MERMAID_ARROW[e.relation]}|{e.relation}| {ids[e.target]}")
+            lines.append(f"  {ids[e.source]} {_MERMAID_ARROW[e.relation]} {ids[e.target]}")
     for kind, (fill, stroke) in KIND_STYLE.items():
         lines.append(f"  classDef {kind} fill:{fill},stroke:{stroke},color:#111827")
     return "\n".join(lines) + "\n"
