@@ -19,13 +19,10 @@ editors: put `# yaml-language-server: $schema=../schemas/rules.schema.json` on t
 
 
 def register(sub: Any) -> None:
-    from ..schemas import SCHEMAS
-
     p = sub.add_parser("schema", help="JSON Schemas of rule, rule-test, knowledge-base, observation and report files",
                        description="Print or write the JSON Schemas generated from the pydantic models.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", nargs="?", choices=list(SCHEMAS), metavar="NAME",
-                   help=f"one of: {', '.join(SCHEMAS)}")
+    p.add_argument("name", nargs="?", metavar="NAME", help="a schema name (see --list), e.g. rules, observations")
     p.add_argument("--output", metavar="FILE", help="write the schema to FILE instead of stdout")
     p.add_argument("--all", action="store_true", help="every schema (needs --output-dir)")
     p.add_argument("--output-dir", metavar="DIR", help="directory for --all")
@@ -61,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
         for path in write_all(directory, kb):
             print(f"wrote {path}")
         return 0
-    if not args.name:
-        print("dam schema: give a NAME (dam schema --list) or --all --output-dir DIR", file=sys.stderr)
+    if args.name not in SCHEMAS:
+        given = f"unknown schema {args.name!r}; " if args.name else ""
+        print(f"dam schema: {given}give a NAME (one of: {', '.join(SCHEMAS)}) or --all --output-dir DIR",
+              file=sys.stderr)
         return 2
     text = render(schema_for(args.name, kb))
     if args.output:
