@@ -36,6 +36,7 @@ import msgspec
 
 from ..knowledge import KnowledgeBase
 from ._result import FileResult
+from ._samples import Stat
 from ._source import Progress, Source
 from .intervals import Interval, intersect, overlap, total, union
 
@@ -191,7 +192,7 @@ class _NotFast(Exception):
 
 
 _BOUNDARY = b"\n  },\n  {"
-_BLOCK = 4 << 20
+_BLOCK = 1 << 20
 _FAST_SEARCH_LIMIT = 16 << 20
 
 
@@ -624,49 +625,38 @@ class _Analysis:
         used_devices: list[int] = []
         launches_found = sum(1 for x in self.launch if x == x)
         ops_in_windows = 0
+        has_comm = any(f & _COMM for f in c.g_flag)
         for dev in devices:
             idx = [i for i in range(len(c.g_ts)) if c.g_dev[i] == dev]
             idx.sort(key=c.g_ts.__getitem__)
-            merged: list[list[float]] = []
+            m_start, m_end, m_first = array("d"), array("d"), array("q")
             for i in idx:
                 s, e = c.g_ts[i], c.g_end[i]
-                if merged and s <= merged[-1][1]:
-                    if e > merged[-1][1]:
-                        merged[-1][1] = e
+                if m_end and s <= m_end[-1]:
+                    if e > m_end[-1]:
+                        m_end[-1] = e
                 else:
-                    merged.append([s, e, float(i)])
-            busy = [(m[0], m[1]) for m in merged]
-            busy_in = overlap(busy, windows)
-            if busy_in <= 0:
+                    m_start.append(s)
+                    m_end.append(e)
+                    m_first.append(i)
+            acc = self._sweep(m_start, m_end, m_first, windows, loader)
+            if acc["busy"] <= 0:
                 continue
             used_devices.append(dev)
             ops_in_windows += sum(1 for i in idx if in_window(c.g_ts[i]))
-            host_gaps: list[Interval] = []
-            short_gaps: list[Interval] = []
-            prev = windows[0][0]
-            for s, e, first in merged:
-                if s > prev:
-                    at = self.launch[int(first)]
-                    if at == at and at > prev:
-                        host_gaps.append((prev, s))
-                    elif s - prev < self.kernel_wait_us:
-                        short_gaps.append((prev, s))
-                prev = max(prev, e)
-            idle = span - busy_in
-            gaps_all = _complement(busy, windows)
-            data = overlap(gaps_all, loader)
-            host_w = intersect(host_gaps, windows)
-            host = total(host_w) - overlap(host_w, loader)
-            kernel_w = intersect(short_gaps, windows)
-            kernel = total(kernel_w) - overlap(kernel_w, loader)
-            other = max(0.0, idle - data - host - kernel)
+            idle = span - acc["busy"]
+            other = max(0.0, idle - acc["data"] - acc["host"] - acc["kernel"])
             h2d = union((c.g_ts[i], c.g_end[i]) for i in idx if c.g_flag[i] & _H2D)
-            comm = union((c.g_ts[i], c.g_end[i]) for i in idx if c.g_flag[i] & _COMM)
-            compute = union((c.g_ts[i], c.g_end[i]) for i in idx if not c.g_flag[i] & _COMM)
-            comm_w = intersect(comm, windows)
-            exposed = total(comm_w) - overlap(comm_w, compute)
-            for key, value in (("busy", busy_in), ("idle", idle), ("host", host), ("kernel", kernel),
-                               ("data", data), ("other", other), ("h2d", overlap(h2d, windows)), ("comm", exposed)):
+            exposed = 0.0
+            if has_comm:
+                comm_w = intersect(union((c.g_ts[i], c.g_end[i]) for i in idx if c.g_flag[i] & _COMM), windows)
+                compute = union((c.g_ts[i], c.g_end[i]) for i in idx if not c.g_flag[i] & _COMM)
+                exposed = total(comm_w) - overlap(comm_w, compute)
+                del compute
+            del idx, m_start, m_end, m_first
+            for key, value in (("busy", acc["busy"]), ("idle", idle), ("host", acc["host"]),
+                               ("kernel", acc["kernel"]), ("data", acc["data"]), ("other", other),
+                               ("h2d", overlap(h2d, windows)), ("comm", exposed)):
                 fractions[key].append(min(1.0, max(0.0, value / span)))
         if not used_devices:
             for fact in ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us", "kernels_per_step",
@@ -693,14 +683,16 @@ class _Analysis:
             r.add("host_wait_frac", mean("host"), method="HTA idle breakdown: gaps whose next activity was launched "
                   "after the previous one ended, less the part overlapping DataLoader waits",
                   launches_matched=round(launches_found / len(self.launch), 4), **common)
-        kernels = [c.g_end[i] - c.g_ts[i] for i in range(len(c.g_ts))
-                   if c.g_kind[i] == 0 and c.g_dev[i] in used_devices and in_window(c.g_ts[i])]
-        if kernels:
-            r.add("mean_kernel_us", max(sum(kernels) / len(kernels), 1e-3),
-                  method=f"mean duration of {len(kernels)} kernels", min=min(kernels), max=max(kernels), **common)
+        kernels = Stat()
+        for i in range(len(c.g_ts)):
+            if c.g_kind[i] == 0 and c.g_dev[i] in used_devices and in_window(c.g_ts[i]):
+                kernels.add(c.g_end[i] - c.g_ts[i])
+        if kernels.count:
+            r.add("mean_kernel_us", max(kernels.mean, 1e-3), method=f"mean duration of {kernels.count} kernels",
+                  min=kernels.lo, max=kernels.hi, **common)
             if self.n_steps:
-                r.add("kernels_per_step", round(len(kernels) / self.n_steps),
-                      method=f"{len(kernels)} kernels over {self.n_steps} steps", **common)
+                r.add("kernels_per_step", round(kernels.count / self.n_steps),
+                      method=f"{kernels.count} kernels over {self.n_steps} steps", **common)
         else:
             r.missing("mean_kernel_us", f"no kernels inside {self.label}")
             r.missing("kernels_per_step", f"no kernels inside {self.label}")
@@ -725,9 +717,53 @@ class _Analysis:
                       "(e.g. ROCm names them Host -> Device)")
         else:
             r.missing("pageable_copy_frac", f"no host-to-device copies inside {self.label}")
-        has_comm = any(f & _COMM for f in c.g_flag)
         r.add("comm_frac", mean("comm"), method="NCCL/RCCL kernel time not overlapped by other GPU work"
               if has_comm else "no NCCL/RCCL kernels in the trace", **common)
+
+    def _sweep(self, starts: array[float], ends: array[float], firsts: array[int], windows: list[Interval],
+               loader: list[Interval]) -> dict[str, float]:
+        """Busy time inside the windows, and the idle gaps split (HTA's rules) into data, host, kernel wait.
+
+        One pass over the merged busy intervals; a gap is host wait when the activity that ends it was launched
+        after the gap began, kernel wait when shorter than kernel_wait_us; any part overlapping a DataLoader span
+        is data wait instead."""
+        acc = {"busy": 0.0, "data": 0.0, "host": 0.0, "kernel": 0.0, "other": 0.0}
+        w_starts = self._starts
+        l_starts = [iv[0] for iv in loader]
+
+        def account(a: float, b: float, kind: str) -> None:
+            k = max(bisect_right(w_starts, a) - 1, 0)
+            while k < len(windows) and windows[k][0] < b:
+                lo, hi = max(a, windows[k][0]), min(b, windows[k][1])
+                if hi > lo:
+                    data = 0.0
+                    m = max(bisect_right(l_starts, lo) - 1, 0)
+                    while m < len(loader) and loader[m][0] < hi:
+                        data += max(0.0, min(hi, loader[m][1]) - max(lo, loader[m][0]))
+                        m += 1
+                    acc["data"] += data
+                    acc[kind] += hi - lo - data
+                k += 1
+
+        for j in range(len(starts)):
+            lo, hi = starts[j], ends[j]
+            k = max(bisect_right(w_starts, lo) - 1, 0)
+            while k < len(windows) and windows[k][0] < hi:
+                acc["busy"] += max(0.0, min(hi, windows[k][1]) - max(lo, windows[k][0]))
+                k += 1
+        prev = windows[0][0]
+        launch, short = self.launch, self.kernel_wait_us
+        for j in range(len(starts)):
+            s = starts[j]
+            if s > prev:
+                at = launch[firsts[j]]
+                kind = "host" if at == at and at > prev else "kernel" if s - prev < short else "other"
+                account(prev, s, kind)
+            if ends[j] > prev:
+                prev = ends[j]
+        if prev < windows[-1][1]:
+            account(prev, windows[-1][1], "other")
+        return acc
 
     def _in_windows(self, t: float) -> bool:
         k = bisect_right(self._starts, t) - 1
@@ -780,30 +816,3 @@ class _Analysis:
         else:
             self.r.missing("workload", "no backward or optimizer operators in the trace; it may be inference or a "
                            "forward-only window")
-
-
-def _complement(busy: Sequence[Interval], windows: Sequence[Interval]) -> list[Interval]:
-    """Parts of the windows not covered by the (sorted, disjoint) busy intervals."""
-    gaps: list[Interval] = []
-    for start, end in windows:
-        k = _first_ending_after(busy, start)
-        at = start
-        while k < len(busy) and busy[k][0] < end:
-            if busy[k][0] > at:
-                gaps.append((at, busy[k][0]))
-            at = max(at, busy[k][1])
-            k += 1
-        if at < end:
-            gaps.append((at, end))
-    return gaps
-
-
-def _first_ending_after(busy: Sequence[Interval], t: float) -> int:
-    lo, hi = 0, len(busy)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if busy[mid][1] <= t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
