@@ -235,7 +235,11 @@ def build_report(
 def _cluster(facts: Mapping[str, Value]) -> ClusterSection | None:
     """The cluster section: the C³ facts by name, or None when the diagnosis has none of them."""
     known = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
-    return ClusterSection.model_validate(known) if known else None
+    scale = max(float(known.get("num_gpus", 1)), float(known.get("num_nodes", 1)))
+    single_node_facts = {"num_gpus", "num_nodes", "comm_frac"}  # meaningful on one GPU too
+    if scale <= 1 and not set(known) - single_node_facts:
+        return None
+    return ClusterSection.model_validate(known)
 
 
 def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:
@@ -415,7 +419,7 @@ def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
             if leaf.kind != "fact" or leaf.value is not None or leaf.op == "known":
                 continue
             for fact in askable_inputs(leaf.name, ctx.kb):
-                if fact in ctx.observations.facts:
+                if fact in ctx.facts:  # observed, or already derived from what was observed
                     continue
                 weight[fact] = weight.get(fact, 0) + w
                 if lr.id not in rules_for.setdefault(fact, []):

@@ -35,6 +35,11 @@ def render(report: Report) -> str:
             sec = "?" if t.seconds is None else f"{t.seconds:.4g}"
             share = "?" if t.share is None else f"{t.share:.0%}"
             lines.append(f"| {_cell(t.label)} | {sec} | {share} |")
+    if report.cluster is not None:
+        lines += ["", "## Cluster (C³)", "", "| fact | value |", "|---|---|"]
+        for name, value in report.cluster.model_dump().items():
+            if value is not None:
+                lines.append(f"| {name} | {_cell(_fmt(value))} |")
     if report.findings:
         lines += ["", "## Findings", ""]
         for f in report.findings:

@@ -12,7 +12,8 @@ from ..report import Report
 
 _BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-_BAR_WIDTH = 40
+_BAR_WIDTH = 30
+_SHORT_TERM = {"input": "input wait", "data": "D/BW", "compute": "O/(R·η)", "latency": "L_lat"}
 
 
 def _fmt(value: object) -> str:
@@ -48,24 +49,39 @@ def iron_law_table(report: Report) -> Table | None:
     if all(t.seconds is None for t in law.terms):
         return None
     table = Table(title="Iron law: T = D/BW + O/(R·η) + L (+ input wait)", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("term")
+    table.add_column("term", no_wrap=True)
     table.add_column("seconds", justify="right")
     table.add_column("share of step", justify="right")
     table.add_column("", no_wrap=True)
     for term in law.terms:
         if term.seconds is None:
-            table.add_row(term.label, "?", "?", Text("unknown", style="dim"))
+            table.add_row(_SHORT_TERM.get(term.term, term.label), "?", "?", Text("unknown", style="dim"))
             continue
         share = term.share or 0.0
         filled = round(share * _BAR_WIDTH)
         bar = Text("█" * filled, style="magenta") + Text("░" * (_BAR_WIDTH - filled), style="dim")
-        table.add_row(term.label, f"{term.seconds:.4g}", f"{share:.0%}" if term.share is not None else "?", bar)
+        table.add_row(_SHORT_TERM.get(term.term, term.label), f"{term.seconds:.4g}",
+                      f"{share:.0%}" if term.share is not None else "?", bar)
     caption = []
     if law.step_time_s is not None:
         caption.append(f"measured step {law.step_time_s:.4g} s")
     if law.sequential_s is not None and law.overlapped_s is not None:
         caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
     table.caption = "; ".join(caption)
+    return table
+
+
+def cluster_table(report: Report) -> Table | None:
+    cluster = report.cluster
+    if cluster is None:
+        return None
+    table = Table(title="Cluster (C³: computation, communication, coordination)", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    table.add_column("fact")
+    table.add_column("value", justify="right")
+    for name, value in cluster.model_dump().items():
+        if value is not None:
+            table.add_row(name, _fmt(value))
     return table
 
 
@@ -136,7 +152,7 @@ def missing_table(report: Report, limit: int = 8) -> Table | None:
 
 def report_renderable(report: Report) -> RenderableType:
     parts: list[RenderableType] = [verdict_panel(report)]
-    for part in (iron_law_table(report), findings_table(report), optimizations_table(report), scorecard_table(report),
+    for part in (iron_law_table(report), cluster_table(report), findings_table(report), optimizations_table(report), scorecard_table(report),
                  measurements_table(report), missing_table(report)):
         if part is not None:
             parts.append(part)
