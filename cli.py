@@ -19,9 +19,10 @@ start here:
   dam examples                              the bundled example cases
   dam diagnose --example data_starved_training
   dam diagnose --set gpu_util=62% --set hardware=h100-sxm ...
+  dam consult                               not sure what to measure? answer a few questions
 """
 
-COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest"]
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from .consult import Consultation
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 from .expert import Expert
 from .ingest import IngestResult, ingest, ingest_result
@@ -41,6 +42,7 @@ def diagnose(observations: Mapping[str, Any] | Observations) -> Report:
 
 
 __all__ = [
+    "Consultation",
     "EngineError",
     "Expert",
     "ExpertError",

@@ -1,0 +1,366 @@
+"""`dam consult`: a guided consultation, one question at a time (a thin loop over `expert.consult.Consultation`)."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..consult import Consultation, Question
+    from ..report import Report
+
+EPILOG = """\
+at any prompt:
+  an answer        62%, 0.62, 3.35 TB/s, 12 ms, 7B, h100-sxm ... (the question shows the unit and an example)
+  unknown, skip    you do not know it; the consultation works around it
+  no-tool          you have no data from the tool that measures it (skips its other questions too)
+  NAME=VALUE       give another fact you happen to know
+  why [FACT]       why the question is asked: the hypotheses, the rules, what each answer would mean
+  back             take back the last answer        status   hypotheses and what is known so far
+  done             stop asking and show the report  quit     save and leave (resume later with --resume)
+  help             this list
+
+examples:
+  dam consult                                   ask interactively
+  dam consult --answers run.yaml                answer from a file ("unknown" for facts it lacks); no terminal needed
+  printf 'h100-sxm\\nbf16\\ntraining\\n' | dam consult    answers from piped stdin
+  dam consult --resume ~/.local/state/dam-expert/consult-20260101-120000.json
+  dam consult --answers run.yaml --export markdown --output consult.md
+
+The session is saved (JSON) after every answer; Ctrl-C or the end of input leaves it resumable and says where.
+exit codes: 0 finished (or quit), 1 input ended before the consultation finished, 2 invalid input, 130 interrupted.
+"""
+
+HELP = """\
+Answer the question, or type one of:
+  unknown | skip     you do not know it          no-tool   no data from the tool that measures it
+  NAME=VALUE         give another fact           why [FACT]   why it is asked and what each answer would mean
+  back               take back the last answer   status    leading hypotheses and what is known
+  done               stop and show the report    quit      save the session and leave
+"""
+
+def _export_formats() -> tuple[str, ...]:
+    from ..export import FORMATS
+
+    return tuple(FORMATS)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("consult", help="a guided consultation: answer a few questions, get a diagnosis",
+                       description="Answer questions one at a time; only questions whose answer can still change the "
+                                   "verdict or the recommendations are asked.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--answers", metavar="FILE",
+                   help="answer from an observation file (YAML or JSON); facts it lacks are answered unknown")
+    p.add_argument("--resume", metavar="FILE", help="continue a saved session")
+    p.add_argument("--save", metavar="FILE",
+                   help="where to save the session after every answer (default: the --resume file, or a new file "
+                        "under $XDG_STATE_HOME/dam-expert/)")
+    formats = ", ".join(_export_formats())
+    p.add_argument("--export", choices=_export_formats(), metavar="FORMAT",
+                   help=f"also write the report with the transcript (with --output FILE): {formats}")
+    p.add_argument("--output", metavar="FILE", help="file for --export")
+    p.set_defaults(func=run)
+
+
+# ---- session files ------------------------------------------------------------------------------------------------
+
+
+def default_session_path() -> Path:
+    """A new session file under $XDG_STATE_HOME/dam-expert (default ~/.local/state/dam-expert)."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dam-expert"
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = base / f"consult-{stamp}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"consult-{stamp}-{n}.json"
+    return path
+
+
+def save(consultation: Consultation, path: Path) -> None:
+    """Write the session atomically (a crash mid-write never leaves a truncated file)."""
+    from ..errors import ObservationError, Problem
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(consultation.to_json() + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise ObservationError([Problem(str(path), f"cannot save the session: {exc.strerror}",
+                                        "choose another file with --save FILE")]) from exc
+
+
+def load(path: Path) -> Consultation:
+    from ..consult import Consultation
+    from ..errors import ObservationError, Problem
+
+    if not path.is_file():
+        raise ObservationError([Problem(str(path), "no such file", "give a file written by `dam consult`")],
+                               title="cannot resume")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ObservationError([Problem(str(path), "cannot be read as UTF-8 text")], title="cannot resume") from exc
+    return Consultation.from_json(text, where=str(path))
+
+
+# ---- exports ------------------------------------------------------------------------------------------------------
+
+
+def transcript_markdown(consultation: Consultation) -> str:
+    """The transcript as a Markdown section: every question, the answer, and why it was asked."""
+    lines = ["## Consultation transcript", ""]
+    for turn in consultation.transcript:
+        shown = "unknown" if turn.value is None else str(turn.value)
+        also = [f for f in turn.closes if f != turn.fact]
+        extra = f" (also unknown: {', '.join(also)})" if also else ""
+        mark = " *(taken back)*" if turn.undone else ""
+        asked = "" if turn.asked else " *(volunteered)*"
+        lines.append(f"{turn.step}. **{turn.fact}**{asked}: {turn.question} → `{shown}`{extra}{mark}")
+        lines.append(f"   - why asked: {turn.reason}")
+    if not consultation.transcript:
+        lines.append("No questions were answered.")
+    reason = consultation.stop_reason
+    lines += ["", f"Questions asked: {consultation.questions_asked}."]
+    if reason:
+        lines.append(f"Stopped: {reason}.")
+    return "\n".join(lines) + "\n"
+
+
+def export_text(consultation: Consultation, report: Report, fmt: str) -> str:
+    """The report in an export format (`expert.export`), with the transcript attached in that format's own way."""
+    from ..export import export
+
+    text = export(report, fmt)
+    transcript = transcript_markdown(consultation)
+    if fmt == "json":  # the export's own document, plus the whole session
+        document = json.loads(text)
+        document["consultation"] = json.loads(consultation.to_json())
+        return json.dumps(document, indent=2) + "\n"
+    if fmt == "markdown":
+        return text.rstrip("\n") + "\n\n" + transcript
+    if fmt == "html":
+        section = ("<section id=\"consultation\"><h2>Consultation transcript</h2><pre>"
+                   + html.escape(transcript) + "</pre></section>\n")
+        return text.replace("</body>", section + "</body>", 1) if "</body>" in text else text + section
+    comment = {"mermaid": "%% ", "dot": "// "}.get(fmt)
+    if comment is not None:
+        return "".join(f"{comment}{line}\n" for line in transcript.splitlines()) + text
+    if fmt == "graphml":
+        note = "<!--\n" + transcript.replace("--", "- -") + "-->\n"
+        head, sep, rest = text.partition("?>\n")
+        return head + sep + note + rest if sep else note + text
+    return text
+
+
+# ---- the loop -----------------------------------------------------------------------------------------------------
+
+
+class _Session:
+    """The terminal side of one consultation: prompts, commands, saving."""
+
+    def __init__(self, consultation: Consultation, path: Path, console: Console, interactive: bool) -> None:
+        self.c = consultation
+        self.path = path
+        self.console = console
+        self.interactive = interactive
+
+    def say(self, text: str, style: str | None = None) -> None:
+        self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=not self.interactive)
+
+    def save(self) -> None:
+        save(self.c, self.path)
+
+    def resume_hint(self) -> str:
+        return f"session saved to {self.path}\nresume with: dam consult --resume {self.path}"
+
+    def show_question(self, q: Question) -> None:
+        self.say("")
+        self.say(f"Q{q.number}. {q.prompt()}", style="bold")
+        if q.measure and (q.cost >= 3 or self.c.status().verdict):
+            self.say(f"   measure it with {q.measure}", style="dim")
+        if q.group:
+            self.say(f"   (no-tool: no {q.group} data; also skips {', '.join(q.group_facts)})", style="dim")
+
+    def ask(self, q: Question) -> str:
+        """Read one line; EOFError and KeyboardInterrupt propagate to the caller."""
+        line = input("> ")
+        if not self.interactive:
+            self.say(line)
+        return line
+
+    def handle(self, q: Question, line: str) -> str | None:
+        """Act on one line; returns "next" (ask the next question), "again", "quit" or "done"."""
+        from ..errors import ExpertError
+
+        text = line.strip()
+        word = text.casefold()
+        if not text:
+            self.say("type an answer, `unknown`, or `help`", style="yellow")
+            return "again"
+        if word in ("help", "h"):
+            self.say(HELP)
+            return "again"
+        if word in ("quit", "exit", "q"):
+            return "quit"
+        if word in ("done", "report", "stop"):
+            self.c.stop()
+            return "done"
+        if word == "status":
+            self.say(self.c.status().text())
+            return "again"
+        if word in ("back", "undo"):
+            turn = self.c.undo()
+            self.save()
+            self.say(f"took back: {turn.fact} = {'unknown' if turn.value is None else turn.raw}" if turn
+                     else "nothing to take back", style="yellow")
+            return "next"
+        try:
+            if word == "why" or word.startswith("why "):
+                fact = text[3:].strip() or None
+                self.say(self.c.why(fact).text())
+                return "again"
+            if word in ("no-tool", "notool", "no tool"):
+                self.c.unknown(q.fact, whole_group=True)
+            elif "=" in text and text.split("=", 1)[0].strip().isidentifier():
+                name, value = (part.strip() for part in text.split("=", 1))
+                self.c.answer(name, value, raw=value)
+            else:
+                before = self.c.status().verdict
+                self.c.answer(q.fact, text, raw=text)
+                self.save()
+                self._after(before)
+                return "next"
+        except ExpertError as exc:
+            self.say(str(exc), style="red")
+            if not text.startswith("why"):
+                self.say(f"accepted: {q.accepted}", style="yellow")
+            return "again"
+        self.save()
+        return "next"
+
+    def _after(self, before: str | None) -> None:
+        status = self.c.status()
+        if status.verdict != before and status.verdict_title:
+            self.say(f"   -> leading hypothesis now: {status.verdict_title}", style="cyan")
+
+    def loop(self) -> str:
+        """Ask until done; returns "finished", "done" or "quit"."""
+        while True:
+            q = self.c.next_question()
+            if q is None:
+                return "finished"
+            self.show_question(q)
+            while True:
+                outcome = self.handle(q, self.ask(q))
+                if outcome == "again":
+                    continue
+                if outcome in ("quit", "done"):
+                    return outcome
+                break
+
+    def scripted(self, answers: dict[str, Any], source: str) -> None:
+        from ..observations import is_unknown
+
+        while (q := self.c.next_question()) is not None:
+            self.show_question(q)
+            raw = answers.get(q.fact)
+            if raw is None or is_unknown(raw):
+                self.say(f"> unknown (not in {source})")
+                self.c.unknown(q.fact)
+            else:
+                self.say(f"> {raw}")
+                self.c.answer(q.fact, raw, raw=str(raw))
+            self.save()
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..consult import Consultation
+    from ..errors import ObservationError, Problem
+
+    if args.output and not args.export:
+        formats = ", ".join(_export_formats())
+        raise ObservationError([Problem("--output", "needs --export FORMAT",
+                                        f"e.g. --export markdown --output consult.md ({formats})")])
+    if args.export and not args.output:
+        raise ObservationError([Problem("--export", "needs --output FILE", "e.g. --output consult.md")])
+    answers: dict[str, Any] | None = None
+    if args.answers:
+        from ..observation_file import read_observation_file
+
+        answers = dict(read_observation_file(Path(args.answers)).observations)
+        import expert
+
+        expert.default_expert().observations(answers)  # every problem in the file at once, before any question
+    consultation = load(Path(args.resume)) if args.resume else Consultation()
+    path = Path(args.save) if args.save else (Path(args.resume) if args.resume else default_session_path())
+    interactive = sys.stdin.isatty()
+    console = Console()
+    session = _Session(consultation, path, console, interactive)
+    session.save()
+    session.say(f"dam consult: {'resuming' if args.resume else 'new'} session, saved after every answer to {path}",
+                style="dim")
+    if args.resume:
+        session.say(f"{consultation.questions_asked} questions answered so far; `back` takes the last one back",
+                    style="dim")
+    if not args.answers and interactive:
+        session.say("type `help` at any prompt for the commands (why, back, status, done, quit)", style="dim")
+    try:
+        if answers is not None:
+            session.scripted(answers, args.answers)
+            outcome = "finished"
+        else:
+            outcome = session.loop()
+    except KeyboardInterrupt:
+        session.save()
+        print(f"\ninterrupted; {session.resume_hint()}", file=sys.stderr)
+        return 130
+    except EOFError:
+        session.save()
+        print(f"\ninput ended before the consultation finished; {session.resume_hint()}", file=sys.stderr)
+        return 1
+    session.save()
+    if outcome == "quit":
+        session.say(session.resume_hint())
+        return 0
+    return finish(session, args, answers)
+
+
+def finish(session: _Session, args: argparse.Namespace, answers: dict[str, Any] | None) -> int:
+    from ..render.terminal import print_report
+
+    c = session.c
+    reason = c.stop_reason or "finished"
+    session.say("")
+    session.say(f"Consultation finished after {c.questions_asked} questions: {reason}.", style="bold")
+    if answers is not None:
+        unused = sorted(set(answers) - {t.fact for t in c.transcript if not t.undone})
+        if unused:
+            session.say(f"not asked (could not change the verdict or the recommendations): {', '.join(unused)}",
+                        style="dim")
+    report = c.report()
+    print_report(report, session.console)
+    if args.export:
+        from ..errors import ObservationError, Problem
+
+        target = Path(args.output)
+        try:
+            target.write_text(export_text(c, report, args.export), encoding="utf-8")
+        except OSError as exc:
+            raise ObservationError([Problem(str(target), f"cannot write: {exc.strerror}",
+                                            "check that the folder exists and is writable")]) from exc
+        session.say(f"wrote the {args.export} export with the transcript to {target}", style="dim")
+    session.say(f"session saved to {session.path}", style="dim")
+    return 0

@@ -1,0 +1,1606 @@
+"""Guided consultation: one question at a time, and only questions whose answer can still change the verdict or
+the recommendations.
+
+`Consultation` keeps the user's answers (and "unknown"s) and, before each question, asks the rules what could still
+change. Three kinds of what-if probe run on the pure reference engine, each on a copy of the current facts:
+
+* leaf probes: a fact some rule tests (observed or derived, e.g. ``io_overhead``) is set to one value in each region
+  the rules' thresholds cut it into (below, at, between, above);
+* rule probes: the facts an undecided rule needs are set so that it fires (through the findings it reads);
+* regime probes: every undecided rule voting for one regime fires at once (their votes add up).
+
+A probe *changes the answer* when the verdict or the set of recommended optimizations differs from now. An askable
+fact earns the value of every probe it could settle: itself, or as an input of the formula that derives a tested
+fact (`expert.derive.DERIVATIONS`), shared among the inputs that are still open, divided by the fact's cost
+(knowledge_base/facts.yaml). Cheap `ask_first` facts with any value go first. Before probing, a three-valued
+possibility analysis finds the rules that can still change at all; when none of those can reach the verdict or the
+recommendations the question is settled outright. The session stops when no probe changes the answer, and says why.
+
+The class never prints: `Question`, `Why`, `Status` and `Turn` are pydantic models with a `text()` for front ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
+
+from .derive import DERIVATIONS, Derivation, DerivedValue, check_consistency, derive
+from .errors import ObservationError, Problem
+from .evaluate import LeafTrace, _compare, evaluate, negate_op
+from .expert import Expert
+from .knowledge import FactSpec, KnowledgeBase
+from .observations import Observation, Observations, convert, is_unknown
+from .report import Report
+from .rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, LoadedRule, NotOf, facts_used, findings_used
+
+Value = int | float | str
+_Scalar = StrictInt | StrictFloat | StrictStr
+Outcome3 = Literal["true", "false", "unknown"]
+
+SCHEMA_VERSION = 1
+# Question-ordering weights (not domain thresholds): how much a probe that changes each part of the answer is worth.
+_VERDICT_WEIGHT = 3.0
+_RECOMMEND_WEIGHT = 2.0
+_SCORECARD_WEIGHT = 0.25
+_MAX_ROUTES = 12
+_MAX_WITNESSES = 4
+_MAX_FINDING_DEPTH = 4
+_SOURCE = "consultation"
+
+
+# ---- public models -------------------------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Effect(_Model):
+    """What one what-if would do to the answer: "io_overhead > 10 %: verdict undecided -> input"."""
+
+    condition: str
+    verdict_before: str | None
+    verdict_after: str | None
+    added: list[str] = []
+    removed: list[str] = []
+    scorecard: list[str] = []  # "mfu: n/a -> pass"
+    rules: list[str] = []
+
+    @property
+    def changes_answer(self) -> bool:
+        return self.verdict_before != self.verdict_after or bool(self.added or self.removed)
+
+    def text(self) -> str:
+        parts: list[str] = []
+        if self.verdict_before != self.verdict_after:
+            parts.append(f"the verdict would become {self.verdict_after or 'undecided'} "
+                         f"(now {self.verdict_before or 'undecided'})")
+        if self.added:
+            parts.append("it would recommend " + ", ".join(self.added))
+        if self.removed:
+            parts.append("it would withdraw " + ", ".join(self.removed))
+        if not parts and self.scorecard:
+            parts.append("only the scorecard would change (" + "; ".join(self.scorecard) + ")")
+        if not parts:
+            parts.append("the verdict and the recommendations would stay as they are")
+        rules = f" [{', '.join(self.rules)}]" if self.rules and self.changes_answer else ""
+        return f"{self.condition}: {'; '.join(parts)}{rules}"
+
+
+class Question(_Model):
+    """The next question: which fact, how to ask for it, what is accepted, and why it is worth asking."""
+
+    number: int  # 1 for the first question of the session
+    fact: str
+    text: str
+    unit: str | None = None
+    choices: list[str] | None = None
+    example: str | None = None
+    accepted: str
+    why: str
+    effects: list[Effect] = []
+    rules: list[str] = []
+    measure: str | None = None  # "DCGM (dcgmi dmon): dcgmi dmon -e 1005 (DRAMA)"
+    group: str | None = None  # the tool that measures it, when other open questions share it
+    group_facts: list[str] = []
+    ask_first: bool = False
+    cost: int = 3
+    score: float = 0.0
+
+    def prompt(self) -> str:
+        """The question with its unit or choices and an example, as one line."""
+        hints: list[str] = []
+        if self.choices:
+            hints.append("one of " + ", ".join(self.choices))
+        elif self.unit == "fraction":
+            hints.append("a share: 0.62 or 62%")
+        elif self.unit:
+            hints.append(f"in {self.unit}")
+        if self.example:
+            hints.append(f"e.g. {self.example}")
+        return f"{self.text} ({'; '.join(hints)})" if hints else self.text
+
+
+class Turn(_Model):
+    """One entry of the transcript: the question, what was typed, the value kept, and why it was asked."""
+
+    step: int
+    fact: str
+    question: str
+    reason: str
+    asked: bool = True  # False when the user volunteered the fact
+    raw: str | None = None
+    value: _Scalar | None = None  # canonical value; None means unknown
+    closes: list[str] = []  # facts this turn marked unknown (the fact, or every fact its tool measures)
+    undone: bool = False
+    verdict_after: str | None = None
+
+    def text(self) -> str:
+        shown = "unknown" if self.value is None else _show(self.value)
+        more = f" (also unknown: {', '.join(f for f in self.closes if f != self.fact)})" if len(self.closes) > 1 else ""
+        mark = " [undone]" if self.undone else ""
+        return f"{self.step}. {self.question} -> {shown}{more}{mark}\n   why asked: {self.reason}"
+
+
+class RuleNeed(_Model):
+    """A rule that reads the fact (directly or through a derived quantity), as it stands now."""
+
+    rule_id: str
+    title: str
+    outcome: Outcome3
+    concludes: str
+    tests: list[str]  # every comparison of the rule with its current state ("gpu_util 0.97 > 0.95 (holds)")
+
+
+class Why(_Model):
+    """The MYCIN-style answer to "why do you ask?"."""
+
+    fact: str
+    question: str
+    goal: str  # what the session is trying to settle
+    hypotheses: list[str]
+    rules: list[RuleNeed]
+    via: list[str] = []  # "io_overhead = data_wait_s / step_time_s"
+    known: dict[str, str] = {}
+    effects: list[Effect] = []
+    measure: str | None = None
+
+    def text(self) -> str:
+        lines = [f"Why ask about {self.fact}? {self.goal}"]
+        lines.append("Hypotheses: " + ("; ".join(self.hypotheses) if self.hypotheses else "none yet"))
+        if self.via:
+            lines.append("It enters the rules through: " + "; ".join(self.via))
+        if self.rules:
+            lines.append("Rules that need it:")
+            for r in self.rules:
+                lines.append(f"  - {r.rule_id} ({r.title}) is {r.outcome}; if it fires: {r.concludes}")
+                for t in r.tests:
+                    lines.append(f"      {t}")
+        if self.known:
+            lines.append("Known so far: " + ", ".join(f"{k} = {v}" for k, v in self.known.items()))
+        if self.effects:
+            lines.append("What each answer would mean:")
+            lines.extend(f"  - {e.text()}" for e in self.effects)
+        if self.measure:
+            lines.append(f"How to measure it: {self.measure}")
+        return "\n".join(lines)
+
+
+class Status(_Model):
+    """Where the consultation stands: leading hypotheses, what is known and unknown, how many questions so far."""
+
+    verdict: str | None
+    verdict_title: str | None
+    hypotheses: list[str]
+    possible: list[str]  # regimes some undecided rule could still vote for
+    recommended: list[str]
+    answered: dict[str, str]
+    unknown: list[str]
+    questions_asked: int
+    finished: bool
+    stop_reason: str | None = None
+
+    def text(self) -> str:
+        lines = [f"Verdict so far: {self.verdict_title or 'undecided'}"]
+        if self.hypotheses:
+            lines.append("Hypotheses: " + "; ".join(self.hypotheses))
+        if self.possible:
+            lines.append("Still possible: " + ", ".join(self.possible))
+        if self.recommended:
+            lines.append("Recommended so far: " + ", ".join(self.recommended))
+        lines.append("Known: " + (", ".join(f"{k} = {v}" for k, v in self.answered.items()) or "nothing yet"))
+        if self.unknown:
+            lines.append("Unknown: " + ", ".join(self.unknown))
+        lines.append(f"Questions asked: {self.questions_asked}")
+        if self.stop_reason:
+            lines.append(f"Finished: {self.stop_reason}")
+        return "\n".join(lines)
+
+
+class SessionFile(_Model):
+    """The saved session (`Consultation.to_json`): every turn in order; the state is replayed from them."""
+
+    schema_version: Literal[1] = 1
+    kind: Literal["dam-consultation"] = "dam-consultation"
+    created: str
+    updated: str
+    turns: list[Turn] = []
+    finished: bool = False
+    stop_reason: str | None = None
+    stopped_by_user: bool = False
+    verdict: str | None = None
+    questions_asked: int = 0
+
+
+# ---- static index of the rules (one per Expert) --------------------------------------------------------------------
+
+
+_Compiled = Callable[[Mapping[str, Value], AbstractSet[str]], str]
+
+
+def _compile(node: Condition) -> _Compiled:
+    """A closure evaluating a resolved condition exactly as `expert.evaluate.evaluate` does (without a trace),
+    several times faster: the planner runs the rules a few hundred times per question."""
+    if isinstance(node, FactTest):
+        name, known, ops = node.fact, node.known, node.ops()
+
+        def fact_test(facts: Mapping[str, Value], findings: AbstractSet[str]) -> str:
+            value = facts.get(name)
+            result = "true"
+            if known is not None and (value is not None) != known:
+                result = "false"
+            for op, constant in ops:
+                if value is None:
+                    if result == "true":
+                        result = "unknown"
+                elif not _compare(op, value, constant):
+                    return "false"
+            return result
+
+        return fact_test
+    if isinstance(node, FindingRef):
+        finding = node.finding
+        return lambda facts, findings: "true" if finding in findings else "false"
+    if isinstance(node, NotOf):
+        inner = _compile(node.not_)
+        return lambda facts, findings: _FLIP3[inner(facts, findings)]
+    children = [_compile(c) for c in (node.all if isinstance(node, AllOf) else node.any)]  # type: ignore[union-attr]
+    stop, neutral = ("false", "true") if isinstance(node, AllOf) else ("true", "false")
+
+    def junction(facts: Mapping[str, Value], findings: AbstractSet[str]) -> str:
+        result = neutral
+        for child in children:
+            outcome = child(facts, findings)
+            if outcome == stop:
+                return stop
+            if outcome == "unknown":
+                result = "unknown"
+        return result
+
+    return junction
+
+
+class _FastEngine:
+    """The pure engine's stratified forward chaining over compiled conditions (same fired set and findings).
+
+    Within a stratum only rules reading a finding concluded in the previous pass are evaluated again, which reaches
+    the same fixpoint as re-evaluating every rule (facts do not change during a run, and negated findings come from
+    lower strata)."""
+
+    def __init__(self, rules: Sequence[LoadedRule]) -> None:
+        self.strata: list[list[tuple[str, _Compiled, str | None, frozenset[str]]]] = []
+        for s in sorted({lr.stratum for lr in rules}):
+            members = sorted((r for r in rules if r.stratum == s), key=lambda r: r.id)
+            self.strata.append([(lr.id, _compile(lr.condition), lr.rule.then.finding.id if lr.rule.then.finding
+                                 else None,
+                                 frozenset(findings_used(lr.condition)[0])) for lr in members])
+
+    def run(self, facts: Mapping[str, Value]) -> tuple[list[str], set[str]]:
+        fired: list[str] = []
+        findings: set[str] = set()
+        for stratum in self.strata:
+            pending = stratum
+            while pending:
+                new: set[str] = set()
+                for rule_id, condition, finding, _ in pending:
+                    if condition(facts, findings) != "true":
+                        continue
+                    fired.append(rule_id)
+                    if finding is not None and finding not in findings:
+                        findings.add(finding)
+                        new.add(finding)
+                done = set(fired)
+                pending = [r for r in stratum if r[0] not in done and r[3] & new] if new else []
+        return fired, findings
+
+
+class _Index:
+    """What the question planner needs from the rules and the vocabulary, computed once per Expert."""
+
+    def __init__(self, expert: Expert) -> None:
+        self.kb: KnowledgeBase = expert.kb
+        self.ruleset = expert.ruleset
+        self.rules: list[LoadedRule] = sorted(expert.ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
+        self.engine = _FastEngine(self.rules)
+        self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
+        self.order = {name: i for i, name in enumerate(self.kb.facts)}
+        self.derivations: dict[str, list[Derivation]] = {}
+        for d in DERIVATIONS:
+            self.derivations.setdefault(d.output, []).append(d)
+        self.tests: dict[str, list[tuple[str, Any]]] = {}
+        self.readers: dict[str, list[str]] = {}  # fact -> rules testing it
+        for lr in self.rules:
+            for node in _fact_tests(lr.condition):
+                ops = self.tests.setdefault(node.fact, [])
+                for op_const in node.ops():
+                    if op_const not in ops:
+                        ops.append(op_const)
+            for fact in facts_used(lr.condition):
+                self.readers.setdefault(fact, []).append(lr.id)
+        self.producers = expert.ruleset.producers
+        direct = {lr.id for lr in self.rules if _decisive(lr)}
+        relevant = set(direct)
+        changed = True
+        while changed:  # a rule matters when its finding feeds a rule that matters
+            changed = False
+            for lr in self.rules:
+                if lr.id not in relevant:
+                    continue
+                pos, neg = findings_used(lr.condition)
+                for finding in pos | neg:
+                    for producer in self.producers.get(finding, []):
+                        if producer not in relevant:
+                            relevant.add(producer)
+                            changed = True
+        self.decisive = direct
+        self.relevant = relevant
+        self.tables = {regime: table for regime, (_, table) in expert.ruleset.tables.items()}
+        self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
+        for lr in self.rules:
+            for conjunction in _all_nodes(lr.condition):
+                together = {t.fact for t in _fact_tests(conjunction)}
+                for name in together:
+                    self.conjoined.setdefault(name, set()).update(together - {name})
+        self.tool_of: dict[str, str] = {}
+        for name, spec in self.kb.facts.items():
+            m = self.kb.tools.measurements.get(spec.measure or name)
+            if spec.askable and m is not None:
+                self.tool_of[name] = m.tool
+
+
+def _decisive(lr: LoadedRule) -> bool:
+    then = lr.rule.then
+    return bool(then.bottleneck or then.recommend or then.waste)
+
+
+def _fact_tests(node: Condition) -> Iterator[FactTest]:
+    if isinstance(node, FactTest):
+        yield node
+    elif isinstance(node, AllOf):
+        for c in node.all:
+            yield from _fact_tests(c)
+    elif isinstance(node, AnyOf):
+        for c in node.any:
+            yield from _fact_tests(c)
+    elif isinstance(node, NotOf):
+        yield from _fact_tests(node.not_)
+
+
+def _all_nodes(node: Condition) -> Iterator[AllOf]:
+    if isinstance(node, AllOf):
+        yield node
+        for c in node.all:
+            yield from _all_nodes(c)
+    elif isinstance(node, AnyOf):
+        for c in node.any:
+            yield from _all_nodes(c)
+    elif isinstance(node, NotOf):
+        yield from _all_nodes(node.not_)
+
+
+_INDEXES: weakref.WeakKeyDictionary[Expert, _Index] = weakref.WeakKeyDictionary()
+
+
+def _index(expert: Expert) -> _Index:
+    found = _INDEXES.get(expert)
+    if found is None:
+        found = _INDEXES[expert] = _Index(expert)
+    return found
+
+
+# ---- the answer as the planner sees it -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What the user cares about: the verdict, the recommended set, the scorecard bands (and the fired rules)."""
+
+    verdict: str | None
+    recommended: frozenset[str]
+    bands: tuple[str, ...]
+    candidates: tuple[tuple[str, str, int], ...]  # (regime, strength, score), best first
+    fired: frozenset[str]
+    findings: frozenset[str]
+
+
+def _answer_of(ix: _Index, facts: Mapping[str, Value]) -> _Answer:
+    """Verdict, recommended set and scorecard bands, decided exactly as `expert.diagnosis.build_report` decides them
+    (tests/test_consult.py checks the two agree), without building a Report."""
+    fired_ids, findings = ix.engine.run(facts)
+    fired = [ix.ruleset.rules[r] for r in fired_ids]
+    regimes = ix.kb.regimes
+    votes: dict[str, list[int]] = {}
+    for lr in fired:
+        vote = lr.rule.then.bottleneck
+        if vote:
+            votes.setdefault(vote.regime, []).append(regimes.strengths[vote.strength])
+    order = {name: i for i, name in enumerate(regimes.precedence)}
+    ranked = sorted(votes.items(), key=lambda kv: (-max(kv[1]), -sum(kv[1]), order[kv[0]]))
+    names = {v: k for k, v in regimes.strengths.items()}
+    candidates = tuple((regime, names[max(s)], sum(s)) for regime, s in ranked)
+    threshold = regimes.strengths[regimes.verdict_min_strength]
+    verdict = ranked[0][0] if ranked and max(ranked[0][1]) >= threshold else None
+    proposals: set[str] = set()
+    wasted: set[str] = set()
+    for lr in fired:
+        proposals.update(r.id for r in lr.rule.then.recommend)
+        wasted.update(w.id for w in lr.rule.then.waste)
+    table = ix.tables.get(verdict) if verdict else None
+    if table is not None:
+        proposals.update(table.effective)
+        wasted.update(w.id for w in table.wasted)
+    bands = []
+    for metric in ix.kb.scorecard.metrics:
+        raw = facts.get(metric.fact)
+        bands.append(metric.band(float(raw) if isinstance(raw, (int, float)) else None))
+    return _Answer(verdict, frozenset(proposals - wasted), tuple(bands), candidates, frozenset(fired_ids),
+                   frozenset(findings))
+
+
+# ---- what is still open --------------------------------------------------------------------------------------------
+
+
+def _and3(a: str, b: str) -> str:
+    if "false" in (a, b):
+        return "false"
+    return "unknown" if "unknown" in (a, b) else "true"
+
+
+def _or3(a: str, b: str) -> str:
+    if "true" in (a, b):
+        return "true"
+    return "unknown" if "unknown" in (a, b) else "false"
+
+
+_FLIP3 = {"true": "false", "false": "true", "unknown": "unknown"}
+_ALL3 = frozenset({"true", "false", "unknown"})
+
+
+class _Reads(Mapping[str, Value]):
+    """A read-only view of the facts that records every name looked up (through [], get or in)."""
+
+    def __init__(self, facts: Mapping[str, Value]) -> None:
+        self._facts = facts
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Value:
+        self.read.add(key)
+        return self._facts[key]
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return key in self._facts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._facts)
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+
+class _State:
+    """One state of the session: the answers, the derived facts, what is open and the answer now."""
+
+    def __init__(self, ix: _Index, answers: Mapping[str, Value], unknowns: set[str]) -> None:
+        self.ix = ix
+        self.answers = dict(answers)
+        self.unknowns = set(unknowns)
+        self.derived: dict[str, DerivedValue] = derive(self.answers, ix.kb)
+        self.facts: dict[str, Value] = {**self.answers, **{n: d.value for n, d in self.derived.items()}}
+        self.now = _answer_of(ix, self.facts)
+        self._open: dict[str, bool] = {}
+        self._states: dict[int, Literal["fixed", "open", "impossible"]] = {}
+        self._routes: dict[str, list[frozenset[str]]] = {}
+        self.open_findings: set[str] = set()
+        self.live: set[str] = set()
+        self._possibility()
+
+    # which facts could still change ------------------------------------------------------------------------------
+
+    def askable_open(self, name: str) -> bool:
+        """The user could still be asked for it: askable, not answered, not unknown. A fact the expert derived
+        (kind `both`) stays askable: a measured value overrides the estimate and may differ from it."""
+        spec = self.ix.kb.facts.get(name)
+        return spec is not None and spec.askable and name not in self.answers and name not in self.unknowns
+
+    def _derivation_state(self, d: Derivation) -> Literal["fixed", "open", "impossible"]:
+        """Whether a derivation is settled ("fixed": it produced the value and nothing it reads can change), could
+        still produce or change its output ("open"), or cannot apply. It is run on a view of the facts that records
+        every fact it reads, so gates inside the formula (LLM decode only) count as inputs too."""
+        key = id(d)
+        if key in self._states:
+            return self._states[key]
+        self._states[key] = "impossible"  # guards against cycles
+        state: Literal["fixed", "open", "impossible"]
+        if any(not (i in self.facts or self.is_open(i)) for i in d.inputs):
+            state = "impossible"
+        else:
+            missing = any(i not in self.facts for i in d.inputs)
+            view = _Reads(self.facts)
+            try:
+                result = d.compute(view, self.ix.kb)
+                complete = True
+            except (KeyError, ArithmeticError, ValueError, TypeError):
+                result, complete = None, False
+            if complete and result is None:  # the formula declined with what it read
+                state = "open" if self._gate_could_open(d) else "impossible"
+            elif missing:
+                state = "open"
+            elif not complete:
+                state = "impossible"
+            elif any(self.is_open(k) for k in (*d.inputs, *view.read)):
+                state = "open"
+            else:
+                done = self.derived.get(d.output)
+                state = "fixed" if done is not None and done.formula == d.formula else "impossible"
+        self._states[key] = state
+        return state
+
+    def _gate_could_open(self, d: Derivation) -> bool:
+        """Whether answers to the open choice facts a declining formula reads (`phase`, `workload`) could make it
+        apply; every combination of their choices (or leaving them unknown) is tried."""
+        kb = self.ix.kb
+        keys: list[str] = []
+        for _ in range(3):
+            options = [[None, *(kb.facts[k].choices or [])] for k in keys]
+            found: set[str] = set()
+            for combo in itertools.islice(itertools.product(*options), 256):
+                facts = dict(self.facts)
+                for name, value in zip(keys, combo, strict=True):
+                    if value is None:
+                        facts.pop(name, None)
+                    else:
+                        facts[name] = value
+                view = _Reads(facts)
+                try:
+                    if d.compute(view, kb) is not None:
+                        return True
+                except (KeyError, ArithmeticError, ValueError, TypeError):
+                    return True  # past the gate, waiting for an input that is still open
+                for name in view.read:
+                    if name in keys or not self.is_open(name):
+                        continue
+                    spec = kb.facts.get(name)
+                    if spec is None or spec.type != "enum":
+                        return True  # a number decides the gate: assume some answer opens it
+                    found.add(name)
+            if not found:
+                return False
+            keys += sorted(found)
+        return True
+
+    def is_open(self, name: str) -> bool:
+        """Whether the value of `name` (observed or derived) could still change with more answers."""
+        if name in self._open:
+            return self._open[name]
+        self._open[name] = False  # guards against cycles
+        result = False
+        if name not in self.answers:
+            if self.askable_open(name):
+                result = True
+            else:
+                for d in self.ix.derivations.get(name, []):
+                    state = self._derivation_state(d)
+                    if state == "fixed":
+                        break
+                    if state == "open":
+                        result = True
+                        break
+        self._open[name] = result
+        return result
+
+    def routes(self, name: str) -> list[frozenset[str]]:
+        """Minimal sets of open askable facts that, answered, would settle `name`."""
+        if name in self._routes:
+            return self._routes[name]
+        self._routes[name] = []
+        out: list[frozenset[str]]
+        if not self.is_open(name):
+            out = [frozenset()]
+        else:
+            out = [frozenset({name})] if self.askable_open(name) else []
+            for d in self.ix.derivations.get(name, []):
+                state = self._derivation_state(d)
+                if state == "fixed":
+                    break
+                if state != "open":
+                    continue
+                combos = [frozenset[str]()]
+                for inp in d.inputs:
+                    combos = [c | r for c in combos for r in self.routes(inp)][:_MAX_ROUTES]
+                out.extend(combos)
+            out = _minimal(out)
+        self._routes[name] = out
+        return out
+
+    # which rules could still change ------------------------------------------------------------------------------
+
+    def possible(self, node: Condition) -> frozenset[str]:
+        """Every outcome the condition could still take as open facts get answered (three-valued)."""
+        if isinstance(node, FactTest):
+            if not self.is_open(node.fact):
+                return frozenset({evaluate(node, self.facts, self.now.findings)})
+            return _ALL3 if node.ops() else frozenset({"true", "false"})
+        if isinstance(node, FindingRef):
+            if node.finding in self.open_findings:
+                return frozenset({"true", "false"})
+            return frozenset({"true" if node.finding in self.now.findings else "false"})
+        if isinstance(node, NotOf):
+            return frozenset(_FLIP3[o] for o in self.possible(node.not_))
+        children = node.all if isinstance(node, AllOf) else node.any  # type: ignore[union-attr]
+        combine = _and3 if isinstance(node, AllOf) else _or3
+        acc = self.possible(children[0])
+        for child in children[1:]:
+            other = self.possible(child)
+            acc = frozenset(combine(a, b) for a in acc for b in other)
+        return acc
+
+    def _possibility(self) -> None:
+        while True:
+            always: set[str] = set()
+            can_change: set[str] = set()
+            for lr in self.ix.rules:
+                outcomes = self.possible(lr.condition)
+                if outcomes == {"true"}:
+                    always.add(lr.id)
+                elif "true" in outcomes:
+                    can_change.add(lr.id)
+            opened = {f for f, producers in self.ix.producers.items()
+                      if not any(p in always for p in producers) and any(p in can_change for p in producers)}
+            if opened <= self.open_findings:
+                self.live = can_change
+                return
+            self.open_findings |= opened
+
+    def open_leaves(self) -> list[str]:
+        """Open facts tested by rules that can still change and can reach the verdict or the recommendations."""
+        out: list[str] = []
+        for lr in self.ix.rules:
+            if lr.id not in self.live or lr.id not in self.ix.relevant:
+                continue
+            for fact in facts_used(lr.condition):
+                if fact not in out and self.is_open(fact):
+                    out.append(fact)
+        return out
+
+
+def _minimal(sets: list[frozenset[str]]) -> list[frozenset[str]]:
+    out: list[frozenset[str]] = []
+    for s in sorted(set(sets), key=lambda s: (len(s), sorted(s))):
+        if not any(o <= s for o in out):
+            out.append(s)
+    return out[:_MAX_ROUTES]
+
+
+# ---- what-if probes ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Probe:
+    kind: Literal["leaf", "rule", "regime"]
+    condition: str
+    overrides: tuple[tuple[str, Value | None], ...]
+    answer: _Answer
+    rules: tuple[str, ...] = ()
+    subject: str | None = None  # the leaf fact of a leaf probe
+    regions: int = 1  # how many regions the leaf probe's fact has
+
+    @property
+    def leaves(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.overrides)
+
+
+def _domain(spec: FactSpec | None) -> tuple[float | None, float | None, bool]:
+    """(low, high, integer) of a numeric fact; derived quantities are never negative."""
+    if spec is None:
+        return 0.0, None, False
+    if spec.type == "fraction":
+        return 0.0, 1.0, False
+    low = spec.min if spec.min is not None else 0.0
+    return low, spec.max, spec.type == "integer"
+
+
+def _regions(ix: _Index, name: str) -> list[tuple[str, Value]]:
+    """One (label, value) per region the rules' thresholds cut this fact into."""
+    spec = ix.kb.facts.get(name)
+    tests = ix.tests.get(name, [])
+    if spec is not None and spec.type == "enum":
+        named: list[Value] = []
+        for _op, const in tests:
+            for v in const if isinstance(const, list) else [const]:
+                if v not in named:
+                    named.append(v)
+        others = [c for c in (spec.choices or []) if c not in named]
+        values = named + others[:1]
+        return [(f"{name} = {v}" if v in named else f"{name} = {v} (or another value)", v) for v in values]
+    scalars = {float(c) for op, c in tests if op in ("lt", "le", "gt", "ge", "eq", "ne")
+               and isinstance(c, (int, float))}
+    members = {float(v) for op, c in tests if op in ("in", "not_in") for v in c if isinstance(v, (int, float))}
+    thresholds = sorted(scalars | members)
+    if not thresholds:
+        return []
+    low, high, integer = _domain(spec)
+    points: list[tuple[str, float]] = []
+    first, last = thresholds[0], thresholds[-1]
+    if integer:
+        below = first - 1
+    else:
+        below = (low + first) / 2 if low is not None and low < first else first - max(1.0, abs(first))
+    points.append((f"< {_fmt(spec, first)}", below))
+    for i, t in enumerate(thresholds):
+        points.append((f"= {_fmt(spec, t)}", t))
+        if i + 1 < len(thresholds):
+            points.append((f"between {_fmt(spec, t)} and {_fmt(spec, thresholds[i + 1])}", (t + thresholds[i + 1]) / 2))
+    if integer:
+        above = last + 1
+    else:
+        above = (last + high) / 2 if high is not None and high > last else (last * 2 if last > 0 else last + 1)
+    points.append((f"> {_fmt(spec, last)}", above))
+    out: list[tuple[str, Value]] = []
+    seen: set[float] = set()
+    for label, value in points:
+        if integer:
+            value = float(math.floor(value)) if label.startswith("<") else float(math.ceil(value))
+        if (low is not None and (value < low or (spec is not None and spec.exclusive_min and value == low))) or (
+                high is not None and value > high) or value in seen:
+            continue
+        seen.add(value)
+        out.append((f"{name} {label}", int(value) if integer else value))
+    return out
+
+
+@dataclass
+class _Box:
+    """Constraints a witness puts on one fact."""
+
+    present: bool | None = None
+    lo: float | None = None
+    lo_incl: bool = True
+    hi: float | None = None
+    hi_incl: bool = True
+    allowed: frozenset[Value] | None = None
+    excluded: frozenset[Value] = frozenset()
+
+    def feasible(self) -> bool:
+        if self.present is False and (self.lo is not None or self.hi is not None or self.allowed is not None):
+            return False
+        if (self.lo is not None and self.hi is not None
+                and (self.lo > self.hi or (self.lo == self.hi and not (self.lo_incl and self.hi_incl)))):
+            return False
+        return not (self.allowed is not None and not (self.allowed - self.excluded))
+
+    def with_op(self, op: str, const: Any) -> _Box | None:
+        box = replace(self, present=True if self.present is None else self.present)
+        if op in ("lt", "le") and isinstance(const, (int, float)):
+            if box.hi is None or const < box.hi or (const == box.hi and op == "lt"):
+                box = replace(box, hi=float(const), hi_incl=op == "le")
+        elif op in ("gt", "ge") and isinstance(const, (int, float)):
+            if box.lo is None or const > box.lo or (const == box.lo and op == "gt"):
+                box = replace(box, lo=float(const), lo_incl=op == "ge")
+        elif op == "eq":
+            if isinstance(const, (int, float)) and not isinstance(const, bool):
+                box = replace(box, lo=float(const), hi=float(const), lo_incl=True, hi_incl=True)
+            else:
+                box = replace(box, allowed=frozenset({const}) & box.allowed if box.allowed is not None
+                              else frozenset({const}))
+        elif op == "in":
+            values = frozenset(const)
+            box = replace(box, allowed=values & box.allowed if box.allowed is not None else values)
+        elif op == "ne":
+            box = replace(box, excluded=box.excluded | {const})
+        elif op == "not_in":
+            box = replace(box, excluded=box.excluded | frozenset(const))
+        return box if box.feasible() and box.present is not False else None
+
+
+def _pick(spec: FactSpec | None, box: _Box) -> tuple[bool, Value | None]:
+    """A value satisfying the box: (ok, value); value None means "leave the fact unknown"."""
+    if box.present is False:
+        return True, None
+    if spec is not None and spec.type in ("enum", "hardware"):
+        pool = [c for c in (box.allowed or spec.choices or []) if c not in box.excluded]
+        return (True, pool[0]) if pool else (False, None)
+    if box.allowed is not None:
+        nums = [v for v in box.allowed if isinstance(v, (int, float)) and v not in box.excluded]
+        return (True, nums[0]) if nums else (False, None)
+    low, high, integer = _domain(spec)
+    exclusive = spec is not None and spec.exclusive_min
+    lo, lo_incl = (box.lo, box.lo_incl) if box.lo is not None else (low, not exclusive)
+    if lo is not None and low is not None and lo < low:
+        lo, lo_incl = low, not exclusive
+    hi, hi_incl = (box.hi, box.hi_incl) if box.hi is not None else (high, True)
+    if hi is not None and high is not None and hi > high:
+        hi, hi_incl = high, True
+    value: float
+    if integer:
+        first = 1 if lo is None else (math.floor(lo) + 1 if lo == math.floor(lo) and not lo_incl else math.ceil(lo))
+        value = float(first)
+    elif lo is not None and hi is not None:
+        value = lo if lo == hi else (lo + hi) / 2
+    elif lo is not None:
+        value = lo * 2 if lo > 0 else lo + 1
+    elif hi is not None:
+        value = hi / 2 if hi > 0 else hi - 1
+    else:
+        value = 1.0
+    above_low = lo is None or value > lo or (value == lo and lo_incl)
+    below_high = hi is None or value < hi or (value == hi and hi_incl)
+    ok = above_low and below_high and value not in box.excluded
+    return ok, (int(value) if integer else value)
+
+
+class _Witness:
+    """Searches fact values that make a rule fire (best effort; the engine run decides what really happens)."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+
+    def of(self, node: Condition, want: bool, boxes: dict[str, _Box],
+           stack: tuple[str, ...]) -> Iterator[dict[str, _Box]]:
+        st = self.state
+        if isinstance(node, FactTest):
+            name = node.fact
+            if not st.is_open(name):
+                if evaluate(node, st.facts, st.now.findings) == ("true" if want else "false"):
+                    yield boxes
+                return
+            box = boxes.get(name, _Box())
+            if want:
+                if node.known is not None:
+                    if (not node.known and node.ops()) or (box.present is not None and box.present != node.known):
+                        return
+                    box = replace(box, present=node.known)
+                for op, const in node.ops():
+                    narrowed = box.with_op(op, const)
+                    if narrowed is None:
+                        return
+                    box = narrowed
+                if box.feasible():
+                    yield {**boxes, name: box}
+                return
+            if node.known is not None and box.present in (None, not node.known):
+                flipped = replace(box, present=not node.known)
+                if flipped.feasible():
+                    yield {**boxes, name: flipped}
+            for op, const in node.ops():
+                narrowed = box.with_op(negate_op(op), const)
+                if narrowed is not None:
+                    yield {**boxes, name: narrowed}
+            return
+        if isinstance(node, FindingRef):
+            concluded = node.finding in st.now.findings
+            if want == concluded:
+                yield boxes
+                return
+            if not want or len(stack) >= _MAX_FINDING_DEPTH or node.finding not in st.open_findings:
+                return
+            for producer in st.ix.producers.get(node.finding, []):
+                if producer in stack:
+                    continue
+                yield from self.of(st.ix.ruleset.rules[producer].condition, True, boxes, (*stack, producer))
+            return
+        if isinstance(node, NotOf):
+            yield from self.of(node.not_, not want, boxes, stack)
+            return
+        children = list(node.all if isinstance(node, AllOf) else node.any)  # type: ignore[union-attr]
+        conjunctive = isinstance(node, AllOf) == want
+        if conjunctive:
+            yield from self._chain(children, want, boxes, stack)
+        else:
+            for child in children:
+                yield from self.of(child, want, boxes, stack)
+
+    def _chain(self, children: list[Condition], want: bool, boxes: dict[str, _Box],
+               stack: tuple[str, ...]) -> Iterator[dict[str, _Box]]:
+        if not children:
+            yield boxes
+            return
+        for partial in itertools.islice(self.of(children[0], want, boxes, stack), _MAX_WITNESSES):
+            yield from self._chain(children[1:], want, partial, stack)
+
+    def overrides(self, boxes: dict[str, _Box]) -> dict[str, Value | None] | None:
+        out: dict[str, Value | None] = {}
+        for name, box in boxes.items():
+            ok, value = _pick(self.state.ix.kb.facts.get(name), box)
+            if not ok:
+                return None
+            out[name] = value
+        return out
+
+
+@dataclass
+class _Plan:
+    """The planner's view of one state: the answer now, every probe, and the ranked questions."""
+
+    state: _State
+    probes: list[_Probe] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    minor: dict[str, float] = field(default_factory=dict)  # scorecard-only value
+    credited: dict[str, list[tuple[float, _Probe, str]]] = field(default_factory=dict)  # (value, probe, via leaf)
+    settled_soundly: bool = False
+    ranked: list[str] = field(default_factory=list)
+
+
+def _what_if(state: _State, overrides: Mapping[str, Value | None]) -> _Answer | None:
+    observed = dict(state.answers)
+    dropped = [name for name, value in overrides.items() if value is None]
+    for name, value in overrides.items():
+        if value is None:
+            observed.pop(name, None)
+        else:
+            observed[name] = value
+    try:
+        facts = derive_values(observed, state.ix.kb)
+    except (ArithmeticError, ValueError, KeyError):
+        return None
+    for name in dropped:
+        facts.pop(name, None)
+    return _answer_of(state.ix, facts)
+
+
+_DERIVATION_INPUTS = tuple((d, frozenset(d.inputs)) for d in DERIVATIONS)
+
+
+def derive_values(observed: Mapping[str, Value], kb: KnowledgeBase) -> dict[str, Value]:
+    """The observed facts with every derived value, as `expert.derive.derive` computes them (same order, observed
+    values never overwritten), without the provenance records or the consistency check: what-if probes need values."""
+    facts: dict[str, Value] = dict(observed)
+    for d, inputs in _DERIVATION_INPUTS:
+        if d.output in facts or not inputs <= facts.keys():
+            continue
+        result = d.compute(facts, kb)
+        if result is not None:
+            facts[d.output] = result.value
+    return facts
+
+
+def _plan(state: _State) -> _Plan:
+    plan = _Plan(state)
+    ix = state.ix
+    live_decisive = [lr for lr in ix.rules if lr.id in state.live and lr.id in ix.relevant]
+    if not live_decisive:
+        plan.settled_soundly = True
+        return plan
+    cache: dict[tuple[tuple[str, Value | None], ...], _Answer | None] = {}
+
+    def answer_for(overrides: Mapping[str, Value | None]) -> _Answer | None:
+        key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
+        if key not in cache:
+            cache[key] = _what_if(state, overrides)
+        return cache[key]
+
+    def run(kind: Literal["leaf", "rule", "regime"], condition: str, overrides: dict[str, Value | None],
+            rules: tuple[str, ...] = (), subject: str | None = None, regions: int = 1) -> None:
+        answer = answer_for(overrides)
+        if answer is None:
+            return
+        if kind != "leaf" and _weight(state.now, answer)[0]:
+            # keep only the overrides the change needs, so that facts along for the ride earn no credit
+            for name in list(overrides):
+                if len(overrides) == 1:
+                    break
+                trial = {k: v for k, v in overrides.items() if k != name}
+                smaller = answer_for(trial)
+                if smaller is not None and _weight(state.now, smaller)[0]:
+                    overrides, answer = trial, smaller
+            condition = condition.format(_describe(state, overrides))
+        elif kind != "leaf":
+            condition = condition.format(_describe(state, overrides))
+        key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
+        plan.probes.append(_Probe(kind, condition, key, answer, rules, subject, regions))
+
+    for leaf in state.open_leaves():
+        regions = _regions(ix, leaf)
+        for label, value in regions:
+            run("leaf", label, {leaf: value}, tuple(ix.readers.get(leaf, [])), leaf, len(regions))
+    witness = _Witness(state)
+    by_regime: dict[str, list[LoadedRule]] = {}
+    for lr in live_decisive:
+        if lr.id in state.now.fired or not _decisive(lr):
+            continue
+        if lr.rule.then.bottleneck:
+            by_regime.setdefault(lr.rule.then.bottleneck.regime, []).append(lr)
+        for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)), _MAX_WITNESSES):
+            overrides = witness.overrides(boxes)
+            if overrides:
+                run("rule", f"if rule {lr.id} fired ({{}})", overrides, (lr.id,))
+                break
+    for regime, rules in by_regime.items():
+        if len(rules) < 2:
+            continue
+        merged: dict[str, _Box] = {}
+        used: list[str] = []
+        for lr in sorted(rules, key=lambda r: -ix.kb.regimes.strengths[r.rule.then.bottleneck.strength]):  # type: ignore[union-attr]
+            found = next(iter(itertools.islice(witness.of(lr.condition, True, merged, (lr.id,)), 1)), None)
+            if found is not None:
+                merged = found
+                used.append(lr.id)
+        overrides = witness.overrides(merged) if len(used) > 1 else None
+        if overrides:
+            run("regime", f"if the rules voting {regime} fired ({{}})", overrides, tuple(used))
+    _credit(plan)
+    return plan
+
+
+def _describe(state: _State, overrides: Mapping[str, Value | None]) -> str:
+    parts = []
+    for name, value in overrides.items():
+        parts.append(f"{name} unknown" if value is None else f"{name} = {_fmt(state.ix.kb.facts.get(name), value)}")
+    return ", ".join(parts)
+
+
+def _weight(before: _Answer, after: _Answer) -> tuple[float, float]:
+    """(decisive weight, scorecard-only weight) of a probe's answer against the answer now."""
+    weight = 0.0
+    if after.verdict != before.verdict:
+        weight += _VERDICT_WEIGHT
+    if after.recommended != before.recommended:
+        weight += _RECOMMEND_WEIGHT
+    minor = _SCORECARD_WEIGHT if after.bands != before.bands else 0.0
+    return weight, minor
+
+
+def _credit(plan: _Plan) -> None:
+    state = plan.state
+    for probe in plan.probes:
+        weight, minor = _weight(state.now, probe.answer)
+        if weight == 0 and minor == 0:
+            continue
+        share = 1.0 / probe.regions if probe.kind == "leaf" else 1.0 / max(1, len(probe.leaves))
+        routes = [frozenset[str]()]
+        for leaf in sorted(probe.leaves):
+            routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
+        credit: dict[str, float] = {}
+        for route in routes:
+            for fact in route:
+                credit[fact] = max(credit.get(fact, 0.0), 1.0 / len(route))
+        for fact, c in credit.items():
+            if weight:
+                link = next((leaf for leaf in sorted(probe.leaves) if any(fact in r for r in state.routes(leaf))), fact)
+                plan.scores[fact] = plan.scores.get(fact, 0.0) + weight * share * c
+                plan.credited.setdefault(fact, []).append((weight * share * c, probe, link))
+            else:
+                plan.minor[fact] = plan.minor.get(fact, 0.0) + minor * share * c
+    ix = state.ix
+    candidates = [f for f in plan.scores if state.askable_open(f)]
+
+    def key(fact: str) -> tuple[int, float, int, int]:
+        spec = ix.kb.facts[fact]
+        first = 0 if spec.ask_first else 1
+        priority = 0.0 if spec.ask_first else -(plan.scores[fact] + plan.minor.get(fact, 0.0)) / spec.cost
+        return first, priority, spec.cost, ix.order[fact]
+
+    plan.ranked = sorted(candidates, key=key)
+
+
+# ---- formatting ----------------------------------------------------------------------------------------------------
+
+
+def _fmt(spec: FactSpec | None, value: object) -> str:
+    if isinstance(value, float) and spec is not None and spec.type == "fraction":
+        pct = value * 100
+        return f"{pct:.0f}%" if abs(pct - round(pct)) < 1e-9 else f"{pct:.3g}%"
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    if spec is not None and spec.unit and spec.type in ("number", "integer") and not isinstance(value, str):
+        return f"{text} {spec.unit}" if spec.unit not in ("ratio",) else text
+    return text
+
+
+def _show(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ---- the consultation ----------------------------------------------------------------------------------------------
+
+
+class Consultation:
+    """A guided consultation: `next_question()`, then `answer()` / `unknown()` until it returns None.
+
+    >>> c = Consultation()
+    >>> q = c.next_question()
+    >>> q.fact
+    'hardware'
+    >>> _ = c.answer("hardware", "h100-sxm")
+    >>> c.status().questions_asked
+    1
+    """
+
+    def __init__(self, expert: Expert | None = None, *, known: Mapping[str, Any] | None = None) -> None:
+        if expert is None:
+            from . import default_expert
+
+            expert = default_expert()
+        self.expert = expert
+        self._ix = _index(expert)
+        self._turns: list[Turn] = []
+        self._created = _now()
+        self._updated = self._created
+        self._pending: Question | None = None
+        self._stopped_by_user: str | None = None
+        self._cache: tuple[int, _State, _Plan] | None = None
+        self._version = 0
+        for name, raw in (known or {}).items():
+            if is_unknown(raw):
+                self.unknown(name)
+            else:
+                self.answer(name, raw)
+
+    # state ----------------------------------------------------------------------------------------------------------
+
+    @property
+    def transcript(self) -> list[Turn]:
+        """Every turn so far, in order, undone ones included (marked)."""
+        return [t.model_copy() for t in self._turns]
+
+    @property
+    def answers(self) -> dict[str, Value]:
+        """The current answers (canonical values), in the order given."""
+        return self._replay()[0]
+
+    @property
+    def unknowns(self) -> list[str]:
+        return sorted(self._replay()[1])
+
+    @property
+    def questions_asked(self) -> int:
+        """Questions the session asked and the user answered (values or unknown), not counting undone ones."""
+        return sum(1 for t in self._turns if t.asked and not t.undone)
+
+    def _replay(self) -> tuple[dict[str, Value], set[str]]:
+        answers: dict[str, Value] = {}
+        unknowns: set[str] = set()
+        for turn in self._turns:
+            if turn.undone:
+                continue
+            if turn.value is None:
+                for name in turn.closes or [turn.fact]:
+                    answers.pop(name, None)
+                    unknowns.add(name)
+            else:
+                answers.pop(turn.fact, None)
+                answers[turn.fact] = turn.value
+                unknowns.discard(turn.fact)
+        return answers, unknowns
+
+    def _analysis(self) -> tuple[_State, _Plan]:
+        if self._cache is None or self._cache[0] != self._version:
+            answers, unknowns = self._replay()
+            state = _State(self._ix, answers, unknowns)
+            self._cache = (self._version, state, _plan(state))
+        return self._cache[1], self._cache[2]
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._updated = _now()
+        self._pending = None
+
+    # asking ---------------------------------------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the session has no more questions (None while it has)."""
+        if self._stopped_by_user:
+            return self._stopped_by_user
+        state, plan = self._analysis()
+        if plan.ranked:
+            return None
+        return self._why_stopped(state, plan)
+
+    def _why_stopped(self, state: _State, plan: _Plan) -> str:
+        verdict = state.now.verdict
+        title = self._ix.kb.regimes.regimes[verdict].title if verdict else "undecided"
+        n_rec = len(state.now.recommended)
+        what = f"the verdict ({title}) and the {n_rec} recommendation{'s' if n_rec != 1 else ''}"
+        if plan.settled_soundly:
+            return (f"no question left can change {what}: every rule that could still fire or stop firing "
+                    "only adds findings, axis notes or measurements")
+        others = sorted({f for p in plan.probes for f in p.leaves if state.askable_open(f)})
+        tail = f" ({len(others)} other facts could only add detail)" if others else ""
+        return f"no single answer to the remaining questions can change {what}{tail}"
+
+    def next_question(self) -> Question | None:
+        """The most valuable question now, or None when no answer can change the verdict or the recommendations."""
+        if self._stopped_by_user:
+            return None
+        state, plan = self._analysis()
+        if not plan.ranked:
+            return None
+        fact, gated = self._choose(state, plan)
+        self._pending = self._question(state, plan, fact, gated)
+        return self._pending
+
+    def _choose(self, state: _State, plan: _Plan) -> tuple[str, str | None]:
+        """The best-ranked fact; a cheap context fact tested together with it goes first (workload before phase)."""
+        ix = self._ix
+        best = plan.ranked[0]
+        spec = ix.kb.facts[best]
+        if spec.ask_first:
+            for gate in ix.askable:
+                if ix.order[gate] >= ix.order[best]:
+                    break
+                gate_spec = ix.kb.facts[gate]
+                if (gate_spec.ask_first and gate_spec.cost <= spec.cost and gate in ix.conjoined.get(best, ())
+                        and state.askable_open(gate)):
+                    return gate, best
+        return best, None
+
+    def _question(self, state: _State, plan: _Plan, fact: str, gated: str | None = None) -> Question:
+        ix = self._ix
+        spec = ix.kb.facts[fact]
+        credited = sorted(plan.credited.get(fact, []) or plan.credited.get(gated or "", []), key=lambda c: -c[0])
+        effects = _dedupe([self._effect(state, p) for _, p, _ in credited])
+        rules = sorted({r for _, p, _ in credited for r in p.rules})
+        if gated is not None:
+            why = (f"a cheap context question asked before {gated}: the rules that need {gated} also test {fact}, "
+                   f"so its answer decides whether {gated} matters")
+            effects = []
+        else:
+            why = self._reason(state, fact, credited)
+        tool = ix.tool_of.get(fact)
+        group = [f for f in ix.askable if tool and f != fact and ix.tool_of.get(f) == tool and state.askable_open(f)]
+        return Question(
+            number=self.questions_asked + 1, fact=fact, text=spec.question or spec.description,
+            unit=spec.unit if spec.type in ("number", "integer") else ("fraction" if spec.type == "fraction" else None),
+            choices=spec.choices if spec.type == "enum" else None, example=spec.example, accepted=spec.range_text(),
+            why=why, effects=effects[:6], rules=rules, measure=self._measure(fact),
+            group=ix.kb.tools.tools[tool].name if tool and group else None, group_facts=group,
+            ask_first=spec.ask_first, cost=spec.cost, score=round(plan.scores.get(fact, 0.0), 4),
+        )
+
+    def _reason(self, state: _State, fact: str, credited: list[tuple[float, _Probe, str]]) -> str:
+        """One sentence: what the best what-if involving this fact would change, and how the fact gets there."""
+        if not credited:
+            return "its answer can change the verdict or the recommendations"
+        if self._ix.kb.facts[fact].ask_first:
+            leaves = list(dict.fromkeys(link for _, _, link in credited))
+            if fact in leaves:
+                return "a cheap context question, asked first: the rules test it directly"
+            return ("a cheap context question, asked first: the rules need it to work out "
+                    + ", ".join(leaves[:4]))
+        _, probe, link = credited[0]
+        effect = self._effect(state, probe).text()
+        if link == fact:
+            return effect
+        return f"it is needed to work out {link} ({self._formula(fact, link)}); {effect}"
+
+    def _formula(self, fact: str, output: str) -> str:
+        """The formula of the first derivation of `output` that (transitively) reads `fact`."""
+
+        def reads(d: Derivation, depth: int = 0) -> bool:
+            return fact in d.inputs or (depth < 6 and any(
+                reads(inner, depth + 1) for name in d.inputs for inner in self._ix.derivations.get(name, [])))
+
+        found = next((d for d in self._ix.derivations.get(output, []) if reads(d)), None)
+        return f"{output} = {found.formula}" if found else output
+
+    def _effect(self, state: _State, probe: _Probe) -> Effect:
+        kb = self._ix.kb
+        before, after = state.now, probe.answer
+        bands = zip(kb.scorecard.metrics, before.bands, after.bands, strict=True)
+        scorecard = [f"{m.id}: {b} -> {a}" for m, b, a in bands if a != b]
+        fired = sorted((after.fired - before.fired) | (before.fired - after.fired))
+        decisive = [r for r in fired if r in self._ix.decisive] or fired
+        return Effect(condition=f"if {probe.condition}" if probe.kind == "leaf" else probe.condition,
+                      verdict_before=before.verdict, verdict_after=after.verdict,
+                      added=sorted(after.recommended - before.recommended),
+                      removed=sorted(before.recommended - after.recommended), scorecard=scorecard,
+                      rules=decisive[:4])
+
+    def _measure(self, fact: str) -> str | None:
+        kb = self._ix.kb
+        spec = kb.facts[fact]
+        m = kb.tools.measurements.get(spec.measure or fact)
+        return f"{kb.tools.tools[m.tool].name}: {m.how}" if m else None
+
+    def _via(self, state: _State, fact: str) -> list[str]:
+        """The derived quantities this fact feeds, as formulas ("io_overhead = data_wait_s / step_time_s")."""
+        out: list[str] = []
+        frontier = [fact]
+        seen = {fact}
+        while frontier:
+            name = frontier.pop(0)
+            for d in DERIVATIONS:
+                if name in d.inputs and d.output not in seen:
+                    seen.add(d.output)
+                    if d.output in self._ix.tests or d.output in self._ix.readers:
+                        out.append(f"{d.output} = {d.formula}")
+                    frontier.append(d.output)
+        return out
+
+    # answering ------------------------------------------------------------------------------------------------------
+
+    def _spec(self, fact: str) -> FactSpec:
+        import difflib
+
+        spec = self._ix.kb.facts.get(fact)
+        if spec is None:
+            close = difflib.get_close_matches(fact, list(self._ix.kb.facts), n=3, cutoff=0.6)
+            raise ObservationError([Problem(fact, "unknown fact", f"did you mean {', '.join(close)}?" if close
+                                            else "see knowledge_base/facts.yaml for the vocabulary")])
+        if not spec.askable:
+            raise ObservationError([Problem(fact, "is derived by the expert and cannot be given",
+                                            "give its inputs instead")])
+        return spec
+
+    def _reason_for(self, fact: str) -> tuple[str, bool, str]:
+        """(question text, asked?, reason) for a turn about `fact`."""
+        pending = self._pending
+        spec = self._ix.kb.facts[fact]
+        if pending is not None and pending.fact == fact:
+            return pending.text, True, pending.why
+        return spec.question or spec.description, False, "volunteered by the user"
+
+    def answer(self, fact: str, value: Any, *, raw: str | None = None) -> Turn:
+        """Record an answer; "unknown"/"skip" mean unknown. Raises ObservationError (naming the accepted range)."""
+        spec = self._spec(fact)
+        if value is None or is_unknown(value):
+            return self.unknown(fact)
+        try:
+            canonical = convert(spec, value, self._ix.kb)
+        except ValueError as exc:
+            raise ObservationError([Problem(fact, str(exc), f"accepted: {spec.range_text()}")],
+                                   title="that answer is not valid") from exc
+        answers, _ = self._replay()
+        trial = {**answers, fact: canonical}
+        check_consistency(trial)
+        question, asked, reason = self._reason_for(fact)
+        turn = Turn(step=len(self._turns) + 1, fact=fact, question=question, reason=reason, asked=asked,
+                    raw=raw if raw is not None else str(value), value=canonical)
+        return self._record(turn)
+
+    def unknown(self, fact: str, *, whole_group: bool = False) -> Turn:
+        """Record that the user does not know `fact` (with `whole_group`, nor anything its tool measures)."""
+        self._spec(fact)
+        closes = [fact]
+        if whole_group:
+            tool = self._ix.tool_of.get(fact)
+            if tool:
+                state, _ = self._analysis()
+                closes += [f for f in self._ix.askable if f != fact and self._ix.tool_of.get(f) == tool
+                           and state.askable_open(f)]
+        question, asked, reason = self._reason_for(fact)
+        turn = Turn(step=len(self._turns) + 1, fact=fact, question=question, reason=reason, asked=asked,
+                    raw="unknown" if not whole_group else "no-tool", value=None, closes=closes)
+        return self._record(turn)
+
+    def _record(self, turn: Turn) -> Turn:
+        self._turns.append(turn)
+        self._stopped_by_user = None
+        self._changed()
+        state, _ = self._analysis()
+        turn.verdict_after = state.now.verdict
+        return turn.model_copy()
+
+    def undo(self) -> Turn | None:
+        """Take back the last answer still in force; returns it (marked undone), or None when there is none."""
+        for turn in reversed(self._turns):
+            if not turn.undone:
+                turn.undone = True
+                self._stopped_by_user = None
+                self._changed()
+                return turn.model_copy()
+        return None
+
+    def stop(self, reason: str = "stopped by the user before every question was settled") -> None:
+        """End the session early (the report then rests on what is known); any later answer resumes it."""
+        self._stopped_by_user = reason
+        self._changed()
+
+    # explaining -----------------------------------------------------------------------------------------------------
+
+    def why(self, fact: str | None = None) -> Why:
+        """Why a fact is (or would be) asked: the hypotheses, the rules that need it, what each answer would mean."""
+        if fact is None:
+            pending = self._pending or self.next_question()
+            if pending is None:
+                raise ObservationError([Problem("why", "there is no open question", "name a fact: why FACT")])
+            fact = pending.fact
+        spec = self._spec(fact)
+        state, plan = self._analysis()
+        ix = self._ix
+        via = self._via(state, fact)
+        through = {fact} | {line.split(" = ", 1)[0] for line in via}
+        needs: list[RuleNeed] = []
+        for lr in ix.rules:
+            used = set(facts_used(lr.condition))
+            if not used & through:
+                continue
+            if lr.id not in state.live and lr.id not in state.now.fired:
+                continue
+            trace: list[LeafTrace] = []
+            outcome = evaluate(lr.condition, state.facts, state.now.findings, trace)
+            needs.append(RuleNeed(rule_id=lr.id, title=lr.rule.title, outcome=outcome,
+                                  concludes=_concludes(self._ix, lr), tests=[t.describe() for t in trace]))
+        effects = [self._effect(state, p) for _, p, _ in sorted(plan.credited.get(fact, []), key=lambda c: -c[0])]
+        for probe in plan.probes:  # the regions of the fact itself that change nothing, for completeness
+            if probe.kind == "leaf" and probe.subject in through and _weight(state.now, probe.answer)[0] == 0:
+                effects.append(self._effect(state, probe))
+        effects = _dedupe(effects)
+        known = {name: _fmt(ix.kb.facts.get(name), value) for name, value in state.answers.items()}
+        if fact in state.answers:
+            goal = f"It is already answered ({known[fact]}); a different answer would be weighed like this."
+        elif fact in state.unknowns:
+            goal = "It is recorded as unknown."
+        elif plan.scores.get(fact):
+            goal = "Its answer can still change the verdict or the recommendations."
+        else:
+            goal = "No answer to it can change the verdict or the recommendations now."
+        return Why(fact=fact, question=spec.question or spec.description, goal=goal,
+                   hypotheses=self._hypotheses(state), rules=needs, via=via, known=known, effects=effects[:8],
+                   measure=self._measure(fact))
+
+    def _hypotheses(self, state: _State) -> list[str]:
+        regimes = self._ix.kb.regimes.regimes
+        out = [f"{regimes[r].title} ({strength}, score {score})" for r, strength, score in state.now.candidates]
+        return out
+
+    def status(self) -> Status:
+        """The leading hypotheses, what is known and unknown, and how far the session has come."""
+        state, _ = self._analysis()
+        ix = self._ix
+        votes = [ix.ruleset.rules[r].rule.then.bottleneck for r in state.live if r not in state.now.fired]
+        possible = sorted({vote.regime for vote in votes if vote is not None})
+        verdict = state.now.verdict
+        return Status(
+            verdict=verdict, verdict_title=ix.kb.regimes.regimes[verdict].title if verdict else None,
+            hypotheses=self._hypotheses(state), possible=possible, recommended=sorted(state.now.recommended),
+            answered={n: _fmt(ix.kb.facts.get(n), v) for n, v in state.answers.items()},
+            unknown=sorted(state.unknowns), questions_asked=self.questions_asked,
+            finished=self.finished, stop_reason=self.stop_reason,
+        )
+
+    # results --------------------------------------------------------------------------------------------------------
+
+    def observations(self) -> Observations:
+        """The answers as Observations (source "consultation")."""
+        return Observations(facts={n: Observation(value=v, source=_SOURCE) for n, v in self.answers.items()})
+
+    def report(self) -> Report:
+        """The diagnosis of everything answered so far: the same Report `expert.diagnose` gives on these facts."""
+        return self.expert.diagnose(self.observations())
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The session as JSON (every turn, undone ones included); `Consultation.from_json` continues it."""
+        state, _ = self._analysis()
+        data = SessionFile(created=self._created, updated=self._updated, turns=self._turns,
+                           finished=self.finished, stop_reason=self.stop_reason,
+                           stopped_by_user=self._stopped_by_user is not None, verdict=state.now.verdict,
+                           questions_asked=self.questions_asked)
+        return data.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, expert: Expert | None = None, *, where: str = "session") -> Consultation:
+        """Continue a saved session; every saved answer is validated again against the vocabulary."""
+        try:
+            data = SessionFile.model_validate_json(text)
+        except ValidationError as exc:
+            problems = [Problem(f"{where}: {'.'.join(str(p) for p in e['loc']) or 'top level'}", e["msg"])
+                        for e in exc.errors()[:8]]
+            raise ObservationError(problems, title="cannot read the saved consultation") from exc
+        consultation = cls(expert)
+        consultation._created = data.created
+        bad: list[Problem] = []
+        for turn in data.turns:
+            spec = consultation._ix.kb.facts.get(turn.fact)
+            if spec is None or not spec.askable:
+                bad.append(Problem(f"{where}: turn {turn.step}", f"{turn.fact!r} is not an askable fact"))
+                continue
+            if turn.value is not None:
+                try:
+                    turn.value = convert(spec, turn.value, consultation._ix.kb)
+                except ValueError as exc:
+                    bad.append(Problem(f"{where}: turn {turn.step} ({turn.fact})", str(exc),
+                                            f"accepted: {spec.range_text()}"))
+            consultation._turns.append(turn.model_copy())
+        if bad:
+            raise ObservationError(bad, title="the saved consultation does not fit the fact vocabulary")
+        try:
+            check_consistency(consultation._replay()[0])
+        except ObservationError as exc:
+            raise ObservationError([Problem(f"{where}: {p.where}", p.message, p.hint) for p in exc.problems],
+                                   title="the saved consultation contradicts itself") from exc
+        if data.stopped_by_user:
+            consultation._stopped_by_user = data.stop_reason or "stopped by the user"
+        consultation._updated = data.updated
+        consultation._version += 1
+        return consultation
+
+    def transcript_markdown(self) -> str:
+        """The transcript as a Markdown section (for exports)."""
+        lines = ["## Consultation transcript", ""]
+        for t in self._turns:
+            shown = "unknown" if t.value is None else _fmt(self._ix.kb.facts.get(t.fact), t.value)
+            extra = f" (also unknown: {', '.join(f for f in t.closes if f != t.fact)})" if len(t.closes) > 1 else ""
+            strike = "~~" if t.undone else ""
+            lines.append(f"{t.step}. {strike}**{t.fact}** — {t.question} → `{shown}`{extra}{strike}"
+                         + (" (undone)" if t.undone else ""))
+            lines.append(f"   - why asked: {t.reason}")
+        if not self._turns:
+            lines.append("No questions were answered.")
+        reason = self.stop_reason
+        if reason:
+            lines += ["", f"Stopped: {reason}."]
+        return "\n".join(lines) + "\n"
+
+
+def _concludes(ix: _Index, lr: LoadedRule) -> str:
+    then = lr.rule.then
+    parts: list[str] = []
+    if then.bottleneck:
+        parts.append(f"votes {then.bottleneck.regime} ({then.bottleneck.strength})")
+    if then.recommend:
+        parts.append("recommends " + ", ".join(r.id for r in then.recommend))
+    if then.waste:
+        parts.append("rules out " + ", ".join(w.id for w in then.waste))
+    if then.finding:
+        parts.append(f"concludes {then.finding.id}")
+    if then.axis:
+        parts.append(f"points at the {then.axis.axis} axis")
+    if then.measure and not parts:
+        parts.append("asks to measure " + ", ".join(then.measure))
+    return "; ".join(parts) or "nothing"
+
+
+def _dedupe(effects: Sequence[Effect]) -> list[Effect]:
+    out: list[Effect] = []
+    seen: set[str] = set()
+    for e in effects:
+        if e.condition not in seen:
+            seen.add(e.condition)
+            out.append(e)
+    return out
+
+
+def play(answers: Mapping[str, Any], expert: Expert | None = None, *, max_questions: int = 200) -> Consultation:
+    """Run a whole consultation from a mapping of answers ("unknown" for every fact it lacks), as a script would."""
+    consultation = Consultation(expert)
+    for _ in range(max_questions):
+        question = consultation.next_question()
+        if question is None:
+            break
+        raw = answers.get(question.fact)
+        if raw is None or is_unknown(raw):
+            consultation.unknown(question.fact)
+        else:
+            consultation.answer(question.fact, raw)
+    return consultation
+
+
+__all__ = ["Consultation", "Effect", "Question", "RuleNeed", "SessionFile", "Status", "Turn", "Why", "play"]

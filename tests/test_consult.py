@@ -1,0 +1,354 @@
+"""The guided consultation as a library: question choice, answers, undo, why, status, saving, and the measured
+property of issue 4 (answering only the questions asked reaches the verdict and recommendations of the full facts)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from strategies import observations
+
+import expert
+from expert._resources import data_dir, examples_dir
+from expert.consult import Consultation, _answer_of, _index, derive_values, play
+from expert.derive import derive
+from expert.errors import ObservationError
+from expert.observation_file import read_observation_file
+from expert.ruletests import load_rule_tests
+
+EXPERT = expert.default_expert()
+KB = EXPERT.kb
+ASKABLE = [name for name, spec in KB.facts.items() if spec.askable]
+EXAMPLES = {p.stem: dict(read_observation_file(p).observations) for p in sorted(examples_dir().glob("*.yaml"))}
+RULE_CASES = {f"{path.stem.removesuffix('.test')}::{case.name}": dict(case.facts)
+              for path, tf in load_rule_tests([data_dir("rules")]) for case in tf.cases}
+CASES = {**{f"example::{k}": v for k, v in EXAMPLES.items()}, **RULE_CASES}
+
+
+def outcome(report: expert.Report) -> tuple[str | None, set[str]]:
+    return report.bottleneck, {r.id for r in report.recommended}
+
+
+def summary(report: expert.Report) -> dict[str, Any]:
+    """What "the same report" means for the consultation: verdict, findings, recommended, wasted, scorecard."""
+    return {
+        "bottleneck": report.bottleneck,
+        "candidates": [(c.regime, c.strength, c.score) for c in report.candidates],
+        "findings": [f.id for f in report.findings],
+        "recommended": [r.id for r in report.recommended],
+        "wasted": [w.id for w in report.wasted],
+        "scorecard": [(row.id, row.value, row.band) for row in report.scorecard],
+    }
+
+
+def answer_from(c: Consultation, facts: dict[str, Any]) -> None:
+    """Answer the current question from `facts` ("unknown" for a fact they lack)."""
+    q = c.next_question()
+    assert q is not None
+    if q.fact in facts:
+        c.answer(q.fact, facts[q.fact])
+    else:
+        c.unknown(q.fact)
+
+
+# ---- the measured property ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("facts", list(CASES.values()), ids=list(CASES))
+def test_questions_asked_reach_the_full_diagnosis(facts: dict[str, Any]) -> None:
+    full = EXPERT.diagnose(facts)
+    c = play(facts)
+    assert c.next_question() is None and c.finished
+    assert outcome(c.report()) == outcome(full), c.to_json()
+    assert c.questions_asked < len(ASKABLE), "a consultation that asks everything chose nothing"
+    asked = [t.fact for t in c.transcript]
+    assert len(asked) == len(set(asked)), f"a fact was asked twice: {asked}"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(observations())
+def test_random_cases_reach_the_full_diagnosis(facts: dict[str, Any]) -> None:
+    try:
+        full = EXPERT.diagnose(facts)
+    except ObservationError:
+        assume(False)
+        raise
+    assert outcome(play(facts).report()) == outcome(full)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(observations(max_facts=10), st.randoms(use_true_random=False), st.data())
+def test_any_order_of_answers_gives_the_report_of_the_same_facts(facts: dict[str, Any], rng: Any,
+                                                                 data: st.DataObject) -> None:
+    try:
+        expected = EXPERT.diagnose(facts)
+    except ObservationError:
+        assume(False)
+        raise
+    c = Consultation()
+    order = list(facts)
+    rng.shuffle(order)
+    noise = [name for name in ASKABLE if name not in facts]
+    for name in order:
+        if noise and data.draw(st.booleans(), label="detour"):  # an unknown, or a value taken back, on the way
+            extra = data.draw(st.sampled_from(noise), label="other fact")
+            c.unknown(extra)
+            if data.draw(st.booleans(), label="take it back"):
+                c.undo()
+        c.answer(name, facts[name])
+    unknown_later = [n for n in c.unknowns if n not in facts]
+    assert set(c.answers) == set(facts)
+    assert all(n not in facts for n in unknown_later)
+    assert summary(c.report()) == summary(expected)
+
+
+# ---- the planner agrees with the diagnosis it predicts --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES) + list(RULE_CASES)[::3])
+def test_fast_answer_agrees_with_the_report(name: str) -> None:
+    facts = CASES.get(f"example::{name}", RULE_CASES.get(name))
+    assert facts is not None
+    obs = EXPERT.observations(facts).values()
+    values = derive_values(obs, KB)
+    assert values == {**obs, **{n: d.value for n, d in derive(obs, KB).items()}}
+    report = EXPERT.diagnose(facts)
+    quick = _answer_of(_index(EXPERT), values)
+    assert (quick.verdict, set(quick.recommended)) == outcome(report)
+    assert list(quick.bands) == [row.band for row in report.scorecard]
+    assert set(quick.fired) == {e.rule_id for e in report.evaluations if e.fired}
+
+
+# ---- asking ---------------------------------------------------------------------------------------------------------
+
+
+def test_first_question_is_cheap_context_in_plain_words() -> None:
+    q = Consultation().next_question()
+    assert q is not None
+    spec = KB.facts[q.fact]
+    assert spec.ask_first and q.number == 1
+    assert q.text == spec.question and q.example == spec.example
+    assert q.why.startswith("a cheap context question")
+    assert q.example is not None and q.example in q.prompt()
+
+
+def test_workload_is_asked_before_phase_and_training_drops_phase() -> None:
+    c = Consultation()
+    asked = []
+    for value in ["h100-sxm", "bf16"]:
+        q = c.next_question()
+        assert q is not None
+        asked.append(q.fact)
+        c.answer(q.fact, value)
+    q = c.next_question()
+    assert q is not None and q.fact == "workload", asked
+    assert "phase" in q.why
+    c.answer("workload", "training")
+    seen = []
+    while (q := c.next_question()) is not None:
+        seen.append(q.fact)
+        c.unknown(q.fact)
+    assert "phase" not in seen
+
+
+def test_inference_asks_phase() -> None:
+    c = Consultation(known={"hardware": "h100-sxm", "dtype": "bf16", "workload": "inference"})
+    q = c.next_question()
+    assert q is not None and q.fact == "phase"
+    assert q.choices == ["prefill", "decode"]
+
+
+@pytest.mark.parametrize(("fact", "raw", "value"), [
+    ("gpu_util", "62%", 0.62), ("gpu_util", "0.62", 0.62), ("achieved_bandwidth", "3.35 TB/s", 3350.0),
+    ("step_time_s", "12 ms", 0.012), ("model_params", "7B", 7e9), ("hardware", "NVIDIA H100 80GB HBM3", "h100-sxm"),
+])
+def test_answers_accept_units_and_percentages(fact: str, raw: str, value: Any) -> None:
+    c = Consultation()
+    turn = c.answer(fact, raw)
+    assert turn.raw == raw
+    assert c.answers[fact] == pytest.approx(value) if isinstance(value, float) else c.answers[fact] == value
+
+
+@pytest.mark.parametrize("word", ["unknown", "skip", "Unknown ", "n/a"])
+def test_unknown_words_record_unknown(word: str) -> None:
+    c = Consultation()
+    q = c.next_question()
+    assert q is not None
+    turn = c.answer(q.fact, word)
+    assert turn.value is None and q.fact in c.unknowns and q.fact not in c.answers
+    assert turn.asked and turn.reason == q.why
+    nxt = c.next_question()
+    assert nxt is not None and nxt.fact != q.fact
+
+
+@pytest.mark.parametrize(("fact", "raw", "needles"), [
+    ("gpu_util", "162", ["above 1", "62%"]),
+    ("gpu_util", "fast", ["not a number", "fraction in [0, 1]"]),
+    ("step_time_s", "12 parsecs", ["unknown unit"]),
+    ("batch_size", "0", ["out of range", "integer in [1"]),
+    ("dtype", "fp64", ["not one of", "bf16"]),
+    ("hardware", "h1000", ["unknown hardware"]),
+])
+def test_invalid_answers_name_the_accepted_range(fact: str, raw: str, needles: list[str]) -> None:
+    c = Consultation()
+    with pytest.raises(ObservationError) as info:
+        c.answer(fact, raw)
+    text = str(info.value)
+    assert fact in text
+    for needle in needles:
+        assert needle in text
+    assert c.transcript == []
+
+
+def test_derived_and_unknown_facts_are_refused() -> None:
+    c = Consultation()
+    with pytest.raises(ObservationError, match="derived"):
+        c.answer("io_overhead", 0.2)
+    with pytest.raises(ObservationError, match="did you mean gpu_util"):
+        c.answer("gpu_utl", 0.2)
+
+
+def test_contradicting_answers_are_refused() -> None:
+    c = Consultation(known={"step_time_s": "100 ms"})
+    with pytest.raises(ObservationError, match="cannot exceed"):
+        c.answer("data_wait_s", "200 ms")
+    assert "data_wait_s" not in c.answers
+
+
+def test_no_tool_closes_every_fact_its_tool_measures() -> None:
+    c = Consultation()
+    turn = c.unknown("pageable_copy_frac", whole_group=True)
+    tool = _index(EXPERT).tool_of["pageable_copy_frac"]
+    group = {n for n in ASKABLE if _index(EXPERT).tool_of.get(n) == tool}
+    assert set(turn.closes) == group and len(group) > 1
+    assert group <= set(c.unknowns)
+    c.undo()
+    assert not set(c.unknowns) & group
+
+
+# ---- undo, stop, status, why ----------------------------------------------------------------------------------------
+
+
+def test_undo_takes_back_the_last_answer_and_asks_again() -> None:
+    c = Consultation()
+    first = c.next_question()
+    assert first is not None
+    c.answer(first.fact, "h100-sxm")
+    second = c.next_question()
+    assert second is not None and second.fact != first.fact
+    undone = c.undo()
+    assert undone is not None and undone.fact == first.fact and undone.undone
+    assert c.answers == {} and c.questions_asked == 0
+    again = c.next_question()
+    assert again is not None and again.fact == first.fact and again.number == 1
+    assert [t.undone for t in c.transcript] == [True]
+    assert c.undo() is None
+
+
+def test_status_and_stop_reason() -> None:
+    facts = EXAMPLES["data_starved_training"]
+    c = Consultation()
+    while c.status().verdict is None:
+        answer_from(c, facts)
+    status = c.status()
+    assert status.verdict == "input" and status.hypotheses[0].startswith("Input-bound")
+    assert status.answered["data_wait_s"] == "0.12 s"
+    assert "Verdict so far: Input-bound" in status.text()
+    assert not status.finished and status.stop_reason is None
+    while c.next_question() is not None:
+        answer_from(c, facts)
+    assert c.finished and c.status().finished
+    assert c.stop_reason is not None and "can change the verdict (Input-bound" in c.stop_reason
+
+
+def test_stop_by_the_user_and_resume_by_answering() -> None:
+    c = Consultation()
+    c.stop()
+    assert c.next_question() is None and c.stop_reason is not None and "stopped by the user" in c.stop_reason
+    c.answer("gpu_util", "45%")
+    assert c.next_question() is not None
+
+
+def test_why_explains_in_the_mycin_manner() -> None:
+    c = Consultation(known={"hardware": "h100-sxm", "dtype": "bf16", "workload": "training",
+                            "step_time_s": "300 ms"})
+    why = c.why("data_wait_s")
+    assert any(r.rule_id == "input-io-overhead-fail" for r in why.rules)
+    assert any("io_overhead = data_wait_s / step_time_s" in v for v in why.via)
+    assert why.known["step_time_s"] == "0.3 s"
+    assert any(e.verdict_after == "input" for e in why.effects)
+    text = why.text()
+    needles = ("Why ask about data_wait_s", "input-io-overhead-fail", "What each answer would mean", "Known so far")
+    for needle in needles:
+        assert needle in text
+    current = c.next_question()
+    assert current is not None and c.why().fact == current.fact
+
+
+def test_questions_carry_the_tool_that_measures_them() -> None:
+    c = Consultation(known={"hardware": "h100-sxm", "dtype": "bf16", "workload": "training"})
+    for _ in range(12):
+        q = c.next_question()
+        assert q is not None
+        spec = KB.facts[q.fact]
+        if spec.measure:
+            m = KB.tools.measurements[spec.measure]
+            assert q.measure == f"{KB.tools.tools[m.tool].name}: {m.how}"
+        c.unknown(q.fact)
+
+
+def test_a_finished_session_explains_a_fact_it_did_not_need() -> None:
+    c = play(EXAMPLES["healthy_training"])
+    skipped = next(n for n in ASKABLE if n not in c.answers and n not in c.unknowns)
+    assert "No answer to it can change" in c.why(skipped).goal
+
+
+# ---- saving -------------------------------------------------------------------------------------------------------
+
+
+def test_json_round_trip_continues_the_session() -> None:
+    facts = EXAMPLES["llm_decode_batch1"]
+    c = Consultation()
+    for _ in range(5):
+        answer_from(c, facts)
+    c.answer("gpu_util", "97%")  # volunteered
+    c.undo()
+    c.answer("gpu_util", "0.97")
+    data = json.loads(c.to_json())
+    assert data["kind"] == "dam-consultation" and data["questions_asked"] == c.questions_asked
+    restored = Consultation.from_json(c.to_json())
+    assert restored.answers == c.answers and restored.unknowns == c.unknowns
+    assert [t.model_dump() for t in restored.transcript] == [t.model_dump() for t in c.transcript]
+    q1, q2 = c.next_question(), restored.next_question()
+    assert q1 is not None and q2 is not None and q1.fact == q2.fact
+    volunteered = [t for t in restored.transcript if t.fact == "gpu_util"]
+    assert [t.asked for t in volunteered] == [False, False] and volunteered[0].undone
+
+
+def test_saved_stop_is_kept() -> None:
+    c = Consultation(known={"gpu_util": "45%"})
+    c.stop()
+    assert Consultation.from_json(c.to_json()).next_question() is None
+
+
+@pytest.mark.parametrize(("edit", "needles"), [
+    (lambda d: d.update(kind="something-else"), ["kind"]),
+    (lambda d: d["turns"][0].update(value=7.0), ["turn 1", "gpu_util", "above 1"]),
+    (lambda d: d["turns"][0].update(fact="io_overhead"), ["turn 1", "io_overhead", "not an askable fact"]),
+])
+def test_broken_session_files_are_refused_clearly(edit: Any, needles: list[str]) -> None:
+    c = Consultation(known={"gpu_util": "45%"})
+    data = json.loads(c.to_json())
+    edit(data)
+    with pytest.raises(ObservationError) as info:
+        Consultation.from_json(json.dumps(data), where="s.json")
+    for needle in ["s.json", *needles]:
+        assert needle in str(info.value)
+
+
+def test_not_json_is_refused() -> None:
+    with pytest.raises(ObservationError, match="cannot read the saved consultation"):
+        Consultation.from_json("{not json", where="s.json")
