@@ -432,9 +432,6 @@ def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
         more = f" and {len(rules) - 3} more" if len(rules) > 3 else ""
         out.append(MissingFact(fact=fact, question=spec.question or spec.description,
                                why=f"would settle: {titles}{more}", rules=rules))
-        for rule_id in rules:
-            lr = ctx.ruleset.rules[rule_id]
-            ctx.rule_node(lr, fired=False)
     return out
 
 
@@ -475,8 +472,8 @@ def _measurements(
         out[item.fact] = NextMeasurement(fact=item.fact, axis=axis, tool=tool, how=how, why=item.why,
                                          settles=item.rules)
         node = ctx.add_node(f"measurement:{item.fact}", "measurement", f"measure {item.fact}", tool=tool)
-        for rule_id in item.rules:
-            ctx.add_edge(f"rule:{rule_id}", node, "needs")
+        for rule_id in item.rules:  # the undecided rules this measurement would settle join the graph here
+            ctx.add_edge(ctx.rule_node(ctx.ruleset.rules[rule_id], fired=False), node, "needs")
     result = list(out.values())
     # seed Table 4: the tool that confirms the verdict along its axis, then one per other implicated axis
     axes: list[str] = [ctx.kb.regimes.regimes[verdict].confirm_axis] if verdict else []

@@ -3,7 +3,7 @@
 Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/reference/durable-rules-notes.md):
 
 * the default ``Host`` starts timer threads that segfault under concurrency -> ``_QuietHost`` never starts them;
-* ``delete_state`` on a session where no action ran segfaults -> every run asserts a ``done`` fact that a rule consumes;
+* ``delete_state`` on a session where no action ran segfaults -> a no-op rule fires on every observation fact;
 * more than 1,024 live sessions per ruleset crash -> one session per run, deleted in ``finally``, runs serialised;
 * a fact no pattern accepts aborts a batch -> a never-completing ``sink`` join accepts every fact;
 * exceptions inside actions are swallowed into state -> actions catch, record and the run re-raises;
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EngineError
-from ..rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf, RuleSet
+from ..rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf, RuleSet, facts_used
 from .base import EngineResult, Value
 
 _IMPORT_ERROR: str | None = None
@@ -165,6 +165,8 @@ class DurableEngine:
         self._sids = itertools.count()
         self._current: _Run | None = None
         self._max_stratum = ruleset.max_stratum
+        # only facts some rule reads go into the engine (fewer keys to serialise and parse per run)
+        self._read = frozenset(name for lr in ruleset.rules.values() for name in facts_used(lr.condition))
         self._ruleset_name = f"dam_{uuid.uuid4().hex}"
         self._host = _QuietHost()
         self._host.set_rulesets({self._ruleset_name: self._compile(ruleset)})
@@ -174,8 +176,8 @@ class DurableEngine:
         definition: dict[str, Any] = {
             # accepts every fact so no assert is ever "not handled"; the second pattern never matches
             "zz_sink": {"all": [{"a0": {"$ex": {"t": 1}}}, {"a1": {"t": "__never__"}}], "run": lambda c: None},
-            # guarantees an action ran in every session, so delete_state is safe
-            "zz_done": {"all": [{"d": {"t": "done"}}], "run": lambda c: None},
+            # runs an action in every session as soon as the observations arrive, so delete_state is safe
+            "zz_done": {"all": [{"d": {"t": "obs"}}], "run": lambda c: None},
         }
         for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
             finding = lr.rule.then.finding.id if lr.rule.then.finding else None
@@ -219,8 +221,10 @@ class DurableEngine:
 
     def run(self, facts: Mapping[str, Value]) -> EngineResult:
         payload: dict[str, Any] = {"t": "obs"}
+        read = self._read
         for name, value in facts.items():
-            payload[name] = value if isinstance(value, str) else durable_number(value)
+            if name in read:
+                payload[name] = value if isinstance(value, str) else durable_number(value)
         with self._lock:
             sid = f"s{next(self._sids)}"
             run = _Run()
@@ -232,14 +236,13 @@ class DurableEngine:
                 created = True
                 for stratum in range(1, self._max_stratum + 1):
                     state = self._host.assert_fact(name, {"t": "phase", "n": stratum, "sid": sid})
-                state = self._host.assert_fact(name, {"t": "done", "sid": sid})
                 if isinstance(state, dict) and "exception" in state:
                     run.errors.append(str(state["exception"]))
             except Exception as exc:
                 raise EngineError(f"durable-rules failed: {type(exc).__name__}: {exc}") from exc
             finally:
                 self._current = None
-                if created:  # the obs fact made the session; the done rule ran, so deleting is safe
+                if created:  # the obs fact made the session and fired zz_done, so deleting is safe
                     self._host.delete_state(name, sid)
         if run.errors:
             raise EngineError("a rule action failed: " + "; ".join(run.errors))
