@@ -53,6 +53,7 @@ _SCORECARD_WEIGHT = 0.25
 _MAX_ROUTES = 12
 _MAX_WITNESSES = 4
 _MAX_FINDING_DEPTH = 4
+_WHY_RULES = 8
 _SOURCE = "consultation"
 
 
@@ -73,6 +74,7 @@ class Effect(_Model):
     removed: list[str] = []
     scorecard: list[str] = []  # "mfu: n/a -> pass"
     rules: list[str] = []
+    via: str | None = None  # the tested quantity the asked fact feeds ("io_overhead"), when it is not the fact itself
 
     @property
     def changes_answer(self) -> bool:
@@ -92,7 +94,8 @@ class Effect(_Model):
         if not parts:
             parts.append("the verdict and the recommendations would stay as they are")
         rules = f" [{', '.join(self.rules)}]" if self.rules and self.changes_answer else ""
-        return f"{self.condition}: {'; '.join(parts)}{rules}"
+        via = f" (it feeds {self.via})" if self.via else ""
+        return f"{self.condition}{via}: {'; '.join(parts)}{rules}"
 
 
 class Question(_Model):
@@ -1012,8 +1015,9 @@ def _plan(state: _State) -> _Plan:
                 smaller = answer_for(trial)
                 if smaller is not None and _weight(state.now, smaller)[0]:
                     overrides, answer = trial, smaller
-            condition = condition.format(_describe(state, overrides))
-        elif kind != "leaf":
+            if not set(rules) <= answer.fired:  # the change no longer comes from these rules: say only what was set
+                condition = "if " + _describe(state, overrides)
+        if kind != "leaf":
             condition = condition.format(_describe(state, overrides))
         key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
         plan.probes.append(_Probe(kind, condition, key, answer, rules, subject, regions))
@@ -1110,7 +1114,7 @@ def _fmt(spec: FactSpec | None, value: object) -> str:
         pct = value * 100
         return f"{pct:.0f}%" if abs(pct - round(pct)) < 1e-9 else f"{pct:.3g}%"
     text = f"{value:.4g}" if isinstance(value, float) else str(value)
-    if spec is not None and spec.unit and spec.type in ("number", "integer") and not isinstance(value, str):
+    if spec is not None and spec.unit and spec.type == "number" and not isinstance(value, str):
         return f"{text} {spec.unit}" if spec.unit not in ("ratio",) else text
     return text
 
@@ -1265,7 +1269,7 @@ class Consultation:
         ix = self._ix
         spec = ix.kb.facts[fact]
         credited = sorted(plan.credited.get(fact, []) or plan.credited.get(gated or "", []), key=lambda c: -c[0])
-        effects = _dedupe([self._effect(state, p) for _, p, _ in credited])
+        effects = self._effects(state, fact, credited)
         rules = sorted({r for _, p, _ in credited for r in p.rules})
         if gated is not None:
             why = (f"a cheap context question asked before {gated}: the rules that need {gated} also test {fact}, "
@@ -1309,6 +1313,15 @@ class Consultation:
 
         found = next((d for d in self._ix.derivations.get(output, []) if reads(d)), None)
         return f"{output} = {found.formula}" if found else output
+
+    def _effects(self, state: _State, fact: str, credited: list[tuple[float, _Probe, str]]) -> list[Effect]:
+        """The distinct what-ifs behind a fact's value, best first, each naming the quantity the fact feeds."""
+        out: list[Effect] = []
+        for probe in _distinct([p for _, p, _ in credited]):
+            link = next(link for _, p, link in credited if p is probe)
+            effect = self._effect(state, probe)
+            out.append(effect.model_copy(update={"via": link}) if link != fact else effect)
+        return out
 
     def _effect(self, state: _State, probe: _Probe) -> Effect:
         kb = self._ix.kb
@@ -1448,11 +1461,13 @@ class Consultation:
             outcome = evaluate(lr.condition, state.facts, state.now.findings, trace)
             needs.append(RuleNeed(rule_id=lr.id, title=lr.rule.title, outcome=outcome,
                                   concludes=_concludes(self._ix, lr), tests=[t.describe() for t in trace]))
-        effects = [self._effect(state, p) for _, p, _ in sorted(plan.credited.get(fact, []), key=lambda c: -c[0])]
-        for probe in plan.probes:  # the regions of the fact itself that change nothing, for completeness
-            if probe.kind == "leaf" and probe.subject in through and _weight(state.now, probe.answer)[0] == 0:
-                effects.append(self._effect(state, probe))
-        effects = _dedupe(effects)
+        # the rules that decide something and are still undecided first; a handful is enough to answer "why"
+        needs.sort(key=lambda r: (r.rule_id not in ix.decisive, r.outcome != "unknown", r.rule_id))
+        needs = needs[:_WHY_RULES]
+        credited = sorted(plan.credited.get(fact, []), key=lambda c: -c[0])
+        credited += [(0.0, p, p.subject or fact) for p in plan.probes  # regions that change nothing, for completeness
+                     if p.kind == "leaf" and p.subject in through and _weight(state.now, p.answer)[0] == 0]
+        effects = self._effects(state, fact, credited)
         known = {name: _fmt(ix.kb.facts.get(name), value) for name, value in state.answers.items()}
         if fact in state.answers:
             goal = f"It is already answered ({known[fact]}); a different answer would be weighed like this."
@@ -1578,13 +1593,14 @@ def _concludes(ix: _Index, lr: LoadedRule) -> str:
     return "; ".join(parts) or "nothing"
 
 
-def _dedupe(effects: Sequence[Effect]) -> list[Effect]:
-    out: list[Effect] = []
-    seen: set[str] = set()
-    for e in effects:
-        if e.condition not in seen:
-            seen.add(e.condition)
-            out.append(e)
+def _distinct(probes: Sequence[_Probe]) -> list[_Probe]:
+    """Probes in order, each set of what-if values once."""
+    out: list[_Probe] = []
+    seen: set[tuple[tuple[str, Value | None], ...]] = set()
+    for probe in probes:
+        if probe.overrides not in seen:
+            seen.add(probe.overrides)
+            out.append(probe)
     return out
 
 

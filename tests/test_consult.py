@@ -54,7 +54,7 @@ def answer_from(c: Consultation, facts: dict[str, Any]) -> None:
         c.unknown(q.fact)
 
 
-# ---- the measured property ------------------------------------------------------------------------------------------
+# ---- the measured property -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("facts", list(CASES.values()), ids=list(CASES))
@@ -105,7 +105,7 @@ def test_any_order_of_answers_gives_the_report_of_the_same_facts(facts: dict[str
     assert summary(c.report()) == summary(expected)
 
 
-# ---- the planner agrees with the diagnosis it predicts --------------------------------------------------------------
+# ---- the planner agrees with the diagnosis it predicts -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES) + list(RULE_CASES)[::3])
@@ -122,7 +122,7 @@ def test_fast_answer_agrees_with_the_report(name: str) -> None:
     assert set(quick.fired) == {e.rule_id for e in report.evaluations if e.fired}
 
 
-# ---- asking ---------------------------------------------------------------------------------------------------------
+# ---- asking --------------------------------------------------------------------------------------------------------
 
 
 def test_first_question_is_cheap_context_in_plain_words() -> None:
@@ -229,7 +229,7 @@ def test_no_tool_closes_every_fact_its_tool_measures() -> None:
     assert not set(c.unknowns) & group
 
 
-# ---- undo, stop, status, why ----------------------------------------------------------------------------------------
+# ---- undo, stop, status, why ---------------------------------------------------------------------------------------
 
 
 def test_undo_takes_back_the_last_answer_and_asks_again() -> None:
@@ -306,7 +306,7 @@ def test_a_finished_session_explains_a_fact_it_did_not_need() -> None:
     assert "No answer to it can change" in c.why(skipped).goal
 
 
-# ---- saving -------------------------------------------------------------------------------------------------------
+# ---- saving --------------------------------------------------------------------------------------------------------
 
 
 def test_json_round_trip_continues_the_session() -> None:

@@ -1,0 +1,212 @@
+"""`dam consult` end to end: through a real pseudo-terminal (pexpect) for prompts, why, back, Ctrl-C and resume, and
+without a terminal (--answers FILE, piped stdin) for the rest. The CLI is a thin loop over `expert.Consultation`, so
+the scripted tests ask the library which questions will come and answer them in that order."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+import expert
+from expert._resources import examples_dir
+from expert.consult import Consultation
+from expert.observation_file import read_observation_file
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = examples_dir() / "data_starved_training.yaml"
+FACTS = dict(read_observation_file(EXAMPLE).observations)
+
+
+def _dam() -> list[str]:
+    """The installed console script next to the interpreter; the checkout's cli.py if that script predates consult."""
+    script = shutil.which("dam", path=str(Path(sys.executable).parent))
+    if script:
+        probe = subprocess.run([script, "consult", "--help"], capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0:
+            return [script]
+    return [sys.executable, str(ROOT / "cli.py")]
+
+
+DAM = _dam()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "COLUMNS": "200", "PYTHONIOENCODING": "utf-8"}
+
+
+def dam(*args: str, env: dict[str, str], stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DAM, *args], input=stdin, capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
+
+
+def script_for(facts: dict[str, Any], consultation: Consultation | None = None, limit: int = 200) -> list[str]:
+    """The lines a user answering from `facts` types, in the order the consultation will ask."""
+    c = consultation or Consultation()
+    lines = []
+    for _ in range(limit):
+        q = c.next_question()
+        if q is None:
+            break
+        raw = facts.get(q.fact)
+        lines.append("unknown" if raw is None else str(raw))
+        c.answer(q.fact, lines[-1])
+    return lines
+
+
+# ---- without a terminal --------------------------------------------------------------------------------------------
+
+
+def test_answers_file_runs_to_the_report(tmp_path: Path, env: dict[str, str]) -> None:
+    session = tmp_path / "s.json"
+    result = dam("consult", "--answers", str(EXAMPLE), "--save", str(session), env=env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Q1. Which accelerator does the job run on?" in out and "> h100-sxm" in out
+    assert "unknown (not in" in out
+    assert "Consultation finished after" in out and "Verdict: input" in out
+    saved = Consultation.from_json(session.read_text())
+    assert saved.finished and saved.answers["data_wait_s"] == pytest.approx(0.12)
+    assert saved.report().bottleneck == expert.diagnose(FACTS).bottleneck
+
+
+def test_piped_answers_end_of_input_and_resume(tmp_path: Path, env: dict[str, str]) -> None:
+    lines = script_for(FACTS)
+    assert len(lines) > 4
+    session = tmp_path / "s.json"
+    first = dam("consult", "--save", str(session), stdin="\n".join([lines[0], "why", lines[1], "status",
+                                                                      lines[2]]) + "\n", env=env)
+    assert first.returncode == 1, first.stderr
+    assert "Why ask about" in first.stdout and "Verdict so far" in first.stdout
+    assert f"resume with: dam consult --resume {session}" in first.stderr
+    assert Consultation.from_json(session.read_text()).questions_asked == 3
+    second = dam("consult", "--resume", str(session), stdin="\n".join(lines[3:]) + "\n", env=env)
+    assert second.returncode == 0, second.stderr
+    assert "Q4. " in second.stdout and "Consultation finished" in second.stdout
+    resumed = Consultation.from_json(session.read_text())
+    assert resumed.finished and resumed.questions_asked == len(lines)
+
+
+def test_invalid_answer_is_asked_again_with_the_accepted_range(env: dict[str, str], tmp_path: Path) -> None:
+    result = dam("consult", "--save", str(tmp_path / "s.json"), stdin="h1000\n\nh100-sxm\n", env=env)
+    out = result.stdout
+    assert "unknown hardware 'h1000'" in out and "accepted: a hardware catalog id" in out
+    assert out.count("Q1. ") == 1 and "Q2. " in out
+    assert result.returncode == 1
+
+
+def test_done_shows_the_report_and_quit_leaves_a_resumable_file(tmp_path: Path, env: dict[str, str]) -> None:
+    done = dam("consult", "--save", str(tmp_path / "a.json"), stdin="h100-sxm\ndone\n", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "stopped by the user" in done.stdout and "Verdict: undecided" in done.stdout
+    quit_ = dam("consult", "--save", str(tmp_path / "b.json"), stdin="h100-sxm\nquit\n", env=env)
+    assert quit_.returncode == 0 and "resume with: dam consult --resume" in quit_.stdout
+    assert Consultation.from_json((tmp_path / "b.json").read_text()).answers == {"hardware": "h100-sxm"}
+
+
+def test_default_session_file_lives_in_the_state_directory(env: dict[str, str]) -> None:
+    result = dam("consult", stdin="h100-sxm\n", env=env)
+    files = list((Path(env["XDG_STATE_HOME"]) / "dam-expert").glob("consult-*.json"))
+    assert len(files) == 1 and str(files[0]) in result.stderr
+    assert Consultation.from_json(files[0].read_text()).answers == {"hardware": "h100-sxm"}
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "json"])
+def test_export_carries_the_transcript(tmp_path: Path, env: dict[str, str], fmt: str) -> None:
+    target = tmp_path / f"out.{fmt}"
+    result = dam("consult", "--answers", str(EXAMPLE), "--save", str(tmp_path / "s.json"), "--export", fmt,
+                 "--output", str(target), env=env)
+    assert result.returncode == 0, result.stderr
+    text = target.read_text()
+    if fmt == "markdown":
+        assert "Consultation transcript" in text and "why asked:" in text and "data_wait_s" in text
+    else:
+        data = json.loads(text)
+        turns = data["consultation"]["turns"]
+        assert turns and all(t["reason"] for t in turns)
+        from expert.export import load
+
+        assert load(target).bottleneck == "input"
+
+
+@pytest.mark.parametrize(("args", "files", "needles"), [
+    (["--resume", "missing.json"], {}, ["missing.json", "no such file"]),
+    (["--output", "x.md"], {}, ["--output", "needs --export"]),
+    (["--answers", "bad.yaml"], {"bad.yaml": "gpu_util: 150\n"}, ["gpu_util", "above 1"]),
+    (["--answers", "bad.yaml"], {"bad.yaml": "gpu_utl: 0.5\n"}, ["gpu_utl", "did you mean gpu_util"]),
+    (["--resume", "other.json"], {"other.json": '{"observations": {}}'}, ["other.json", "cannot read the saved"]),
+])
+def test_bad_input_is_one_clear_message_and_exit_2(tmp_path: Path, env: dict[str, str], args: list[str],
+                                                    files: dict[str, str], needles: list[str]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = dam("consult", *args, env=env, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr
+
+
+# ---- through a pseudo-terminal -------------------------------------------------------------------------------------
+
+
+def spawn(args: list[str], env: dict[str, str]) -> pexpect.spawn:
+    return pexpect.spawn(DAM[0], [*DAM[1:], *args], env=env, encoding="utf-8", timeout=60, dimensions=(60, 220))
+
+
+def test_terminal_prompts_why_back_ctrl_c_and_resume(tmp_path: Path, env: dict[str, str]) -> None:
+    session = tmp_path / "s.json"
+    child = spawn(["consult", "--save", str(session)], env)
+    try:
+        child.expect(r"Q1\. Which accelerator does the job run on\?")
+        child.expect("> ")
+        child.sendline("why")
+        child.expect("Why ask about hardware")
+        child.expect("> ")
+        child.sendline("h1000")
+        child.expect("unknown hardware")
+        child.expect("accepted: a hardware catalog id")
+        child.sendline("h100-sxm")
+        child.expect(r"Q2\. In which precision")
+        child.sendline("back")
+        child.expect("took back: hardware = h100-sxm")
+        child.expect(r"Q1\. Which accelerator")
+        child.sendline("NVIDIA H100 80GB HBM3")
+        child.expect(r"Q2\. ")
+        child.sendline("bf16")
+        child.expect(r"Q3\. ")
+        child.expect("> ")
+        child.sendintr()
+        child.expect("interrupted")
+        child.expect(f"resume with: dam consult --resume {session}")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 130
+    saved = Consultation.from_json(session.read_text())
+    assert saved.answers == {"hardware": "h100-sxm", "dtype": "bf16"}
+    assert [t.undone for t in saved.transcript] == [True, False, False]
+
+    child = spawn(["consult", "--resume", str(session)], env)
+    try:
+        child.expect("resuming")
+        child.expect(r"Q3\. ")
+        child.sendline("status")
+        child.expect("Known: hardware = h100-sxm, dtype = bf16")
+        child.sendline("training")
+        child.expect(r"Q4\. ")
+        child.sendline("done")
+        child.expect("stopped by the user")
+        child.expect("Verdict")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    assert Consultation.from_json(session.read_text()).answers["workload"] == "training"
