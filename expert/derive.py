@@ -166,7 +166,7 @@ def _hw(f: Facts, kb: KnowledgeBase) -> HardwareSpec:
 
 
 def _num(f: Facts, name: str) -> float:
-    return float(f[name])  # type: ignore[arg-type]
+    return float(f[name])
 
 
 def _clamp_fraction(value: float, what: str) -> _Result:
@@ -185,7 +185,8 @@ def _peak(f: Facts, kb: KnowledgeBase) -> _Result | None:
 
 def _bandwidth(f: Facts, kb: KnowledgeBase) -> _Result:
     hw = _hw(f, kb)
-    return _Result(hw.memory_bandwidth_gbs, {f"{hw.id} memory bandwidth (GB/s)": hw.memory_bandwidth_gbs, "source": hw.source})
+    figures: dict[str, Value] = {f"{hw.id} memory bandwidth (GB/s)": hw.memory_bandwidth_gbs, "source": hw.source}
+    return _Result(hw.memory_bandwidth_gbs, figures)
 
 
 def _is_decode(f: Facts) -> bool:
@@ -291,7 +292,8 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: _Result(ridge_point(_num(f, "peak_tflops"), _num(f, "peak_bandwidth")))),
     Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,
                lambda f, kb: _Result(arithmetic_intensity(_num(f, "flops"), _num(f, "bytes_moved")))),
-    Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"), "2 · batch_size / bytes_per_weight (LLM decode)",
+    Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"),
+               "2 · batch_size / bytes_per_weight (LLM decode)",
                "domain.md §B, LLM decode: I ≈ 2B/b_w at short context", _decode_ai),
     Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
                _ROOFLINE, lambda f, kb: _Result(_num(f, "arithmetic_intensity") / _num(f, "ridge_point"))),
@@ -302,14 +304,16 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: _Result(_num(f, "achieved_tflops") / _num(f, "peak_tflops"))),
     Derivation("mfu", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (dense)", "seed Table 5 (MFU)",
                lambda f, kb: _clamp_fraction(mfu(_num(f, "achieved_tflops"), _num(f, "peak_tflops")), "MFU")),
-    Derivation("io_overhead", ("data_wait_s", "step_time_s"), "data_wait_s / step_time_s", "seed Table 5 (I/O overhead)",
+    Derivation("io_overhead", ("data_wait_s", "step_time_s"), "data_wait_s / step_time_s",
+               "seed Table 5 (I/O overhead)",
                lambda f, kb: _Result(io_overhead(_num(f, "data_wait_s"), _num(f, "step_time_s")))),
     Derivation("compression_ratio", ("active_params", "model_params"), "active_params / model_params",
                "seed Table 5 (compression/sparsity ratio)",
                lambda f, kb: _Result(compression_ratio(_num(f, "active_params"), _num(f, "model_params")))),
     Derivation("mem_bw_util", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
                "DCGM DRAM_ACTIVE definition (achieved / peak DRAM bandwidth)",
-               lambda f, kb: _clamp_fraction(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"), "bandwidth utilization")),
+               lambda f, kb: _clamp_fraction(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"),
+                                             "bandwidth utilization")),
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
                "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
                "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util),
@@ -346,8 +350,10 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: _Result(iron_law(*_terms(f))[0])),
     Derivation("t_overlapped_s", ("t_data_s", "t_compute_s"), "t_input + max(D/BW, O/(R·η)) + L", _SEED_IRON,
                lambda f, kb: _Result(iron_law(*_terms(f))[1])),
-    Derivation("share_input", ("t_input_s", "step_time_s"), "t_input_s / step_time_s", _SEED_IRON, _term_share("t_input_s")),
-    Derivation("share_data", ("t_data_s", "step_time_s"), "t_data_s / step_time_s", _SEED_IRON, _term_share("t_data_s")),
+    Derivation("share_input", ("t_input_s", "step_time_s"), "t_input_s / step_time_s", _SEED_IRON,
+               _term_share("t_input_s")),
+    Derivation("share_data", ("t_data_s", "step_time_s"), "t_data_s / step_time_s", _SEED_IRON,
+               _term_share("t_data_s")),
     Derivation("share_compute", ("t_compute_s", "step_time_s"), "t_compute_s / step_time_s", _SEED_IRON,
                _term_share("t_compute_s")),
     Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
@@ -446,8 +452,11 @@ def check_consistency(facts: Facts) -> None:
     if "data_wait_s" in facts and "step_time_s" in facts and _num(facts, "data_wait_s") > _num(facts, "step_time_s"):
         problems.append(Problem("data_wait_s", f"{facts['data_wait_s']} s is longer than step_time_s "
                                 f"({facts['step_time_s']} s)", "the wait is part of the step, so it cannot exceed it"))
-    if "active_params" in facts and "model_params" in facts and _num(facts, "active_params") > _num(facts, "model_params"):
-        problems.append(Problem("active_params", "is larger than model_params", "active parameters are a subset of the model"))
+    if "active_params" in facts and "model_params" in facts and (
+        _num(facts, "active_params") > _num(facts, "model_params")
+    ):
+        problems.append(Problem("active_params", "is larger than model_params",
+                                "active parameters are a subset of the model"))
     if problems:
         raise ObservationError(problems, title="the observations contradict each other")
 

@@ -351,7 +351,8 @@ def _optimizations(
     ctx: _Context, fired: list[LoadedRule], verdict: str | None
 ) -> tuple[list[Recommendation], list[Wasted]]:
     kb = ctx.kb
-    table = ctx.ruleset.tables.get(verdict)[1] if verdict and verdict in ctx.ruleset.tables else None
+    located = ctx.ruleset.tables.get(verdict) if verdict else None
+    table = located[1] if located else None
     table_node = None
     if table is not None and verdict is not None:
         table_node = ctx.add_node(f"rule:table/{verdict}", "rule", f"Effective vs wasted optimizations: {verdict}",
@@ -386,9 +387,9 @@ def _optimizations(
             continue
         opt = kb.optimizations[opt_id]
         gain = _gain(ctx, opt.shrinks)
-        rec = Recommendation(id=opt_id, title=opt.title, why="; ".join(whys), how=opt.how, axis=opt.axis,
-                             shrinks=opt.shrinks, source=opt.source, rules=rules, expected_gain=gain)
-        recommended.append(((-(gain.max_speedup if gain else 1.0), spec, index), rec))
+        recommendation = Recommendation(id=opt_id, title=opt.title, why="; ".join(whys), how=opt.how, axis=opt.axis,
+                                        shrinks=opt.shrinks, source=opt.source, rules=rules, expected_gain=gain)
+        recommended.append(((-(gain.max_speedup if gain else 1.0), spec, index), recommendation))
         node = ctx.add_node(f"recommendation:{opt_id}", "recommendation", opt.title,
                             max_speedup=gain.max_speedup if gain else None)
         for rule_id in rules:
@@ -459,7 +460,8 @@ def _measurements(
             axis, tool, how = found
             settles = [lr.rule.then.finding.id] if lr.rule.then.finding else [lr.id]
             out[fact] = NextMeasurement(fact=fact, axis=axis, tool=tool, how=how,
-                                        why=f"{lr.rule.title}: measure {fact} to confirm or rule it out", settles=settles)
+                                        why=f"{lr.rule.title}: measure {fact} to confirm or rule it out",
+                                        settles=settles)
             node = ctx.add_node(f"measurement:{fact}", "measurement", f"measure {fact}", tool=tool)
             ctx.add_edge(f"rule:{lr.id}", node, "concluded")
     for item in missing[:6]:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-
 from .rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
 
 Outcome = Literal["true", "false", "unknown"]

@@ -94,7 +94,7 @@ class HardwareSpec(_Strict):
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak TFLOP/s for a dtype, or None when the part has no published figure for it."""
-        return self.peak_tflops.get(dtype)  # type: ignore[call-overload]
+        return self.peak_tflops.get(dtype)  # type: ignore[call-overload, no-any-return]
 
 
 class HardwareCatalog(_Strict):
@@ -291,7 +291,8 @@ class KnowledgeBase:
             for alias in [hw.id, *hw.aliases]:
                 key = alias.casefold()
                 if key in seen and seen[key] != hw.id:
-                    problems.append(Problem(f"{where}/hardware.yaml: {hw.id}", f"alias {alias!r} also names {seen[key]}"))
+                    problems.append(Problem(f"{where}/hardware.yaml: {hw.id}",
+                                            f"alias {alias!r} also names {seen[key]}"))
                 seen[key] = hw.id
         for fact in self.facts.values():
             if fact.dimension and fact.dimension not in self.units.dimensions:

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from .errors import ObservationError, Problem
 from .knowledge import FactSpec, KnowledgeBase
 
-Scalar = Union[StrictInt, StrictFloat, StrictStr]
-Value = Union[int, float, str]
+Scalar = Union[StrictInt, StrictFloat, StrictStr]  # noqa: UP007 - a runtime alias pydantic reads on Python 3.10
+Value = Union[int, float, str]  # noqa: UP007
 
 _NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
 _UNKNOWN_WORDS = frozenset({"unknown", "skip", "?", "n/a", "na", ""})
@@ -166,7 +166,8 @@ def _raw_items(raw: Mapping[str, Any] | Observations) -> list[tuple[str, object,
     if isinstance(raw, Observations):
         return [(name, o.value, o.source, dict(o.detail)) for name, o in raw.facts.items()]
     if not isinstance(raw, Mapping):
-        raise ObservationError([Problem("observations", f"expected a mapping of fact -> value, got {type(raw).__name__}")])
+        raise ObservationError([Problem("observations",
+                                        f"expected a mapping of fact -> value, got {type(raw).__name__}")])
     fields = _as_fields(raw)["facts"]
     items: list[tuple[str, object, str, dict[str, Any]]] = []
     for name, entry in fields.items():
@@ -174,7 +175,8 @@ def _raw_items(raw: Mapping[str, Any] | Observations) -> list[tuple[str, object,
             items.append((name, entry.value, entry.source, dict(entry.detail)))
         else:
             detail = entry.get("detail", {})
-            items.append((name, entry.get("value"), str(entry.get("source", "user")), detail if isinstance(detail, dict) else {}))
+            detail = detail if isinstance(detail, dict) else {}
+            items.append((name, entry.get("value"), str(entry.get("source", "user")), detail))
     return items
 
 

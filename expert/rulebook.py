@@ -17,8 +17,8 @@ from ._yaml import load_yaml, validate
 from .errors import KnowledgeBaseError, Problem
 from .knowledge import KnowledgeBase, Strength
 
-Number = Union[int, float]
-Literal_ = Union[int, float, str]
+Number = Union[int, float]  # noqa: UP007 - runtime aliases pydantic reads on Python 3.10
+Literal_ = Union[int, float, str]  # noqa: UP007
 Severity = Literal["info", "warning", "critical"]
 OPS = ("lt", "le", "gt", "ge", "eq", "ne", "in", "not_in")
 
@@ -90,20 +90,18 @@ def _tag(value: Any) -> str | None:
     if isinstance(value, dict):
         present = [k for k in _TAGS if k in value]
         return present[0] if len(present) == 1 else None
-    return {FactTest: "fact", AllOf: "all", AnyOf: "any", NotOf: "not", ConditionRef: "ref", FindingRef: "finding"}.get(
-        type(value)
-    )
+    tags: dict[type, str] = {FactTest: "fact", AllOf: "all", AnyOf: "any", NotOf: "not", ConditionRef: "ref",
+                             FindingRef: "finding"}
+    return tags.get(type(value))
 
 
 Condition = Annotated[
-    Union[
-        Annotated[FactTest, Tag("fact")],
-        Annotated[AllOf, Tag("all")],
-        Annotated[AnyOf, Tag("any")],
-        Annotated[NotOf, Tag("not")],
-        Annotated[ConditionRef, Tag("ref")],
-        Annotated[FindingRef, Tag("finding")],
-    ],
+    Annotated[FactTest, Tag("fact")]
+    | Annotated[AllOf, Tag("all")]
+    | Annotated[AnyOf, Tag("any")]
+    | Annotated[NotOf, Tag("not")]
+    | Annotated[ConditionRef, Tag("ref")]
+    | Annotated[FindingRef, Tag("finding")],
     Discriminator(
         _tag,
         custom_error_type="condition",
@@ -294,7 +292,8 @@ class RuleSet:
         for path, rf in files:
             for rule in rf.rules:
                 if rule.id in self.rules:
-                    problems.append(Problem(f"{path}: rule {rule.id}", f"duplicate rule id (also in {self.rules[rule.id].path})"))
+                    problems.append(Problem(f"{path}: rule {rule.id}",
+                                            f"duplicate rule id (also in {self.rules[rule.id].path})"))
                     continue
                 try:
                     resolved = self._resolve(rule.when, path, rule.id, ())
@@ -364,7 +363,8 @@ class RuleSet:
                     elif spec.type in ("enum", "hardware"):
                         for op, value in n.ops():
                             if op in ("lt", "le", "gt", "ge"):
-                                problems.append(Problem(f"{where}: when", f"{n.fact} is not numeric; {op} is meaningless"))
+                                problems.append(Problem(f"{where}: when",
+                                                        f"{n.fact} is not numeric; {op} is meaningless"))
                             values = value if isinstance(value, list) else [value]
                             allowed = spec.choices if spec.type == "enum" else list(kb.hardware)
                             for v in values:
@@ -375,9 +375,9 @@ class RuleSet:
             then = lr.rule.then
             if then.bottleneck and then.bottleneck.regime not in kb.regimes.regimes:
                 problems.append(Problem(f"{where}: then.bottleneck", f"unknown regime {then.bottleneck.regime!r}"))
-            for rec in [*then.recommend, *then.waste]:
-                if rec.id not in kb.optimizations:
-                    problems.append(Problem(f"{where}: then", f"unknown optimization {rec.id!r}"))
+            for opt_id in [*(r.id for r in then.recommend), *(w.id for w in then.waste)]:
+                if opt_id not in kb.optimizations:
+                    problems.append(Problem(f"{where}: then", f"unknown optimization {opt_id!r}"))
             for fact in then.measure:
                 if fact not in kb.facts:
                     problems.append(Problem(f"{where}: then.measure", f"unknown fact {fact!r}"))

@@ -19,6 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     import expert
+
     from ..errors import ObservationError, Problem
 
     kb = expert.default_expert().kb

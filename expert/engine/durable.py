@@ -32,7 +32,7 @@ try:  # pragma: no branch
     import durable_rules_engine  # noqa: F401  (the C extension; fails first on unsupported Pythons)
     from durable import engine as _dr
 except Exception as exc:  # ImportError, or undefined symbols on Python 3.13
-    _dr = None  # type: ignore[assignment]
+    _dr = None
     _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
 
 

@@ -49,7 +49,8 @@ def render(report: Report) -> str:
     lines += ["", "## Recommended", ""]
     if report.recommended:
         for i, r in enumerate(report.recommended, 1):
-            gain = f" — at most {r.expected_gain.max_speedup:.2f}x ({r.expected_gain.assumptions})" if r.expected_gain else ""
+            g = r.expected_gain
+            gain = f" — at most {g.max_speedup:.2f}x ({g.assumptions})" if g else ""
             lines.append(f"{i}. **{r.title}** (`{r.id}`): {r.why}. {r.how}{gain}")
     else:
         lines.append("Nothing yet: no rule concluded an optimization on this evidence.")

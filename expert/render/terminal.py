@@ -152,8 +152,9 @@ def missing_table(report: Report, limit: int = 8) -> Table | None:
 
 def report_renderable(report: Report) -> RenderableType:
     parts: list[RenderableType] = [verdict_panel(report)]
-    for part in (iron_law_table(report), cluster_table(report), findings_table(report), optimizations_table(report), scorecard_table(report),
-                 measurements_table(report), missing_table(report)):
+    sections = (iron_law_table(report), cluster_table(report), findings_table(report), optimizations_table(report),
+                scorecard_table(report), measurements_table(report), missing_table(report))
+    for part in sections:
         if part is not None:
             parts.append(part)
     return Group(*parts)
