@@ -1073,6 +1073,18 @@ def _weight(before: _Answer, after: _Answer) -> tuple[float, float]:
     return weight, minor
 
 
+def _route_credit(routes: list[frozenset[str]]) -> dict[str, float]:
+    """How much asking each fact settles a quantity with these minimal routes, whichever way the user answers: a value
+    completes a share of its shortest route (1/size); "unknown" closes the share of routes that need the fact."""
+    credit: dict[str, float] = {}
+    for fact in {f for route in routes for f in route}:
+        holding = [route for route in routes if fact in route]
+        known = 1.0 / min(len(route) for route in holding)
+        unknown = len(holding) / len(routes)
+        credit[fact] = (known + unknown) / 2
+    return credit
+
+
 def _credit(plan: _Plan) -> None:
     state = plan.state
     for probe in plan.probes:
@@ -1083,10 +1095,7 @@ def _credit(plan: _Plan) -> None:
         routes = [frozenset[str]()]
         for leaf in sorted(probe.leaves):
             routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
-        credit: dict[str, float] = {}
-        for route in routes:
-            for fact in route:
-                credit[fact] = max(credit.get(fact, 0.0), 1.0 / len(route))
+        credit = _route_credit(routes)
         for fact, c in credit.items():
             if weight:
                 link = next((leaf for leaf in sorted(probe.leaves) if any(fact in r for r in state.routes(leaf))), fact)

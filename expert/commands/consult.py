@@ -250,9 +250,14 @@ class _Session:
         return "next"
 
     def _after(self, before: str | None) -> None:
+        """After an answer that changed the leading hypothesis: say so, and which tool confirms it (seed Table 4)."""
         status = self.c.status()
-        if status.verdict != before and status.verdict_title:
-            self.say(f"   -> leading hypothesis now: {status.verdict_title}", style="cyan")
+        if status.verdict == before or not status.verdict_title:
+            return
+        self.say(f"   -> leading hypothesis now: {status.verdict_title}", style="cyan")
+        confirm = next((m for m in self.c.report().next_measurements if m.fact is None), None)
+        if confirm is not None:
+            self.say(f"   to confirm it: {confirm.tool} ({confirm.how})", style="dim")
 
     def loop(self) -> str:
         """Ask until done; returns "finished", "done" or "quit"."""
@@ -280,7 +285,9 @@ class _Session:
                 self.c.unknown(q.fact)
             else:
                 self.say(f"> {raw}")
+                before = self.c.status().verdict
                 self.c.answer(q.fact, raw, raw=str(raw))
+                self._after(before)
             self.save()
 
 

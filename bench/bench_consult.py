@@ -1,0 +1,177 @@
+"""Consultation benchmark (issue 4): how many questions `dam consult` asks, against the size of the vocabulary.
+
+Run:  .venv/bin/python bench/bench_consult.py [--json FILE] [--verbose]
+
+For every bundled example and every rule-test case (rules/tests/*.test.yaml) a scripted user answers each question
+from the case's facts, and "unknown" for facts the case lacks; the final verdict and recommended set must equal
+`expert.diagnose` on the full facts. Printed next to the number of questions asked, measured in the same run:
+
+* the vocabulary (askable facts): what a questionnaire asking everything would ask;
+* a lower bound for any one-fact-at-a-time questioner that is right on every case: the facts to which the case is
+  sensitive on their own (some value of that one fact, or leaving it out, changes the verdict or the recommended set).
+  A questioner that never asks such a fact cannot tell the case from its neighbour that differs only there;
+* a second protocol where the user answers "no-tool" (no data from the tool that measures the fact: the question and
+  every other one about that tool are closed) when the case has no fact from that tool;
+* time per question against the time of one full `expert.diagnose`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import expert  # noqa: E402
+from expert._resources import data_dir, examples_dir  # noqa: E402
+from expert.consult import Consultation, _answer_of, _index, _regions, derive_values  # noqa: E402
+from expert.errors import ObservationError  # noqa: E402
+from expert.observation_file import read_observation_file  # noqa: E402
+from expert.observations import convert  # noqa: E402
+from expert.ruletests import load_rule_tests  # noqa: E402
+
+EXPERT = expert.default_expert()
+KB = EXPERT.kb
+IX = _index(EXPERT)
+ASKABLE = [name for name, spec in KB.facts.items() if spec.askable]
+
+
+def cases() -> list[tuple[str, str, dict[str, Any]]]:
+    out = [("example", p.stem, dict(read_observation_file(p).observations))
+           for p in sorted(examples_dir().glob("*.yaml"))]
+    for path, tf in load_rule_tests([data_dir("rules")]):
+        out += [("rule test", f"{path.stem.removesuffix('.test')}::{c.name}", dict(c.facts)) for c in tf.cases]
+    return out
+
+
+def consult(facts: dict[str, Any], no_tool: bool) -> tuple[Consultation, float]:
+    """A scripted consultation; returns it and the seconds spent choosing questions and taking answers."""
+    c = Consultation(EXPERT)
+    start = time.perf_counter()
+    while (q := c.next_question()) is not None:
+        raw = facts.get(q.fact)
+        if raw is not None:
+            c.answer(q.fact, raw)
+            continue
+        tool = IX.tool_of.get(q.fact)
+        unmeasured = tool is not None and not any(IX.tool_of.get(f) == tool for f in facts)
+        c.unknown(q.fact, whole_group=no_tool and unmeasured)
+    return c, time.perf_counter() - start
+
+
+def key(facts: dict[str, Any]) -> tuple[str | None, frozenset[str]] | None:
+    try:
+        values = derive_values(facts, KB)
+    except (ArithmeticError, ValueError, KeyError):
+        return None
+    answer = _answer_of(IX, values)
+    return answer.verdict, answer.recommended
+
+
+def _probe_values(name: str) -> list[Any]:
+    spec = KB.facts[name]
+    values: list[Any] = [v for _, v in _regions(IX, name)]
+    if spec.type == "enum":
+        values += list(spec.choices or [])
+    elif spec.type == "hardware":
+        values += sorted(KB.hardware)
+    elif spec.type == "fraction":
+        values += [0.0, 0.005, 0.02, 0.08, 0.12, 0.3, 0.6, 0.75, 0.85, 0.97, 1.0]
+    elif spec.type == "integer":
+        values += [0, 1, 2, 4, 8, 64, 512, 4096]
+    else:
+        values += [10.0 ** e for e in range(-6, 17)] + [3 * 10.0 ** e for e in range(-6, 16)]
+    return values
+
+
+def sensitive_facts(facts: dict[str, Any]) -> int:
+    """How many askable facts change the verdict or the recommended set on their own (a lower bound)."""
+    observed = EXPERT.observations(facts).values()
+    base = key(observed)
+    count = 0
+    for name in ASKABLE:
+        spec = KB.facts[name]
+        trials: list[dict[str, Any]] = []
+        if name in observed:
+            trials.append({k: v for k, v in observed.items() if k != name})
+        for raw in _probe_values(name):
+            try:
+                trials.append({**observed, name: convert(spec, raw, KB)})
+            except ValueError:
+                continue
+        for trial in trials:
+            try:
+                expert.derive.check_consistency(trial)
+            except ObservationError:
+                continue
+            found = key(trial)
+            if found is not None and found != base:
+                count += 1
+                break
+    return count
+
+
+def summary(values: list[float]) -> str:
+    return f"median {statistics.median(values):5.1f}  max {max(values):3.0f}" if values else "n/a"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", metavar="FILE", help="also write every case's figures as JSON")
+    parser.add_argument("--verbose", action="store_true", help="one line per case")
+    args = parser.parse_args()
+
+    all_cases = cases()
+    Consultation(EXPERT).next_question()  # warm the planner's index
+    rows: list[dict[str, Any]] = []
+    diag_times: list[float] = []
+    for group, name, facts in all_cases:
+        start = time.perf_counter()
+        full = EXPERT.diagnose(facts)
+        diag_times.append(time.perf_counter() - start)
+        want = (full.bottleneck, {r.id for r in full.recommended})
+        c, seconds = consult(facts, no_tool=False)
+        grouped, _ = consult(facts, no_tool=True)
+        got = [(x.report().bottleneck, {r.id for r in x.report().recommended}) for x in (c, grouped)]
+        row = {"group": group, "case": name, "facts": len(facts), "decided": full.bottleneck is not None,
+               "asked": c.questions_asked, "asked_no_tool": grouped.questions_asked,
+               "lower_bound": sensitive_facts(facts), "same": got[0] == want, "same_no_tool": got[1] == want,
+               "seconds_per_question": seconds / max(1, c.questions_asked + 1)}
+        rows.append(row)
+        if args.verbose:
+            print(f"{group:9s} {name:62s} facts {row['facts']:2d}  asked {row['asked']:2d}  no-tool "
+                  f"{row['asked_no_tool']:2d}  bound {row['lower_bound']:2d}  {'ok' if row['same'] else 'DIFFERS'}")
+
+    vocabulary = len(ASKABLE)
+    diag = statistics.median(diag_times)
+    print(f"vocabulary: {vocabulary} askable facts ({len(KB.facts)} facts in all), {len(IX.rules)} rules; "
+          f"{len(rows)} cases ({sum(r['group'] == 'example' for r in rows)} examples)")
+    print(f"{'':28s}{'questions asked':26s}{'no-tool answers':26s}{'lower bound (any questioner)':30s}")
+    for label, subset in (("examples", [r for r in rows if r["group"] == "example"]),
+                          ("rule tests", [r for r in rows if r["group"] == "rule test"]),
+                          ("  with a decided verdict", [r for r in rows if r["group"] == "rule test" and r["decided"]]),
+                          ("all", rows)):
+        figures = [summary([r[k] for r in subset]) for k in ("asked", "asked_no_tool", "lower_bound")]
+        print(f"{label:28s}{figures[0]:26s}{figures[1]:26s}{figures[2]:30s}")
+    asked = [r["asked"] for r in rows]
+    print(f"median questions / vocabulary: {statistics.median(asked) / vocabulary:.2f} "
+          f"(a questionnaire asking everything: 1.00); target median <= 6: "
+          f"{'met' if statistics.median(asked) <= 6 else 'not met'}")
+    print(f"same verdict and recommendations as diagnose on the full facts: {sum(r['same'] for r in rows)}/{len(rows)} "
+          f"(no-tool protocol: {sum(r['same_no_tool'] for r in rows)}/{len(rows)})")
+    per_q = statistics.median(r["seconds_per_question"] for r in rows)
+    print(f"choosing a question: median {per_q * 1e3:.1f} ms = {per_q / diag:.1f}x one full diagnose "
+          f"({diag * 1e3:.2f} ms, same run)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"vocabulary": vocabulary, "cases": rows}, indent=2) + "\n")
+    return 0 if all(r["same"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
