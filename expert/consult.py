@@ -825,7 +825,17 @@ class _Box:
         return box if box.feasible() and box.present is not False else None
 
 
-def _pick(spec: FactSpec | None, box: _Box) -> tuple[bool, Value | None]:
+def _example(spec: FactSpec | None, kb: KnowledgeBase) -> float | None:
+    if spec is None or spec.example is None:
+        return None
+    try:
+        value = convert(spec, spec.example, kb)
+    except ValueError:
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _pick(spec: FactSpec | None, box: _Box, kb: KnowledgeBase) -> tuple[bool, Value | None]:
     """A value satisfying the box: (ok, value); value None means "leave the fact unknown"."""
     if box.present is False:
         return True, None
@@ -847,14 +857,20 @@ def _pick(spec: FactSpec | None, box: _Box) -> tuple[bool, Value | None]:
     if integer:
         first = 1 if lo is None else (math.floor(lo) + 1 if lo == math.floor(lo) and not lo_incl else math.ceil(lo))
         value = float(first)
-    elif lo is not None and hi is not None:
+    elif box.lo is not None and box.hi is not None and lo is not None and hi is not None:
         value = lo if lo == hi else (lo + hi) / 2
-    elif lo is not None:
+    elif box.lo is not None and lo is not None:  # just past the threshold, as a user would report it
         value = lo * 2 if lo > 0 else lo + 1
-    elif hi is not None:
+        if hi is not None and value >= hi:
+            value = (lo + hi) / 2
+    elif box.hi is not None and hi is not None:
         value = hi / 2 if hi > 0 else hi - 1
-    else:
-        value = 1.0
+        if lo is not None and value <= lo:
+            value = (lo + hi) / 2
+    else:  # only "known" is asked for: the vocabulary's own example is a realistic value
+        example = _example(spec, kb)
+        middle = (lo + hi) / 2 if lo is not None and hi is not None else 1.0
+        value = example if example is not None else middle
     above_low = lo is None or value > lo or (value == lo and lo_incl)
     below_high = hi is None or value < hi or (value == hi and hi_incl)
     ok = above_low and below_high and value not in box.excluded
@@ -933,7 +949,7 @@ class _Witness:
     def overrides(self, boxes: dict[str, _Box]) -> dict[str, Value | None] | None:
         out: dict[str, Value | None] = {}
         for name, box in boxes.items():
-            ok, value = _pick(self.state.ix.kb.facts.get(name), box)
+            ok, value = _pick(self.state.ix.kb.facts.get(name), box, self.state.ix.kb)
             if not ok:
                 return None
             out[name] = value
