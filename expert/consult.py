@@ -2,7 +2,8 @@
 the recommendations.
 
 `Consultation` keeps the user's answers (and "unknown"s) and, before each question, asks the rules what could still
-change. Three kinds of what-if probe run on the pure reference engine, each on a copy of the current facts:
+change. Three kinds of what-if probe run on the rules (compiled once, with the pure engine's semantics), each on a
+copy of the current facts:
 
 * leaf probes: a fact some rule tests (observed or derived, e.g. ``io_overhead``) is set to one value in each region
   the rules' thresholds cut it into (below, at, between, above);
@@ -11,10 +12,14 @@ change. Three kinds of what-if probe run on the pure reference engine, each on a
 
 A probe *changes the answer* when the verdict or the set of recommended optimizations differs from now. An askable
 fact earns the value of every probe it could settle: itself, or as an input of the formula that derives a tested
-fact (`expert.derive.DERIVATIONS`), shared among the inputs that are still open, divided by the fact's cost
-(knowledge_base/facts.yaml). Cheap `ask_first` facts with any value go first. Before probing, a three-valued
-possibility analysis finds the rules that can still change at all; when none of those can reach the verdict or the
-recommendations the question is settled outright. The session stops when no probe changes the answer, and says why.
+fact (`expert.derive.DERIVATIONS`), weighted by how much of the shortest way to that quantity it completes when
+answered and how many of the ways it closes when unknown, divided by the fact's cost (knowledge_base/facts.yaml).
+Cheap `ask_first` facts with any value go first (a cheaper context fact tested with one of them, such as `workload`
+for `phase`, before it). Before probing, a three-valued possibility analysis finds the rules that can still change
+at all; when none of those can reach the verdict or the recommendations, nothing is left to ask. Otherwise the
+session stops when no probe changes the answer, and says why. The lookahead is one probe deep, not a proof over
+every combination of answers: tests/test_consult.py checks on every example, every rule-test case and random cases
+that the questions asked reach the verdict and recommendations of the full facts.
 
 The class never prints: `Question`, `Why`, `Status` and `Turn` are pydantic models with a `text()` for front ends.
 """
@@ -45,7 +50,6 @@ Value = int | float | str
 _Scalar = StrictInt | StrictFloat | StrictStr
 Outcome3 = Literal["true", "false", "unknown"]
 
-SCHEMA_VERSION = 1
 # Question-ordering weights (not domain thresholds): how much a probe that changes each part of the answer is worth.
 _VERDICT_WEIGHT = 3.0
 _RECOMMEND_WEIGHT = 2.0
@@ -104,6 +108,7 @@ class Question(_Model):
     number: int  # 1 for the first question of the session
     fact: str
     text: str
+    kind: Literal["fraction", "number", "integer", "enum", "hardware"]
     unit: str | None = None
     choices: list[str] | None = None
     example: str | None = None
@@ -123,7 +128,7 @@ class Question(_Model):
         hints: list[str] = []
         if self.choices:
             hints.append("one of " + ", ".join(self.choices))
-        elif self.unit == "fraction":
+        elif self.kind == "fraction":
             hints.append("a share: 0.62 or 62%")
         elif self.unit:
             hints.append(f"in {self.unit}")
@@ -1262,7 +1267,8 @@ class Consultation:
                     "only adds findings, axis notes or measurements")
         others = sorted({f for p in plan.probes for f in p.leaves if state.askable_open(f)})
         tail = f" ({len(others)} other facts could only add detail)" if others else ""
-        return f"no single answer to the remaining questions can change {what}{tail}"
+        return (f"no answer to the remaining questions can change {what}, alone or with the other facts an "
+                f"undecided rule needs{tail}")
 
     def next_question(self) -> Question | None:
         """The most valuable question now, or None when no answer can change the verdict or the recommendations."""
@@ -1306,7 +1312,7 @@ class Consultation:
         group = [f for f in ix.askable if tool and f != fact and ix.tool_of.get(f) == tool and state.askable_open(f)]
         return Question(
             number=self.questions_asked + 1, fact=fact, text=spec.question or spec.description,
-            unit=spec.unit if spec.type in ("number", "integer") else ("fraction" if spec.type == "fraction" else None),
+            kind=spec.type, unit=spec.unit,
             choices=spec.choices if spec.type == "enum" else None, example=spec.example, accepted=spec.range_text(),
             why=why, effects=effects[:6], rules=rules, measure=self._measure(fact),
             group=ix.kb.tools.tools[tool].name if tool and group else None, group_facts=group,
