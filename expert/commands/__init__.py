@@ -1,1 +1,57 @@
-"""`dam` subcommands, one module each; every module exposes `register(subparsers)`."""
+"""The `dam` command line: the parser and the dispatcher over the subcommand modules in this package.
+
+Each subcommand lives in expert/commands/<name>.py and exposes `register(subparsers)`; add new ones to COMMANDS.
+The console script enters through the thin root `cli.py`, which only re-exports `main`, so an installer's copy of it
+never goes stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+DESCRIPTION = """\
+dam-expert tells you *why* a training job or an inference service is slow, and what to do about it.
+It classifies the bottleneck along the D·A·M axes (Data, Algorithm, Machine) with declarative rules
+taken from the D·A·M framework, and explains every conclusion back to your observations.
+
+start here:
+  dam examples                              the bundled example cases
+  dam diagnose --example data_starved_training
+  dam diagnose --set gpu_util=62% --set hardware=h100-sxm ...
+  dam consult                               not sure what to measure? answer a few questions
+"""
+
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dam", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version="dam-expert 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from ..errors import ExpertError
+
+    try:
+        return int(args.func(args))
+    except ExpertError as exc:
+        print(f"dam {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
