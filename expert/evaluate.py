@@ -220,10 +220,21 @@ def compile_condition(node: Condition) -> Evaluator:
     if isinstance(node, (AllOf, AnyOf)):
         children = [compile_condition(c) for c in (node.all if isinstance(node, AllOf) else node.any)]
         combine = _and if isinstance(node, AllOf) else _or
+        decisive: Outcome = "false" if isinstance(node, AllOf) else "true"
+        neutral: Outcome = "true" if isinstance(node, AllOf) else "false"
 
         def group(facts: Mapping[str, Value], findings: Collection[str], trace: list[LeafTrace] | None,
                   negated: bool) -> Outcome:
-            return combine([child(facts, findings, trace, negated) for child in children])
+            if trace is not None:  # a trace records every leaf, so no short-circuit
+                return combine([child(facts, findings, trace, negated) for child in children])
+            result = neutral
+            for child in children:
+                outcome = child(facts, findings, None, negated)
+                if outcome == decisive:
+                    return decisive
+                if outcome == "unknown":
+                    result = "unknown"
+            return result
 
         return group
     raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time

@@ -25,19 +25,24 @@ class PureEngine:
         self._uses = {lr.id: sorted(findings_used(lr.condition)[0]) for lr in ruleset.rules.values()}
 
     def run(self, facts: Mapping[str, Value]) -> EngineResult:
+        """Each stratum to its fixpoint. After the first pass only rules that read a finding the previous pass
+        concluded are evaluated again: facts never change during a run, and negated findings come from lower strata,
+        so nothing else can change its outcome."""
         result = EngineResult()
         fired: set[str] = set()
         for stratum in self._strata:
-            changed = True
-            while changed:
-                changed = False
-                for lr in stratum:
+            pending = stratum
+            while pending:
+                new: set[str] = set()
+                for lr in pending:
                     if lr.id in fired or lr.evaluator(facts, result.findings, None, False) != "true":
                         continue
                     fired.add(lr.id)
                     result.fired.append(lr.id)
                     result.matched[lr.id] = [f for f in self._uses[lr.id] if f in result.findings]
-                    if lr.rule.then.finding is not None:
-                        result.findings.add(lr.rule.then.finding.id)
-                    changed = True
+                    finding = lr.rule.then.finding
+                    if finding is not None and finding.id not in result.findings:
+                        result.findings.add(finding.id)
+                        new.add(finding.id)
+                pending = [lr for lr in stratum if lr.id not in fired and new.intersection(self._uses[lr.id])]
         return result
