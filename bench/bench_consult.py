@@ -10,7 +10,12 @@ from the case's facts, and "unknown" for facts the case lacks; the final verdict
 * a lower bound for any one-fact-at-a-time questioner that is right on every case: the facts to which the case is
   sensitive on their own (some value of that one fact, or leaving it out, changes the verdict or the recommended set).
   A questioner that never asks such a fact cannot tell the case from its neighbour that differs only there;
-* a second protocol where the user answers "no-tool" (no data from the tool that measures the fact: the question and
+* the main protocol (first column): the session asks once which tools the user can run (`available_tools`); the
+  simulated user names the offered tools that measure some fact the case has (a user holding a value can run its
+  tool); the questions of the other offered tools are closed at once, and the user answers every other question from
+  the case's facts as above;
+* the per-fact protocol (no tools question: every question answered from the case, "unknown" when it lacks the fact);
+* a third protocol where the user answers "no-tool" (no data from the tool that measures the fact: the question and
   every other one about that tool are closed) when the case has no fact from that tool;
 * time per question against the time of one full `expert.diagnose`.
 """
@@ -30,7 +35,15 @@ sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
 from expert._resources import data_dir, examples_dir  # noqa: E402
-from expert.consult import Consultation, _answer_of, _index, _regions, derive_values  # noqa: E402
+from expert.consult import (  # noqa: E402
+    AVAILABLE_TOOLS,
+    Consultation,
+    _answer_of,
+    _index,
+    _regions,
+    derive_values,
+    tools_for,
+)
 from expert.errors import ObservationError  # noqa: E402
 from expert.observation_file import read_observation_file  # noqa: E402
 from expert.observations import convert  # noqa: E402
@@ -50,11 +63,16 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def consult(facts: dict[str, Any], no_tool: bool) -> tuple[Consultation, float]:
-    """A scripted consultation; returns it and the seconds spent choosing questions and taking answers."""
-    c = Consultation(EXPERT)
+def consult(facts: dict[str, Any], protocol: str) -> tuple[Consultation, float]:
+    """A scripted consultation ("tools", "per-fact" or "no-tool"); returns it and the seconds spent choosing
+    questions and taking answers. Only the "tools" protocol answers the tools question; the others never see it."""
+    no_tool = protocol == "no-tool"
+    c = Consultation(EXPERT, ask_tools=protocol == "tools")
     start = time.perf_counter()
     while (q := c.next_question()) is not None:
+        if q.fact == AVAILABLE_TOOLS:
+            c.answer(AVAILABLE_TOOLS, tools_for(facts, q.choices or [], EXPERT))
+            continue
         raw = facts.get(q.fact)
         if raw is not None:
             c.answer(q.fact, raw)
@@ -136,35 +154,42 @@ def main() -> int:
         full = EXPERT.diagnose(facts)
         diag_times.append(time.perf_counter() - start)
         want = (full.bottleneck, {r.id for r in full.recommended})
-        c, seconds = consult(facts, no_tool=False)
-        grouped, _ = consult(facts, no_tool=True)
-        got = [(x.report().bottleneck, {r.id for r in x.report().recommended}) for x in (c, grouped)]
+        c, seconds = consult(facts, "tools")
+        per_fact, _ = consult(facts, "per-fact")
+        grouped, _ = consult(facts, "no-tool")
+        got = [(x.report().bottleneck, {r.id for r in x.report().recommended}) for x in (c, per_fact, grouped)]
         row = {"group": group, "case": name, "facts": len(facts), "decided": full.bottleneck is not None,
-               "asked": c.questions_asked, "asked_no_tool": grouped.questions_asked,
-               "lower_bound": sensitive_facts(facts), "same": got[0] == want, "same_no_tool": got[1] == want,
+               "asked": c.questions_asked, "asked_per_fact": per_fact.questions_asked,
+               "asked_no_tool": grouped.questions_asked,
+               "lower_bound": sensitive_facts(facts), "same": got[0] == want, "same_per_fact": got[1] == want,
+               "same_no_tool": got[2] == want,
                "seconds_per_question": seconds / max(1, c.questions_asked + 1)}
         rows.append(row)
         if args.verbose:
-            print(f"{group:9s} {name:62s} facts {row['facts']:2d}  asked {row['asked']:2d}  no-tool "
-                  f"{row['asked_no_tool']:2d}  bound {row['lower_bound']:2d}  {'ok' if row['same'] else 'DIFFERS'}")
+            print(f"{group:9s} {name:62s} facts {row['facts']:2d}  asked {row['asked']:2d}  per-fact "
+                  f"{row['asked_per_fact']:2d}  no-tool {row['asked_no_tool']:2d}  bound {row['lower_bound']:2d}  "
+                  f"{'ok' if row['same'] else 'DIFFERS'}")
 
     vocabulary = len(ASKABLE)
     diag = statistics.median(diag_times)
     print(f"vocabulary: {vocabulary} askable facts ({len(KB.facts)} facts in all), {len(IX.rules)} rules; "
           f"{len(rows)} cases ({sum(r['group'] == 'example' for r in rows)} examples)")
-    print(f"{'':28s}{'questions asked':26s}{'no-tool answers':26s}{'lower bound (any questioner)':30s}")
+    print(f"{'':28s}{'questions asked':22s}{'per-fact (no tools q)':22s}{'no-tool answers':22s}"
+          f"{'lower bound (one fact at a time)':30s}")
     for label, subset in (("examples", [r for r in rows if r["group"] == "example"]),
                           ("rule tests", [r for r in rows if r["group"] == "rule test"]),
                           ("  with a decided verdict", [r for r in rows if r["group"] == "rule test" and r["decided"]]),
                           ("all", rows)):
-        figures = [summary([r[k] for r in subset]) for k in ("asked", "asked_no_tool", "lower_bound")]
-        print(f"{label:28s}{figures[0]:26s}{figures[1]:26s}{figures[2]:30s}")
+        keys = ("asked", "asked_per_fact", "asked_no_tool", "lower_bound")
+        figures = [summary([r[k] for r in subset]) for k in keys]
+        print(f"{label:28s}{figures[0]:22s}{figures[1]:22s}{figures[2]:22s}{figures[3]:30s}")
     asked = [r["asked"] for r in rows]
     print(f"median questions / vocabulary: {statistics.median(asked) / vocabulary:.2f} "
           f"(a questionnaire asking everything: 1.00); target median <= 6: "
           f"{'met' if statistics.median(asked) <= 6 else 'not met'}")
     print(f"same verdict and recommendations as diagnose on the full facts: {sum(r['same'] for r in rows)}/{len(rows)} "
-          f"(no-tool protocol: {sum(r['same_no_tool'] for r in rows)}/{len(rows)})")
+          f"(per-fact: {sum(r['same_per_fact'] for r in rows)}/{len(rows)}, "
+          f"no-tool: {sum(r['same_no_tool'] for r in rows)}/{len(rows)})")
     per_q = statistics.median(r["seconds_per_question"] for r in rows)
     print(f"choosing a question: median {per_q * 1e3:.1f} ms = {per_q / diag:.1f}x one full diagnose "
           f"({diag * 1e3:.2f} ms, same run)")

@@ -21,6 +21,10 @@ session stops when no probe changes the answer, and says why. The lookahead is o
 every combination of answers: tests/test_consult.py checks on every example, every rule-test case and random cases
 that the questions asked reach the verdict and recommendations of the full facts.
 
+Once the cheap context questions are answered, one multiple-choice question (`available_tools`) asks which of the
+tools measuring the questions still worth asking the user can run; the open questions of every offered tool not
+chosen are closed at once (as "unknown"), so a user is never asked one by one for measurements they cannot make.
+
 The class never prints: `Question`, `Why`, `Status` and `Turn` are pydantic models with a `text()` for front ends.
 """
 
@@ -59,6 +63,11 @@ _MAX_WITNESSES = 4
 _MAX_FINDING_DEPTH = 4
 _WHY_RULES = 8
 _SOURCE = "consultation"
+AVAILABLE_TOOLS = "available_tools"  # the one question that is not a fact: which tools the user can run
+_TOOLS_AFTER_CONTEXT = True  # ask it once the cheap context questions are answered (False: first of all)
+_ALL_WORDS = frozenset({"all", "every", "everything"})
+_NONE_WORDS = frozenset({"none", "no-tool", "notool", "no tool", "nothing", "no"})
+_TOOLS_TEXT = "Which of these can you run or look up?"
 
 
 # ---- public models -------------------------------------------------------------------------------------------------
@@ -108,9 +117,10 @@ class Question(_Model):
     number: int  # 1 for the first question of the session
     fact: str
     text: str
-    kind: Literal["fraction", "number", "integer", "enum", "hardware"]
+    kind: Literal["fraction", "number", "integer", "enum", "hardware", "tools"]
     unit: str | None = None
     choices: list[str] | None = None
+    choice_help: dict[str, str] = {}  # for the tools question: what each tool is and which questions it answers
     example: str | None = None
     accepted: str
     why: str
@@ -126,7 +136,9 @@ class Question(_Model):
     def prompt(self) -> str:
         """The question with its unit or choices and an example, as one line."""
         hints: list[str] = []
-        if self.choices:
+        if self.kind == "tools":
+            hints.append("list them, comma-separated: " + ", ".join(self.choices or []) + "; or all, or none")
+        elif self.choices:
             hints.append("one of " + ", ".join(self.choices))
         elif self.kind == "fraction":
             hints.append("a share: 0.62 or 62%")
@@ -180,9 +192,13 @@ class Why(_Model):
     known: dict[str, str] = {}
     effects: list[Effect] = []
     measure: str | None = None
+    tools: list[str] = []  # for the tools question: "nvidia_smi (nvidia-smi): gpu_util"
 
     def text(self) -> str:
         lines = [f"Why ask about {self.fact}? {self.goal}"]
+        if self.tools:
+            lines.append("The tools offered and the questions each one answers:")
+            lines.extend(f"  - {t}" for t in self.tools)
         lines.append("Hypotheses: " + ("; ".join(self.hypotheses) if self.hypotheses else "none yet"))
         if self.via:
             lines.append("It enters the rules through: " + "; ".join(self.via))
@@ -213,6 +229,7 @@ class Status(_Model):
     answered: dict[str, str]
     unknown: list[str]
     questions_asked: int
+    available_tools: list[str] | None = None  # the answer to the tools question, when it was asked
     finished: bool
     stop_reason: str | None = None
 
@@ -225,6 +242,8 @@ class Status(_Model):
         if self.recommended:
             lines.append("Recommended so far: " + ", ".join(self.recommended))
         lines.append("Known: " + (", ".join(f"{k} = {v}" for k, v in self.answered.items()) or "nothing yet"))
+        if self.available_tools is not None:
+            lines.append("Tools available: " + (", ".join(self.available_tools) or "none"))
         if self.unknown:
             lines.append("Unknown: " + ", ".join(self.unknown))
         lines.append(f"Questions asked: {self.questions_asked}")
@@ -1172,7 +1191,8 @@ class Consultation:
     1
     """
 
-    def __init__(self, expert: Expert | None = None, *, known: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, expert: Expert | None = None, *, known: Mapping[str, Any] | None = None,
+                 ask_tools: bool = True) -> None:
         if expert is None:
             from . import default_expert
 
@@ -1186,6 +1206,7 @@ class Consultation:
         self._stopped_by_user: str | None = None
         self._cache: tuple[int, _State, _Plan] | None = None
         self._version = 0
+        self.ask_tools = ask_tools  # False: never ask which tools the user can run (one fact at a time)
         for name, raw in (known or {}).items():
             if is_unknown(raw):
                 self.unknown(name)
@@ -1218,6 +1239,11 @@ class Consultation:
         unknowns: set[str] = set()
         for turn in self._turns:
             if turn.undone:
+                continue
+            if turn.fact == AVAILABLE_TOOLS:  # its value names tools; what it closes is unknown
+                for name in turn.closes:
+                    answers.pop(name, None)
+                    unknowns.add(name)
                 continue
             if turn.value is None:
                 for name in turn.closes or [turn.fact]:
@@ -1277,9 +1303,128 @@ class Consultation:
         state, plan = self._analysis()
         if not plan.ranked:
             return None
+        offer = self._tools_due(state, plan)
+        if offer:
+            self._pending = self._tools_question(offer)
+            return self._pending
         fact, gated = self._choose(state, plan)
         self._pending = self._question(state, plan, fact, gated)
         return self._pending
+
+    # the tools question ---------------------------------------------------------------------------------------------
+
+    def _tools_answer(self) -> Turn | None:
+        """The answer to the tools question now in force (None when it was not answered or was taken back)."""
+        return next((t for t in reversed(self._turns) if t.fact == AVAILABLE_TOOLS and not t.undone), None)
+
+    def _tool_offer(self, plan: _Plan) -> dict[str, list[str]]:
+        """Tool id -> the questions still worth asking that it answers, in the order of tools.yaml."""
+        found: dict[str, list[str]] = {}
+        for fact in plan.ranked:
+            tool = self._ix.tool_of.get(fact)
+            if tool:
+                found.setdefault(tool, []).append(fact)
+        return {t: found[t] for t in self._ix.kb.tools.tools if t in found}
+
+    def _tools_due(self, state: _State, plan: _Plan) -> dict[str, list[str]] | None:
+        """The offer, when the tools question is due: not answered yet, the cheap context questions done (see
+        `_TOOLS_AFTER_CONTEXT`), and at least two questions worth asking need a tool."""
+        if not self.ask_tools or self._tools_answer() is not None:
+            return None
+        if _TOOLS_AFTER_CONTEXT and self._ix.kb.facts[plan.ranked[0]].ask_first:
+            return None
+        offer = self._tool_offer(plan)
+        return offer if sum(len(facts) for facts in offer.values()) >= 2 else None
+
+    def _tools_question(self, offer: Mapping[str, list[str]]) -> Question:
+        tools = self._ix.kb.tools.tools
+        n = sum(len(facts) for facts in offer.values())
+        return Question(
+            number=self.questions_asked + 1, fact=AVAILABLE_TOOLS, text=_TOOLS_TEXT, kind="tools",
+            choices=list(offer), choice_help={t: f"{tools[t].name}: {', '.join(f)}" for t, f in offer.items()},
+            example=", ".join(list(offer)[:2]), accepted=self._tools_accepted(list(offer)),
+            why=(f"it skips the measurements you cannot make: {n} questions that can still change the answer need "
+                 f"one of these {len(offer)} tools, and a tool you cannot run closes its questions at once"),
+            group_facts=[f for facts in offer.values() for f in facts], cost=1,
+        )
+
+    @staticmethod
+    def _tools_accepted(offered: Sequence[str]) -> str:
+        return f"tool ids or names, comma-separated, from {', '.join(offered)}; or all; or none"
+
+    def _parse_tools(self, value: Any, offered: Sequence[str]) -> list[str] | None:
+        """The tool ids named in an answer (ids or names, any case); None for "unknown"."""
+        if isinstance(value, str):
+            word = value.strip().casefold()
+            if word in _NONE_WORDS:
+                return []
+            if is_unknown(value):
+                return None
+            if word in _ALL_WORDS:
+                return list(offered)
+            items = [part.strip() for part in value.replace(";", ",").split(",") if part.strip()]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            items = [str(v).strip() for v in value if str(v).strip()]
+            if len(items) == 1 and items[0].casefold() in _ALL_WORDS:
+                return list(offered)
+            if len(items) == 1 and items[0].casefold() in _NONE_WORDS:
+                return []
+        else:
+            raise ObservationError([Problem(AVAILABLE_TOOLS, f"expected a list of tools, got {value!r}",
+                                            f"accepted: {self._tools_accepted(offered)}")],
+                                   title="that answer is not valid")
+        lookup: dict[str, str] = {}
+        for tool_id, tool in self._ix.kb.tools.tools.items():
+            for key in (tool_id, tool_id.replace("_", "-"), tool_id.replace("_", " "), tool.name,
+                        tool.name.split(" (")[0]):
+                lookup.setdefault(key.casefold(), tool_id)
+        chosen: list[str] = []
+        bad = [item for item in items if item.casefold() not in lookup]
+        if bad:
+            raise ObservationError([Problem(AVAILABLE_TOOLS, f"unknown tool {', '.join(repr(b) for b in bad)}",
+                                            f"accepted: {self._tools_accepted(offered)}")],
+                                   title="that answer is not valid")
+        for item in items:
+            tool_id = lookup[item.casefold()]
+            if tool_id not in chosen:
+                chosen.append(tool_id)
+        return chosen
+
+    def _answer_tools(self, value: Any, raw: str | None) -> Turn:
+        """Record the answer to the tools question: every open question of an offered tool not chosen is closed."""
+        pending = self._pending if self._pending is not None and self._pending.fact == AVAILABLE_TOOLS else None
+        state, plan = self._analysis()
+        offered = list(pending.choices or []) if pending else list(self._tool_offer(plan))
+        chosen = self._parse_tools(value, offered)
+        closes: list[str] = []
+        if chosen is not None:
+            closes = [f for f in self._ix.askable if state.askable_open(f)
+                      and self._ix.tool_of.get(f) in offered and self._ix.tool_of.get(f) not in chosen]
+        if raw is None:
+            raw = ", ".join(str(v) for v in value) if isinstance(value, (list, tuple, set, frozenset)) else str(value)
+        shown = None if chosen is None else (", ".join(chosen) or "none")
+        turn = Turn(step=len(self._turns) + 1, fact=AVAILABLE_TOOLS,
+                    question=pending.text if pending else _TOOLS_TEXT,
+                    reason=pending.why if pending else "volunteered by the user", asked=pending is not None,
+                    raw=raw, value=shown, closes=closes)
+        return self._record(turn)
+
+    def _why_tools(self) -> Why:
+        state, plan = self._analysis()
+        offer = self._tool_offer(plan)
+        tools = self._ix.kb.tools.tools
+        answered = self._tools_answer()
+        if answered is not None:
+            goal = (f"It is answered ({answered.value or 'unknown'}). It skips the measurements you cannot make: "
+                    "the questions of a tool you cannot run are closed, not asked one by one.")
+        else:
+            goal = ("It skips the measurements you cannot make: the questions of a tool you do not name are closed "
+                    "at once instead of being asked one by one; context questions (hardware, precision, workload, "
+                    "batch size) stay open.")
+        known = {name: _fmt(self._ix.kb.facts.get(name), value) for name, value in state.answers.items()}
+        return Why(fact=AVAILABLE_TOOLS, question=_TOOLS_TEXT, goal=goal, hypotheses=self._hypotheses(state),
+                   rules=[], known=known,
+                   tools=[f"{t} ({tools[t].name}): {', '.join(facts)}" for t, facts in offer.items()])
 
     def _choose(self, state: _State, plan: _Plan) -> tuple[str, str | None]:
         """The best-ranked fact; a cheap context fact tested together with it goes first (workload before phase)."""
@@ -1412,7 +1557,11 @@ class Consultation:
         return spec.question or spec.description, False, "volunteered by the user"
 
     def answer(self, fact: str, value: Any, *, raw: str | None = None) -> Turn:
-        """Record an answer; "unknown"/"skip" mean unknown. Raises ObservationError (naming the accepted range)."""
+        """Record an answer; "unknown"/"skip" mean unknown. Raises ObservationError (naming the accepted range).
+        For `available_tools` the value is a list of tool ids or names (or one comma-separated string, "all",
+        "none")."""
+        if fact == AVAILABLE_TOOLS:
+            return self._answer_tools(value, raw)
         spec = self._spec(fact)
         if value is None or is_unknown(value):
             return self.unknown(fact)
@@ -1431,6 +1580,8 @@ class Consultation:
 
     def unknown(self, fact: str, *, whole_group: bool = False) -> Turn:
         """Record that the user does not know `fact` (with `whole_group`, nor anything its tool measures)."""
+        if fact == AVAILABLE_TOOLS:
+            return self._answer_tools("none" if whole_group else "unknown", "no-tool" if whole_group else "unknown")
         self._spec(fact)
         closes = [fact]
         if whole_group:
@@ -1476,6 +1627,8 @@ class Consultation:
             if pending is None:
                 raise ObservationError([Problem("why", "there is no open question", "name a fact: why FACT")])
             fact = pending.fact
+        if fact == AVAILABLE_TOOLS:
+            return self._why_tools()
         spec = self._spec(fact)
         state, plan = self._analysis()
         ix = self._ix
@@ -1529,8 +1682,14 @@ class Consultation:
             hypotheses=self._hypotheses(state), possible=possible, recommended=sorted(state.now.recommended),
             answered={n: _fmt(ix.kb.facts.get(n), v) for n, v in state.answers.items()},
             unknown=sorted(state.unknowns), questions_asked=self.questions_asked,
-            finished=self.finished, stop_reason=self.stop_reason,
+            finished=self.finished, stop_reason=self.stop_reason, available_tools=self._available_tools(),
         )
+
+    def _available_tools(self) -> list[str] | None:
+        turn = self._tools_answer()
+        if turn is None or not isinstance(turn.value, str):
+            return None
+        return [] if turn.value == "none" else [t.strip() for t in turn.value.split(",")]
 
     # results --------------------------------------------------------------------------------------------------------
 
@@ -1564,6 +1723,10 @@ class Consultation:
         consultation._created = data.created
         bad: list[Problem] = []
         for turn in data.turns:
+            if turn.fact == AVAILABLE_TOOLS:
+                bad += consultation._check_tools_turn(turn, where)
+                consultation._turns.append(turn.model_copy())
+                continue
             spec = consultation._ix.kb.facts.get(turn.fact)
             if spec is None or not spec.askable:
                 bad.append(Problem(f"{where}: turn {turn.step}", f"{turn.fact!r} is not an askable fact"))
@@ -1587,6 +1750,21 @@ class Consultation:
         consultation._updated = data.updated
         consultation._version += 1
         return consultation
+
+    def _check_tools_turn(self, turn: Turn, where: str) -> list[Problem]:
+        """Problems of a saved answer to the tools question (unknown tools, closed facts that are not askable)."""
+        at = f"{where}: turn {turn.step} ({AVAILABLE_TOOLS})"
+        problems: list[Problem] = []
+        if turn.value is not None:
+            names = [] if turn.value == "none" else [t.strip() for t in str(turn.value).split(",")]
+            unknown = [t for t in names if t not in self._ix.kb.tools.tools]
+            if unknown:
+                problems.append(Problem(at, f"unknown tool {', '.join(map(repr, unknown))}",
+                                        "tools are listed in knowledge_base/tools.yaml"))
+        not_askable = [f for f in turn.closes if f not in self._ix.askable]
+        if not_askable:
+            problems.append(Problem(at, f"closes {', '.join(map(repr, not_askable))}, not askable facts"))
+        return problems
 
     def transcript_markdown(self) -> str:
         """The transcript as a Markdown section (for exports)."""
@@ -1635,6 +1813,17 @@ def _distinct(probes: Sequence[_Probe]) -> list[_Probe]:
     return out
 
 
+def tools_for(answers: Mapping[str, Any], offered: Sequence[str], expert: Expert | None = None) -> list[str]:
+    """The offered tools that measure a fact the answers give: what a user holding those answers can run."""
+    if expert is None:
+        from . import default_expert
+
+        expert = default_expert()
+    tool_of = _index(expert).tool_of
+    have = {tool_of.get(name) for name, raw in answers.items() if raw is not None and not is_unknown(raw)}
+    return [t for t in offered if t in have]
+
+
 def play(answers: Mapping[str, Any], expert: Expert | None = None, *, max_questions: int = 200) -> Consultation:
     """Run a whole consultation from a mapping of answers ("unknown" for every fact it lacks), as a script would."""
     consultation = Consultation(expert)
@@ -1643,11 +1832,15 @@ def play(answers: Mapping[str, Any], expert: Expert | None = None, *, max_questi
         if question is None:
             break
         raw = answers.get(question.fact)
-        if raw is None or is_unknown(raw):
+        if question.fact == AVAILABLE_TOOLS and raw is None:  # the tools that measured the facts given
+            raw = tools_for(answers, question.choices or [], expert=consultation.expert)
+            consultation.answer(AVAILABLE_TOOLS, raw)
+        elif raw is None or is_unknown(raw):
             consultation.unknown(question.fact)
         else:
             consultation.answer(question.fact, raw)
     return consultation
 
 
-__all__ = ["Consultation", "Effect", "Question", "RuleNeed", "SessionFile", "Status", "Turn", "Why", "play"]
+__all__ = ["AVAILABLE_TOOLS", "Consultation", "Effect", "Question", "RuleNeed", "SessionFile", "Status", "Turn", "Why",
+           "play", "tools_for"]

@@ -13,7 +13,7 @@ from strategies import observations
 
 import expert
 from expert._resources import data_dir, examples_dir
-from expert.consult import Consultation, _answer_of, _index, derive_values, play
+from expert.consult import AVAILABLE_TOOLS, Consultation, _answer_of, _index, derive_values, play
 from expert.derive import derive
 from expert.errors import ObservationError
 from expert.observation_file import read_observation_file
@@ -289,7 +289,7 @@ def test_why_explains_in_the_mycin_manner() -> None:
 
 
 def test_questions_carry_the_tool_that_measures_them() -> None:
-    c = Consultation(known={"hardware": "h100-sxm", "dtype": "bf16", "workload": "training"})
+    c = Consultation(known={"hardware": "h100-sxm", "dtype": "bf16", "workload": "training"}, ask_tools=False)
     for _ in range(12):
         q = c.next_question()
         assert q is not None
@@ -352,3 +352,140 @@ def test_broken_session_files_are_refused_clearly(edit: Any, needles: list[str])
 def test_not_json_is_refused() -> None:
     with pytest.raises(ObservationError, match="cannot read the saved consultation"):
         Consultation.from_json("{not json", where="s.json")
+
+
+# ---- the tools question --------------------------------------------------------------------------------------------
+
+CONTEXT = {"hardware": "h100-sxm", "dtype": "bf16", "workload": "training"}
+
+
+def tools_question(c: Consultation) -> Any:
+    q = c.next_question()
+    assert q is not None and q.fact == AVAILABLE_TOOLS, q
+    return q
+
+
+def test_tools_question_follows_the_context_and_offers_the_tools_of_open_questions() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    ix = _index(EXPERT)
+    assert q.kind == "tools" and q.number == 1 and q.choices and len(q.group_facts) >= 2
+    assert set(q.choices) <= set(KB.tools.tools)
+    for tool in q.choices:
+        assert any(ix.tool_of.get(f) == tool for f in q.group_facts)
+        assert KB.tools.tools[tool].name in q.choice_help[tool]
+    assert "skips the measurements you cannot make" in q.why
+    assert "all" in q.prompt() and "none" in q.prompt() and q.choices[0] in q.accepted
+    assert Consultation(known=CONTEXT, ask_tools=False).next_question().fact != AVAILABLE_TOOLS  # type: ignore[union-attr]
+
+
+def test_tools_answer_closes_the_questions_of_the_tools_not_chosen() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    ix = _index(EXPERT)
+    keep = q.choices[0]
+    turn = c.answer(AVAILABLE_TOOLS, [KB.tools.tools[keep].name.upper()])  # names, any case
+    assert turn.value == keep and turn.asked and turn.reason == q.why and c.questions_asked == 1
+    closed = set(turn.closes)
+    assert closed == {f for f in ASKABLE if f not in CONTEXT and ix.tool_of.get(f) in set(q.choices) - {keep}}
+    assert closed <= set(c.unknowns) and not closed & set(CONTEXT)
+    assert not any(ix.tool_of.get(f) == keep for f in closed)
+    assert all(KB.facts[f].measure for f in closed)  # context facts without a tool stay open
+    assert c.status().available_tools == [keep] and "Tools available: " + keep in c.status().text()
+    while (nxt := c.next_question()) is not None:
+        assert nxt.fact not in closed and nxt.fact != AVAILABLE_TOOLS
+        c.unknown(nxt.fact)
+
+
+@pytest.mark.parametrize(("raw", "closes_all", "closes_none"), [
+    ("none", True, False), ("no-tool", True, False), ([], True, False), ("ALL", False, True), (["all"], False, True),
+    ("unknown", False, True),
+])
+def test_tools_answer_words(raw: Any, closes_all: bool, closes_none: bool) -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    turn = c.answer(AVAILABLE_TOOLS, raw)
+    if closes_all:
+        assert set(q.group_facts) <= set(turn.closes) and turn.value == "none"
+    if closes_none:
+        assert turn.closes == [] and c.unknowns == []
+
+
+def test_tools_answer_accepts_a_comma_string_of_ids_and_names() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    a, b = q.choices[:2]
+    turn = c.answer(AVAILABLE_TOOLS, f" {a.upper()} ;{KB.tools.tools[b].name}, {a}")
+    assert turn.value == f"{a}, {b}"
+    assert c.status().available_tools == [a, b]
+
+
+def test_unknown_and_no_tool_at_the_tools_question() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    assert c.unknown(AVAILABLE_TOOLS).closes == []
+    c.undo()
+    assert set(q.group_facts) <= set(c.unknown(AVAILABLE_TOOLS, whole_group=True).closes)
+
+
+def test_invalid_tool_names_the_accepted_list_and_changes_nothing() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    before = c.transcript
+    with pytest.raises(ObservationError) as info:
+        c.answer(AVAILABLE_TOOLS, f"{q.choices[0]}, vtune")
+    text = str(info.value)
+    assert "vtune" in text and AVAILABLE_TOOLS in text and all(t in text for t in q.choices)
+    assert c.transcript == before
+    assert tools_question(c).choices == q.choices  # asked again
+
+
+def test_undo_of_the_tools_answer_reopens_its_questions_and_asks_it_again() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    c.answer(AVAILABLE_TOOLS, "none")
+    assert set(q.group_facts) <= set(c.unknowns)
+    undone = c.undo()
+    assert undone is not None and undone.fact == AVAILABLE_TOOLS and undone.undone
+    assert c.unknowns == [] and c.status().available_tools is None
+    assert tools_question(c).number == 1
+
+
+def test_why_at_the_tools_question() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    why = c.why()
+    assert why.fact == AVAILABLE_TOOLS and "skips the measurements you cannot make" in why.goal
+    text = why.text()
+    assert all(tool in text for tool in q.choices) and q.group_facts[0] in text
+    assert c.why(AVAILABLE_TOOLS).fact == AVAILABLE_TOOLS
+
+
+def test_tools_answer_survives_save_and_resume() -> None:
+    c = Consultation(known=CONTEXT)
+    q = tools_question(c)
+    c.answer(AVAILABLE_TOOLS, q.choices[:1])
+    restored = Consultation.from_json(c.to_json())
+    assert restored.unknowns == c.unknowns and restored.answers == c.answers
+    assert restored.status().available_tools == q.choices[:1]
+    assert [t.model_dump() for t in restored.transcript] == [t.model_dump() for t in c.transcript]
+    nxt = c.next_question()
+    again = restored.next_question()
+    assert nxt is not None and again is not None and nxt.fact == again.fact != AVAILABLE_TOOLS
+    data = json.loads(c.to_json())
+    data["turns"][-1]["value"] = "vtune"
+    with pytest.raises(ObservationError, match="unknown tool 'vtune'"):
+        Consultation.from_json(json.dumps(data), where="s.json")
+
+
+def test_play_answers_the_tools_question_from_the_facts_or_the_answers() -> None:
+    facts = EXAMPLES["data_starved_training"]
+    c = play(facts)
+    turn = next(t for t in c.transcript if t.fact == AVAILABLE_TOOLS)
+    ix = _index(EXPERT)
+    chosen = [] if turn.value == "none" else str(turn.value).split(", ")
+    assert set(chosen) <= {ix.tool_of.get(f) for f in facts}
+    assert not set(turn.closes) & set(facts)
+    scripted = play({**facts, AVAILABLE_TOOLS: "none"})
+    closed = next(t for t in scripted.transcript if t.fact == AVAILABLE_TOOLS).closes
+    assert closed and set(closed) <= set(scripted.unknowns)

@@ -210,3 +210,33 @@ def test_terminal_prompts_why_back_ctrl_c_and_resume(tmp_path: Path, env: dict[s
         child.close()
     assert child.exitstatus == 0
     assert Consultation.from_json(session.read_text()).answers["workload"] == "training"
+
+
+# ---- the tools question --------------------------------------------------------------------------------------------
+
+
+def test_answers_file_may_name_the_available_tools(tmp_path: Path, env: dict[str, str]) -> None:
+    answers = tmp_path / "run.yaml"
+    answers.write_text("hardware: h100-sxm\ndtype: bf16\nworkload: training\n"
+                       "available_tools: [nvidia_smi, framework_profiler]\n")
+    session = tmp_path / "s.json"
+    result = dam("consult", "--answers", str(answers), "--save", str(session), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "Which of these can you run or look up?" in result.stdout
+    assert "> nvidia_smi, framework_profiler" in result.stdout
+    saved = Consultation.from_json(session.read_text())
+    turn = next(t for t in saved.transcript if t.fact == "available_tools")
+    assert turn.closes and "gpu_util" not in turn.closes and "step_time_s" not in turn.closes
+
+
+def test_piped_tools_answer_is_asked_again_when_a_tool_is_unknown(tmp_path: Path, env: dict[str, str]) -> None:
+    result = dam("consult", "--save", str(tmp_path / "s.json"),
+                 stdin="h100-sxm\nbf16\ntraining\nwhy\nvtune\nnvidia-SMI, DCGM\nstatus\n", env=env)
+    out = result.stdout
+    assert "Q4. Which of these can you run or look up?" in out
+    assert "Why ask about available_tools" in out and "skips the measurements you cannot make" in out
+    assert "unknown tool 'vtune'" in out and "accepted: tool ids or names" in out
+    assert out.count("Q4. ") == 1 and "Q5. " in out
+    assert "Tools available: " in out
+    saved = Consultation.from_json((tmp_path / "s.json").read_text())
+    assert saved.status().available_tools is not None and result.returncode == 1

@@ -22,6 +22,7 @@ at any prompt:
   an answer        62%, 0.62, 3.35 TB/s, 12 ms, 7B, h100-sxm ... (the question shows the unit and an example)
   unknown, skip    you do not know it; the consultation works around it
   no-tool          you have no data from the tool that measures it (skips its other questions too)
+  tool1, tool2     at "Which of these can you run": the tools you can use (ids or names), or all, or none
   NAME=VALUE       give another fact you happen to know
   why [FACT]       why the question is asked: the hypotheses, the rules, what each answer would mean
   back             take back the last answer        status   hypotheses and what is known so far
@@ -187,6 +188,8 @@ class _Session:
     def show_question(self, q: Question) -> None:
         self.say("")
         self.say(f"Q{q.number}. {q.prompt()}", style="bold")
+        for tool, note in q.choice_help.items():
+            self.say(f"   {tool:24s} {note}", style="dim")
         if q.measure and (q.cost >= 3 or self.c.status().verdict):
             self.say(f"   measure it with {q.measure}", style="dim")
         if q.group:
@@ -275,12 +278,22 @@ class _Session:
                 break
 
     def scripted(self, answers: dict[str, Any], source: str) -> None:
+        from ..consult import AVAILABLE_TOOLS, tools_for
         from ..observations import is_unknown
 
         while (q := self.c.next_question()) is not None:
             self.show_question(q)
             raw = answers.get(q.fact)
-            if raw is None or is_unknown(raw):
+            if q.fact == AVAILABLE_TOOLS:
+                if raw is None:  # the offered tools that measure a fact the file gives
+                    raw = tools_for(answers, q.choices or [], expert=self.c.expert)
+                    shown = ", ".join(raw) or "none"
+                    self.say(f"> {shown} (the tools behind the facts in {source})")
+                else:
+                    shown = ", ".join(map(str, raw)) if isinstance(raw, list) else str(raw)
+                    self.say(f"> {shown}")
+                self.c.answer(AVAILABLE_TOOLS, raw, raw=shown)
+            elif raw is None or is_unknown(raw):
                 self.say(f"> unknown (not in {source})")
                 self.c.unknown(q.fact)
             else:
@@ -310,7 +323,10 @@ def run(args: argparse.Namespace) -> int:
         answers = dict(read_observation_file(Path(args.answers)).observations)
         import expert
 
-        expert.default_expert().observations(answers)  # every problem in the file at once, before any question
+        from ..consult import AVAILABLE_TOOLS
+
+        facts = {k: v for k, v in answers.items() if k != AVAILABLE_TOOLS}  # the tools answer is not a fact
+        expert.default_expert().observations(facts)  # every problem in the file at once, before any question
     consultation = load(Path(args.resume)) if args.resume else Consultation()
     path = Path(args.save) if args.save else (Path(args.resume) if args.resume else default_session_path())
     interactive = sys.stdin.isatty()
