@@ -483,7 +483,7 @@ def derive(observed: Facts, kb: KnowledgeBase) -> dict[str, DerivedValue]:
 
 def askable_inputs(name: str, kb: KnowledgeBase) -> list[str]:
     """The facts a user could supply to settle `name`: itself if askable, else the inputs of its derivations."""
-    cache: dict[str, list[str]] = kb.__dict__.setdefault("_askable_inputs", {})  # kb is immutable once loaded
+    cache: dict[str, list[str]] = kb.memo.setdefault("askable_inputs", {})
     if name not in cache:
         cache[name] = _askable_inputs(name, kb)
     return cache[name]

@@ -44,17 +44,6 @@ from .rulebook import LoadedRule, RuleSet
 Value = int | float | str
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 _AXES = ("data", "algorithm", "machine")
-# iron-law term -> (seconds fact, share fact, label)
-_TERMS = {
-    "input": ("t_input_s", "share_input", "input wait (data pipeline)"),
-    "data": ("t_data_s", "share_data", "D/BW (bytes over bandwidth)"),
-    "compute": ("t_compute_s", "share_compute", "O/(R_peak·η) (FLOPs over peak)"),
-    "latency": ("t_overhead_s", "share_overhead", "L_lat (launch / sync overhead)"),
-}
-_GAIN_SHARE = {"input": "share_input", "data": "share_data", "compute": "share_compute",
-               "latency": "share_overhead", "overlap": "overlap_headroom",
-               "communication": "comm_frac", "coordination": "coordination_overhead"}
-MAX_REPORTED_SPEEDUP = 100.0
 
 
 _Segment = tuple[str, "str | None", str]  # literal text, then a fact name (or None) and its format spec
@@ -224,7 +213,7 @@ def build_report(
         next_measurements=measurements,
         missing=missing,
         scorecard=_scorecard(ctx),
-        iron_law=_iron_law(facts),
+        iron_law=_iron_law(kb, facts),
         evaluations=evaluations,
         graph=ctx.graph(),
         tables=_table_records(ruleset),
@@ -244,13 +233,12 @@ def _cluster(facts: Mapping[str, Value]) -> ClusterSection | None:
 
 def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:
     """The regime tables as report records; they never change, so they are built once per rule set."""
-    records: list[RegimeTableRecord] | None = ruleset.__dict__.get("_table_records")
-    if records is None:
-        records = [RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
-                                     wasted={w.id: w.reason for w in t.wasted})
-                   for _, (_, t) in sorted(ruleset.tables.items())]
-        ruleset.__dict__["_table_records"] = records
-    return list(records)
+    if "table_records" not in ruleset.memo:
+        ruleset.memo["table_records"] = [
+            RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
+                              wasted={w.id: w.reason for w in t.wasted})
+            for _, (_, t) in sorted(ruleset.tables.items())]
+    return list(ruleset.memo["table_records"])
 
 
 def _static_parts(lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
@@ -333,12 +321,13 @@ def _axes(ctx: _Context, fired: list[LoadedRule], candidates: list[Candidate]) -
 
 
 def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
-    share_fact = _GAIN_SHARE.get(shrinks)
-    if share_fact is None or share_fact not in ctx.facts:
+    term = ctx.kb.regimes.terms.get(shrinks)  # type: ignore[call-overload]
+    if term is None or term.share not in ctx.facts:
         return None
-    share = float(ctx.facts[share_fact])
-    capped = share >= 1 - 1 / MAX_REPORTED_SPEEDUP
-    speedup = MAX_REPORTED_SPEEDUP if capped else amdahl_max_speedup(share)
+    share = float(ctx.facts[term.share])
+    cap = ctx.kb.regimes.max_reported_speedup
+    capped = share >= 1 - 1 / cap
+    speedup = cap if capped else amdahl_max_speedup(share)
     what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
     return ExpectedGain(
         term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
@@ -511,12 +500,12 @@ def _scorecard(ctx: _Context) -> list[ScoreRow]:
     return rows
 
 
-def _iron_law(facts: Mapping[str, Value]) -> IronLaw:
-    def num(name: str) -> float | None:
-        value = facts.get(name)
+def _iron_law(kb: KnowledgeBase, facts: Mapping[str, Value]) -> IronLaw:
+    def num(name: str | None) -> float | None:
+        value = facts.get(name) if name else None
         return float(value) if isinstance(value, (int, float)) else None
 
-    terms = [IronLawTerm(term=term, label=label, seconds=num(sec), share=num(share))  # type: ignore[arg-type]
-             for term, (sec, share, label) in _TERMS.items()]
+    terms = [IronLawTerm(term=term, label=spec.label, seconds=num(spec.seconds), share=num(spec.share))  # type: ignore[arg-type]
+             for term, spec in kb.regimes.terms.items() if spec.seconds]
     return IronLaw(step_time_s=num("step_time_s"), terms=terms, sequential_s=num("t_sequential_s"),
                    overlapped_s=num("t_overlapped_s"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -212,10 +212,20 @@ class Regime(_Strict):
 Strength = Literal["suspect", "likely", "confirmed"]
 
 
+class TermSpec(_Strict):
+    """A term of the iron law (or a C³ term): the derived facts that hold its seconds and its share of the step."""
+
+    label: str
+    share: str
+    seconds: str | None = None  # only the iron-law terms have a duration of their own
+
+
 class RegimeCatalog(_Strict):
     schema_version: int = 1
     strengths: dict[Strength, int]
     verdict_min_strength: Strength
+    terms: dict[Term, TermSpec]
+    max_reported_speedup: float = Field(gt=1)
     precedence: list[str]
     regimes: dict[str, Regime]
 
@@ -260,6 +270,8 @@ class KnowledgeBase:
         self.regimes = regimes
         self.units = units
         self.interconnects = {i.id: i for i in (interconnects.interconnects if interconnects else [])}
+        # values computed from this (immutable) knowledge base on first use, e.g. askable inputs per fact
+        self.memo: dict[str, Any] = {}
         self._check_references()
 
     @classmethod
@@ -306,6 +318,14 @@ class KnowledgeBase:
             for tool in [row.primary, *row.secondary]:
                 if tool not in self.tools.tools:
                     problems.append(Problem(f"{where}/tools.yaml: axes.{axis}", f"unknown tool {tool!r}"))
+        for term, term_spec in self.regimes.terms.items():
+            for fact_name in filter(None, (term_spec.share, term_spec.seconds)):
+                if fact_name not in self.facts:
+                    problems.append(Problem(f"{where}/regimes.yaml: terms.{term}", f"unknown fact {fact_name!r}"))
+        for opt in self.optimizations.values():
+            if opt.shrinks not in self.regimes.terms:
+                problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
+                                        f"shrinks {opt.shrinks!r}, which regimes.yaml `terms` does not define"))
         for metric in self.scorecard.metrics:
             if metric.fact not in self.facts:
                 problems.append(Problem(f"{where}/scorecard.yaml: {metric.id}", f"unknown fact {metric.fact!r}"))

@@ -279,6 +279,7 @@ class RuleSet:
 
     def __init__(self, files: list[tuple[Path, RuleFile]], kb: KnowledgeBase) -> None:
         self.kb = kb
+        self.memo: dict[str, Any] = {}  # values computed from this (immutable) rule set on first use
         self.files = files
         problems: list[Problem] = []
         self.conditions: dict[str, tuple[Path, NamedCondition]] = {}
