@@ -159,6 +159,10 @@ class Derivation:
     formula: str
     source: str
     compute: Callable[[Facts, KnowledgeBase], _Result | None]
+    needs: frozenset[str] = field(init=False, repr=False, compare=False)  # `inputs` as a set, for the hot loop
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", frozenset(self.inputs))
 
 
 def _hw(f: Facts, kb: KnowledgeBase) -> HardwareSpec:
@@ -467,7 +471,7 @@ def derive(observed: Facts, kb: KnowledgeBase) -> dict[str, DerivedValue]:
     facts: dict[str, Value] = dict(observed)
     out: dict[str, DerivedValue] = {}
     for d in DERIVATIONS:
-        if d.output in facts or any(name not in facts for name in d.inputs):
+        if d.output in facts or not facts.keys() >= d.needs:
             continue
         result = d.compute(facts, kb)
         if result is None:
