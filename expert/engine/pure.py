@@ -6,10 +6,14 @@ It holds no per-run state, so one instance is safe to share across threads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from ..rulebook import RuleSet, findings_used
 from .base import EngineResult, Value
+
+# (rule id, compiled condition, finding it concludes, findings it reads): resolved once, read on every run
+_Compiled = tuple[str, Callable[[Mapping[str, Value], Collection[str], Any, bool], str], str | None, tuple[str, ...]]
 
 
 class PureEngine:
@@ -18,31 +22,35 @@ class PureEngine:
     name = "pure"
 
     def __init__(self, ruleset: RuleSet) -> None:
-        self._strata = [
-            sorted((lr for lr in ruleset.rules.values() if lr.stratum == s), key=lambda lr: lr.id)
-            for s in range(ruleset.max_stratum + 1)
-        ]
-        self._uses = {lr.id: sorted(findings_used(lr.condition)[0]) for lr in ruleset.rules.values()}
+        self._strata: list[list[_Compiled]] = []
+        for s in range(ruleset.max_stratum + 1):
+            members = sorted((lr for lr in ruleset.rules.values() if lr.stratum == s), key=lambda lr: lr.id)
+            self._strata.append([
+                (lr.id, lr.evaluator, lr.rule.then.finding.id if lr.rule.then.finding else None,
+                 tuple(sorted(findings_used(lr.condition)[0])))
+                for lr in members
+            ])
 
     def run(self, facts: Mapping[str, Value]) -> EngineResult:
         """Each stratum to its fixpoint. After the first pass only rules that read a finding the previous pass
         concluded are evaluated again: facts never change during a run, and negated findings come from lower strata,
         so nothing else can change its outcome."""
         result = EngineResult()
-        fired: set[str] = set()
+        fired, findings, matched = result.fired, result.findings, result.matched
         for stratum in self._strata:
             pending = stratum
             while pending:
                 new: set[str] = set()
-                for lr in pending:
-                    if lr.id in fired or lr.evaluator(facts, result.findings, None, False) != "true":
+                for rule_id, evaluator, finding, uses in pending:
+                    if evaluator(facts, findings, None, False) != "true":
                         continue
-                    fired.add(lr.id)
-                    result.fired.append(lr.id)
-                    result.matched[lr.id] = [f for f in self._uses[lr.id] if f in result.findings]
-                    finding = lr.rule.then.finding
-                    if finding is not None and finding.id not in result.findings:
-                        result.findings.add(finding.id)
-                        new.add(finding.id)
-                pending = [lr for lr in stratum if lr.id not in fired and new.intersection(self._uses[lr.id])]
+                    fired.append(rule_id)
+                    matched[rule_id] = [f for f in uses if f in findings] if uses else []
+                    if finding is not None and finding not in findings:
+                        findings.add(finding)
+                        new.add(finding)
+                if not new:
+                    break
+                done = set(fired)
+                pending = [r for r in stratum if r[0] not in done and not new.isdisjoint(r[3])]
         return result
