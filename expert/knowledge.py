@@ -151,11 +151,42 @@ class Measurement(_Strict):
     how: str
 
 
+class ToolsQuestion(_Strict):
+    """Wording of the consultation's `available_tools` question. `why` may use {questions} and {tools} (counts),
+    `goal_answered` {answer}. The defaults keep older knowledge-base copies loading."""
+
+    question: str = "Which of these can you run or look up?"
+    why: str = ("it skips the measurements you cannot make: {questions} questions that can still change the answer "
+                "need one of these {tools} tools, and a tool you cannot run closes its questions at once")
+    goal: str = ("It skips the measurements you cannot make: the questions of a tool you do not name are closed at "
+                 "once instead of being asked one by one; context questions (hardware, precision, workload, batch "
+                 "size) stay open.")
+    goal_answered: str = ("It is answered ({answer}). It skips the measurements you cannot make: the questions of a "
+                          "tool you cannot run are closed, not asked one by one.")
+
+    @model_validator(mode="after")
+    def _templates(self) -> ToolsQuestion:
+        for name, text in (("why", self.why), ("goal_answered", self.goal_answered)):
+            try:
+                text.format(questions=1, tools=1, answer="x")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"{name}: bad placeholder {exc} (allowed: {{questions}}, {{tools}}, {{answer}})"
+                                 ) from exc
+        return self
+
+
+class ConsultationWording(_Strict):
+    """User-facing wording of `dam consult` that is not tied to one fact (fact questions live in facts.yaml)."""
+
+    available_tools: ToolsQuestion = ToolsQuestion()
+
+
 class ToolMap(_Strict):
     schema_version: int = 1
     tools: dict[str, Tool]
     axes: dict[Axis, AxisTools]
     measurements: dict[str, Measurement]
+    consultation: ConsultationWording = ConsultationWording()
 
 
 class ScoreMetric(_Strict):
