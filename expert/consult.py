@@ -2,8 +2,8 @@
 the recommendations.
 
 `Consultation` keeps the user's answers (and "unknown"s) and, before each question, asks the rules what could still
-change. Three kinds of what-if probe run on the rules (compiled once, with the pure engine's semantics), each on a
-copy of the current facts:
+change. Three kinds of what-if probe run on the rules (the shared `expert.engine.pure.PureEngine` over each rule's
+compiled condition), each on a copy of the current facts:
 
 * leaf probes: a fact some rule tests (observed or derived, e.g. ``io_overhead``) is set to one value in each region
   the rules' thresholds cut it into (below, at, between, above);
@@ -14,8 +14,9 @@ A probe *changes the answer* when the verdict or the set of recommended optimiza
 fact earns the value of every probe it could settle: itself, or as an input of the formula that derives a tested
 fact (`expert.derive.DERIVATIONS`), weighted by how much of the shortest way to that quantity it completes when
 answered and how many of the ways it closes when unknown, divided by the fact's cost (knowledge_base/facts.yaml).
-Cheap `ask_first` facts with any value go first (a cheaper context fact tested with one of them, such as `workload`
-for `phase`, before it). Before probing, a three-valued possibility analysis finds the rules that can still change
+Cheap `ask_first` facts go first, but only when they pass the same value test (a cheaper context fact tested with
+one of them goes before it when some answer to it would leave that fact without value: `workload` before `phase`,
+as training drops phase). Before probing, a three-valued possibility analysis finds the rules that can still change
 at all; when none of those can reach the verdict or the recommendations, nothing is left to ask. Otherwise the
 session stops when no probe changes the answer, and says why. The lookahead is one probe deep, not a proof over
 every combination of answers: tests/test_consult.py checks on every example, every rule-test case and random cases
@@ -33,8 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -42,8 +42,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from .derive import DERIVATIONS, Derivation, DerivedValue, check_consistency, derive
+from .engine.pure import PureEngine
 from .errors import ObservationError, Problem
-from .evaluate import LeafTrace, _compare, evaluate, negate_op
+from .evaluate import LeafTrace, evaluate, negate_op
 from .expert import Expert
 from .knowledge import FactSpec, KnowledgeBase
 from .observations import Observation, Observations, convert, is_unknown
@@ -67,7 +68,6 @@ AVAILABLE_TOOLS = "available_tools"  # the one question that is not a fact: whic
 _TOOLS_AFTER_CONTEXT = True  # ask it once the cheap context questions are answered (False: first of all)
 _ALL_WORDS = frozenset({"all", "every", "everything"})
 _NONE_WORDS = frozenset({"none", "no-tool", "notool", "no tool", "nothing", "no"})
-_TOOLS_TEXT = "Which of these can you run or look up?"
 
 
 # ---- public models -------------------------------------------------------------------------------------------------
@@ -270,85 +270,6 @@ class SessionFile(_Model):
 # ---- static index of the rules (one per Expert) --------------------------------------------------------------------
 
 
-_Compiled = Callable[[Mapping[str, Value], AbstractSet[str]], str]
-
-
-def _compile(node: Condition) -> _Compiled:
-    """A closure evaluating a resolved condition exactly as `expert.evaluate.evaluate` does (without a trace),
-    several times faster: the planner runs the rules a few hundred times per question."""
-    if isinstance(node, FactTest):
-        name, known, ops = node.fact, node.known, node.ops()
-
-        def fact_test(facts: Mapping[str, Value], findings: AbstractSet[str]) -> str:
-            value = facts.get(name)
-            result = "true"
-            if known is not None and (value is not None) != known:
-                result = "false"
-            for op, constant in ops:
-                if value is None:
-                    if result == "true":
-                        result = "unknown"
-                elif not _compare(op, value, constant):
-                    return "false"
-            return result
-
-        return fact_test
-    if isinstance(node, FindingRef):
-        finding = node.finding
-        return lambda facts, findings: "true" if finding in findings else "false"
-    if isinstance(node, NotOf):
-        inner = _compile(node.not_)
-        return lambda facts, findings: _FLIP3[inner(facts, findings)]
-    children = [_compile(c) for c in (node.all if isinstance(node, AllOf) else node.any)]  # type: ignore[union-attr]
-    stop, neutral = ("false", "true") if isinstance(node, AllOf) else ("true", "false")
-
-    def junction(facts: Mapping[str, Value], findings: AbstractSet[str]) -> str:
-        result = neutral
-        for child in children:
-            outcome = child(facts, findings)
-            if outcome == stop:
-                return stop
-            if outcome == "unknown":
-                result = "unknown"
-        return result
-
-    return junction
-
-
-class _FastEngine:
-    """The pure engine's stratified forward chaining over compiled conditions (same fired set and findings).
-
-    Within a stratum only rules reading a finding concluded in the previous pass are evaluated again, which reaches
-    the same fixpoint as re-evaluating every rule (facts do not change during a run, and negated findings come from
-    lower strata)."""
-
-    def __init__(self, rules: Sequence[LoadedRule]) -> None:
-        self.strata: list[list[tuple[str, _Compiled, str | None, frozenset[str]]]] = []
-        for s in sorted({lr.stratum for lr in rules}):
-            members = sorted((r for r in rules if r.stratum == s), key=lambda r: r.id)
-            self.strata.append([(lr.id, _compile(lr.condition), lr.rule.then.finding.id if lr.rule.then.finding
-                                 else None,
-                                 frozenset(findings_used(lr.condition)[0])) for lr in members])
-
-    def run(self, facts: Mapping[str, Value]) -> tuple[list[str], set[str]]:
-        fired: list[str] = []
-        findings: set[str] = set()
-        for stratum in self.strata:
-            pending = stratum
-            while pending:
-                new: set[str] = set()
-                for rule_id, condition, finding, _ in pending:
-                    if condition(facts, findings) != "true":
-                        continue
-                    fired.append(rule_id)
-                    if finding is not None and finding not in findings:
-                        findings.add(finding)
-                        new.add(finding)
-                done = set(fired)
-                pending = [r for r in stratum if r[0] not in done and r[3] & new] if new else []
-        return fired, findings
-
-
 class _Index:
     """What the question planner needs from the rules and the vocabulary, computed once per Expert."""
 
@@ -356,7 +277,7 @@ class _Index:
         self.kb: KnowledgeBase = expert.kb
         self.ruleset = expert.ruleset
         self.rules: list[LoadedRule] = sorted(expert.ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
-        self.engine = _FastEngine(self.rules)
+        self.engine = PureEngine(expert.ruleset)
         self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
         self.derivations: dict[str, list[Derivation]] = {}
@@ -390,6 +311,16 @@ class _Index:
         self.decisive = direct
         self.relevant = relevant
         self.tables = {regime: table for regime, (_, table) in expert.ruleset.tables.items()}
+        regimes = self.kb.regimes
+        # what each rule concludes that `_answer_of` reads: (regime, strength) vote, recommended and wasted ids
+        self.outcomes: dict[str, tuple[tuple[str, int] | None, tuple[str, ...], tuple[str, ...]]] = {}
+        for lr in self.rules:
+            then = lr.rule.then
+            vote = (then.bottleneck.regime, regimes.strengths[then.bottleneck.strength]) if then.bottleneck else None
+            self.outcomes[lr.id] = (vote, tuple(r.id for r in then.recommend), tuple(w.id for w in then.waste))
+        self.precedence = {name: i for i, name in enumerate(regimes.precedence)}
+        self.strength_names = {v: k for k, v in regimes.strengths.items()}
+        self.verdict_threshold = regimes.strengths[regimes.verdict_min_strength]
         self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
         for lr in self.rules:
             for conjunction in _all_nodes(lr.condition):
@@ -461,25 +392,22 @@ class _Answer:
 def _answer_of(ix: _Index, facts: Mapping[str, Value]) -> _Answer:
     """Verdict, recommended set and scorecard bands, decided exactly as `expert.diagnosis.build_report` decides them
     (tests/test_consult.py checks the two agree), without building a Report."""
-    fired_ids, findings = ix.engine.run(facts)
-    fired = [ix.ruleset.rules[r] for r in fired_ids]
-    regimes = ix.kb.regimes
+    result = ix.engine.run(facts)
+    fired_ids, findings = result.fired, result.findings
     votes: dict[str, list[int]] = {}
-    for lr in fired:
-        vote = lr.rule.then.bottleneck
-        if vote:
-            votes.setdefault(vote.regime, []).append(regimes.strengths[vote.strength])
-    order = {name: i for i, name in enumerate(regimes.precedence)}
-    ranked = sorted(votes.items(), key=lambda kv: (-max(kv[1]), -sum(kv[1]), order[kv[0]]))
-    names = {v: k for k, v in regimes.strengths.items()}
-    candidates = tuple((regime, names[max(s)], sum(s)) for regime, s in ranked)
-    threshold = regimes.strengths[regimes.verdict_min_strength]
-    verdict = ranked[0][0] if ranked and max(ranked[0][1]) >= threshold else None
     proposals: set[str] = set()
     wasted: set[str] = set()
-    for lr in fired:
-        proposals.update(r.id for r in lr.rule.then.recommend)
-        wasted.update(w.id for w in lr.rule.then.waste)
+    for rule_id in fired_ids:
+        vote, recommends, wastes = ix.outcomes[rule_id]
+        if vote is not None:
+            votes.setdefault(vote[0], []).append(vote[1])
+        proposals.update(recommends)
+        wasted.update(wastes)
+    order = ix.precedence
+    ranked = sorted(votes.items(), key=lambda kv: (-max(kv[1]), -sum(kv[1]), order[kv[0]]))
+    names = ix.strength_names
+    candidates = tuple((regime, names[max(s)], sum(s)) for regime, s in ranked)
+    verdict = ranked[0][0] if ranked and max(ranked[0][1]) >= ix.verdict_threshold else None
     table = ix.tables.get(verdict) if verdict else None
     if table is not None:
         proposals.update(table.effective)
@@ -1338,13 +1266,13 @@ class Consultation:
 
     def _tools_question(self, offer: Mapping[str, list[str]]) -> Question:
         tools = self._ix.kb.tools.tools
+        wording = self._ix.kb.tools.consultation.available_tools
         n = sum(len(facts) for facts in offer.values())
         return Question(
-            number=self.questions_asked + 1, fact=AVAILABLE_TOOLS, text=_TOOLS_TEXT, kind="tools",
+            number=self.questions_asked + 1, fact=AVAILABLE_TOOLS, text=wording.question, kind="tools",
             choices=list(offer), choice_help={t: f"{tools[t].name}: {', '.join(f)}" for t, f in offer.items()},
             example=", ".join(list(offer)[:2]), accepted=self._tools_accepted(list(offer)),
-            why=(f"it skips the measurements you cannot make: {n} questions that can still change the answer need "
-                 f"one of these {len(offer)} tools, and a tool you cannot run closes its questions at once"),
+            why=wording.why.format(questions=n, tools=len(offer)),
             group_facts=[f for facts in offer.values() for f in facts], cost=1,
         )
 
@@ -1404,7 +1332,7 @@ class Consultation:
             raw = ", ".join(str(v) for v in value) if isinstance(value, (list, tuple, set, frozenset)) else str(value)
         shown = None if chosen is None else (", ".join(chosen) or "none")
         turn = Turn(step=len(self._turns) + 1, fact=AVAILABLE_TOOLS,
-                    question=pending.text if pending else _TOOLS_TEXT,
+                    question=pending.text if pending else self._ix.kb.tools.consultation.available_tools.question,
                     reason=pending.why if pending else "volunteered by the user", asked=pending is not None,
                     raw=raw, value=shown, closes=closes)
         return self._record(turn)
@@ -1413,21 +1341,20 @@ class Consultation:
         state, plan = self._analysis()
         offer = self._tool_offer(plan)
         tools = self._ix.kb.tools.tools
+        wording = self._ix.kb.tools.consultation.available_tools
         answered = self._tools_answer()
         if answered is not None:
-            goal = (f"It is answered ({answered.value or 'unknown'}). It skips the measurements you cannot make: "
-                    "the questions of a tool you cannot run are closed, not asked one by one.")
+            goal = wording.goal_answered.format(answer=answered.value or "unknown")
         else:
-            goal = ("It skips the measurements you cannot make: the questions of a tool you do not name are closed "
-                    "at once instead of being asked one by one; context questions (hardware, precision, workload, "
-                    "batch size) stay open.")
+            goal = wording.goal
         known = {name: _fmt(self._ix.kb.facts.get(name), value) for name, value in state.answers.items()}
-        return Why(fact=AVAILABLE_TOOLS, question=_TOOLS_TEXT, goal=goal, hypotheses=self._hypotheses(state),
+        return Why(fact=AVAILABLE_TOOLS, question=wording.question, goal=goal, hypotheses=self._hypotheses(state),
                    rules=[], known=known,
                    tools=[f"{t} ({tools[t].name}): {', '.join(facts)}" for t, facts in offer.items()])
 
     def _choose(self, state: _State, plan: _Plan) -> tuple[str, str | None]:
-        """The best-ranked fact; a cheap context fact tested together with it goes first (workload before phase)."""
+        """The best-ranked fact. A cheap context fact tested together with it goes first when some answer to it
+        would leave the best fact without value (workload before phase: training drops phase)."""
         ix = self._ix
         best = plan.ranked[0]
         spec = ix.kb.facts[best]
@@ -1437,9 +1364,23 @@ class Consultation:
                     break
                 gate_spec = ix.kb.facts[gate]
                 if (gate_spec.ask_first and gate_spec.cost <= spec.cost and gate in ix.conjoined.get(best, ())
-                        and state.askable_open(gate)):
+                        and state.askable_open(gate) and self._gate_closes(state, gate, best)):
                     return gate, best
         return best, None
+
+    def _gate_closes(self, state: _State, gate: str, gated: str) -> bool:
+        """Whether some answer to `gate` would leave `gated` with no value: no longer on the way to any fact a rule
+        that can still change the answer tests (cheap), or else no value in the planner run on that answer."""
+        spec = self._ix.kb.facts[gate]
+        values: list[Value] = (list(spec.choices or []) if spec.type == "enum"
+                               else [v for _, v in _regions(self._ix, gate)])
+        trials: list[_State] = []
+        for value in values:
+            trial = _State(self._ix, {**state.answers, gate: value}, state.unknowns)
+            if not any(gated in route for leaf in trial.open_leaves() for route in trial.routes(leaf)):
+                return True
+            trials.append(trial)
+        return any(not _plan(trial).scores.get(gated) for trial in trials)
 
     def _question(self, state: _State, plan: _Plan, fact: str, gated: str | None = None) -> Question:
         ix = self._ix

@@ -489,3 +489,49 @@ def test_play_answers_the_tools_question_from_the_facts_or_the_answers() -> None
     scripted = play({**facts, AVAILABLE_TOOLS: "none"})
     closed = next(t for t in scripted.transcript if t.fact == AVAILABLE_TOOLS).closes
     assert closed and set(closed) <= set(scripted.unknowns)
+
+
+# ---- value gating of the context questions and wording from the knowledge base -----------------------------------
+
+
+def test_context_questions_without_value_are_not_asked() -> None:
+    # a cluster case with everything but the context facts: hardware and precision can no longer change the answer
+    facts = {k: v for k, v in EXAMPLES["well_scaled_cluster"].items()
+             if k not in ("hardware", "dtype", "batch_size", "phase", "workload")}
+    c = Consultation(known=facts)
+    _, plan = c._analysis()
+    assert not plan.scores.get("hardware") and not plan.scores.get("dtype")
+    asked = []
+    while (q := c.next_question()) is not None:
+        asked.append(q.fact)
+        if q.fact == "workload":  # asked only because an answer to it can take the value away from phase
+            assert "phase" in q.why
+        c.unknown(q.fact)
+    assert "hardware" not in asked and "dtype" not in asked
+    if "phase" in asked:
+        assert "workload" in asked and asked.index("workload") < asked.index("phase")
+
+
+def test_tools_question_wording_comes_from_the_knowledge_base(tmp_path: Any) -> None:
+    import shutil
+
+    target = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), target)
+    path = target / "tools.yaml"
+    text = path.read_text()
+    assert "consultation:" in text
+    edited = text.replace("question: Which of these can you run or look up?", "question: Which tools do you have?", 1)
+    edited = edited.replace("it skips the measurements", "it saves {questions} questions among {tools} tools; it", 1)
+    path.write_text(edited)
+    c = Consultation(expert.Expert(knowledge_base=target), known=CONTEXT)
+    q = tools_question(c)
+    assert q.text == "Which tools do you have?" and q.why.startswith(f"it saves {len(q.group_facts)} questions")
+    assert c.why(AVAILABLE_TOOLS).question == "Which tools do you have?"
+    # an older copy without the section still loads, with the default wording
+    path.write_text(text[:text.index("\n# Wording of `dam consult`")] + "\n")
+    old = Consultation(expert.Expert(knowledge_base=target), known=CONTEXT)
+    assert tools_question(old).text == KB.tools.consultation.available_tools.question
+    # a template naming an unknown placeholder is refused when the knowledge base loads
+    path.write_text(text.replace("{tools} tools", "{tool} tools", 1))
+    with pytest.raises(expert.KnowledgeBaseError, match="tool"):
+        expert.Expert(knowledge_base=target)
