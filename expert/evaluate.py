@@ -180,6 +180,15 @@ def compile_condition(node: Condition) -> Evaluator:
         def fact_test(facts: Mapping[str, Value], findings: Collection[str], trace: list[LeafTrace] | None,
                       negated: bool) -> Outcome:
             value = facts.get(fact)
+            if trace is None:  # no trace wanted: stop at the first comparison that fails
+                if known is not None and (value is not None) != known:
+                    return "false"
+                if value is None:
+                    return "unknown" if tests else "true"
+                for _, _, compare in tests:
+                    if not compare(value):
+                        return "false"
+                return "true"
             result: Outcome = "true"
             if known is not None:
                 outcome: Outcome = "true" if (value is not None) == known else "false"
