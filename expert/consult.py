@@ -49,7 +49,7 @@ from .expert import Expert
 from .knowledge import FactSpec, KnowledgeBase
 from .observations import Observation, Observations, convert, is_unknown
 from .report import Report
-from .rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, LoadedRule, NotOf, facts_used, findings_used
+from .rulebook import AllOf, Condition, FactTest, FindingRef, LoadedRule, NotOf, facts_used, findings_used, walk
 
 Value = int | float | str
 _Scalar = StrictInt | StrictFloat | StrictStr
@@ -340,28 +340,11 @@ def _decisive(lr: LoadedRule) -> bool:
 
 
 def _fact_tests(node: Condition) -> Iterator[FactTest]:
-    if isinstance(node, FactTest):
-        yield node
-    elif isinstance(node, AllOf):
-        for c in node.all:
-            yield from _fact_tests(c)
-    elif isinstance(node, AnyOf):
-        for c in node.any:
-            yield from _fact_tests(c)
-    elif isinstance(node, NotOf):
-        yield from _fact_tests(node.not_)
+    return (n for n in walk(node) if isinstance(n, FactTest))
 
 
 def _all_nodes(node: Condition) -> Iterator[AllOf]:
-    if isinstance(node, AllOf):
-        yield node
-        for c in node.all:
-            yield from _all_nodes(c)
-    elif isinstance(node, AnyOf):
-        for c in node.any:
-            yield from _all_nodes(c)
-    elif isinstance(node, NotOf):
-        yield from _all_nodes(node.not_)
+    return (n for n in walk(node) if isinstance(n, AllOf))
 
 
 _INDEXES: weakref.WeakKeyDictionary[Expert, _Index] = weakref.WeakKeyDictionary()
