@@ -205,7 +205,8 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
             problems.append(Problem(name, str(exc), f"accepted: {spec.range_text()}"))
             continue
         clean_detail = {k: v for k, v in detail.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-        clean[name] = Observation(value=value, source=source, detail=clean_detail)
+        # value and detail were just checked and converted above, so the model is built without validating again
+        clean[name] = Observation.model_construct(value=value, source=source, detail=clean_detail)
     if problems:
         raise ObservationError(problems, title="some observations are not valid")
-    return Observations(facts=clean)
+    return Observations.model_construct(facts=clean)
