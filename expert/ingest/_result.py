@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..knowledge import KnowledgeBase
 from ..observations import Observations
 
 Scalar = int | float | str
@@ -41,6 +43,23 @@ class FileResult(BaseModel):
         clean = {k: v for k, v in detail.items() if v is not None}
         self.measured[fact] = Measured(fact=fact, value=value, source=f"{self.format}:{self.name}", detail=clean)
         self.not_derived.pop(fact, None)
+
+    def add_hardware(self, counts: Mapping[str, int], kb: KnowledgeBase, *, what: str, method: str,
+                     metric: str | None = None, file: str | None = None, several: str | None = None) -> None:
+        """Map the most frequent device name in `counts` to a catalog id, or record why not.
+
+        `what` names the name in messages ("device name", "modelName"); `several`, when given, is the note's wording
+        for inputs that list more than one device model.
+        """
+        name = max(counts, key=lambda n: counts[n])
+        resolved = kb.resolve_hardware(name)
+        if resolved is None:
+            self.missing("hardware", f"{what} {name!r} is not in the hardware catalog; give --set hardware=ID "
+                         "(dam hardware list)")
+        else:
+            self.add("hardware", resolved, metric=metric, method=method, device_name=name, file=file or self.path)
+        if several and len(counts) > 1:
+            self.notes.append(f"{several} ({', '.join(sorted(counts))}); used {name!r}")
 
     def missing(self, fact: str, reason: str) -> None:
         """Record that this file cannot give `fact`, and why (unless it was measured)."""

@@ -271,14 +271,8 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
         result.stats["other_metrics"] = len(other_metrics)
     _finish(result, fields, seen, selector, "exporter's metrics (enable it in dcp-metrics-included.csv)")
     if models:
-        name = max(models, key=lambda m: models[m])
-        resolved = kb.resolve_hardware(name)
-        if resolved is not None:
-            result.add("hardware", resolved, metric="modelName", method="modelName label mapped through the "
-                       "hardware catalog's aliases", device_name=name, file=result.path)
-        else:
-            result.missing("hardware", f"modelName {name!r} is not in the hardware catalog; give --set hardware=ID "
-                           "(dam hardware list)")
+        result.add_hardware(models, kb, what="modelName", metric="modelName",
+                            method="modelName label mapped through the hardware catalog's aliases")
     else:
         result.missing("hardware", "the samples carry no modelName label; give --set hardware=ID")
     return result

@@ -605,16 +605,9 @@ class _Analysis:
         if not names:
             r.missing("hardware", "deviceProperties carry no device name")
             return
-        name = Counter(names).most_common(1)[0][0]
-        resolved = self.kb.resolve_hardware(name)
-        if resolved is None:
-            r.missing("hardware", f"device name {name!r} is not in the hardware catalog; give --set hardware=ID "
-                      "(dam hardware list)")
-            return
-        if len(set(names)) > 1:
-            r.notes.append(f"the trace lists several device models ({', '.join(sorted(set(names)))}); used {name!r}")
-        r.add("hardware", resolved, method="deviceProperties.name mapped through the hardware catalog's aliases",
-              device_name=name, file=self.src.label)
+        r.add_hardware(Counter(names), self.kb, what="device name", file=self.src.label,
+                       method="deviceProperties.name mapped through the hardware catalog's aliases",
+                       several="the trace lists several device models")
 
     def _gpu(self, devices: list[int], windows: list[Interval], span: float) -> None:
         c, r = self.c, self.r

@@ -65,16 +65,9 @@ def _finish_util(result: FileResult, kb: KnowledgeBase, util: Stat, selector: Se
     if "gpu_util" not in result.not_derived:
         result.missing("gpu_util", f"no {field_name} values in the selected samples")
     if names:
-        name = max(names, key=lambda n: names[n])
-        resolved = kb.resolve_hardware(name)
-        if resolved is not None:
-            result.add("hardware", resolved, metric="name", method="device name mapped through the hardware "
-                       "catalog's aliases", device_name=name, file=result.path)
-        else:
-            result.missing("hardware", f"device name {name!r} is not in the hardware catalog; give --set "
-                           "hardware=ID (dam hardware list)")
-        if len(names) > 1:
-            result.notes.append(f"several device models in the log ({', '.join(sorted(names))}); used {name!r}")
+        result.add_hardware(names, kb, what="device name", metric="name",
+                            method="device name mapped through the hardware catalog's aliases",
+                            several="several device models in the log")
     elif has_name_column:
         result.missing("hardware", "the name column holds no device name in the selected samples")
     else:
