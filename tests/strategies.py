@@ -38,7 +38,8 @@ def _value(spec: FactSpec) -> st.SearchStrategy[Any]:
 @st.composite
 def observations(draw: st.DrawFn, max_facts: int | None = None) -> dict[str, Any]:
     """A dict of fact -> value that passes validation (cross-fact constraints respected)."""
-    chosen = draw(st.lists(st.sampled_from(OBSERVABLE), unique_by=lambda f: f.name, max_size=max_facts or len(OBSERVABLE)))
+    size = max_facts or len(OBSERVABLE)
+    chosen = draw(st.lists(st.sampled_from(OBSERVABLE), unique_by=lambda f: f.name, max_size=size))
     obs: dict[str, Any] = {spec.name: draw(_value(spec)) for spec in chosen}
     if "data_wait_s" in obs and "step_time_s" in obs and obs["data_wait_s"] > obs["step_time_s"]:
         obs["data_wait_s"] = obs["step_time_s"] * draw(st.floats(0.0, 1.0))

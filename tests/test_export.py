@@ -3,13 +3,11 @@ the JSON export round-trips to identical explanations, and the Markdown/HTML doc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from functools import cache
 from html.parser import HTMLParser
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import networkx as nx
@@ -221,20 +219,13 @@ def test_every_format_exports_text() -> None:
         export(r, "pdf")
 
 
-# ---- the CLI (in-process, through the repository's cli.py) -------------------------------------------------------
-
-
-@cache
-def cli() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dam_cli_under_test", ROOT / "cli.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# ---- the CLI (in-process, through expert.commands, the parser and `main` behind cli.py) ------------------------
 
 
 def dam(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = cli().main(list(args))
+    from expert.commands import main
+
+    code = main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 import expert
+from expert import commands as CLI  # the parser and `main` behind cli.py
 from expert._resources import data_dir
 from expert.errors import KnowledgeBaseError, Problem
 from expert.knowledge import KnowledgeBase
@@ -33,18 +32,6 @@ from expert.ruletests import load_rule_tests, run_suite
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
 ERROR_FIXTURES = sorted(d for d in FIXTURES.iterdir() if d.is_dir() and d.name.startswith("dam0"))
-
-
-def repo_cli() -> ModuleType:
-    """The repository's cli.py (not a copy an installer may have left in site-packages)."""
-    spec = importlib.util.spec_from_file_location("dam_repo_cli", ROOT / "cli.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CLI = repo_cli()
 
 
 def dam(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from expert import commands as CLI  # the parser and `main` behind cli.py
+
 ROOT = Path(__file__).resolve().parents[1]
 TEAM = Path(__file__).parent / "fixtures" / "lint" / "team_rules"
 SCREENING_TESTS = ROOT / "rules" / "tests" / "screening.test.yaml"
-
-
-def repo_cli() -> ModuleType:
-    """The repository's cli.py (not a copy an installer may have left in site-packages)."""
-    spec = importlib.util.spec_from_file_location("dam_repo_cli", ROOT / "cli.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CLI = repo_cli()
 
 
 @pytest.fixture(autouse=True)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jsonschema
@@ -91,16 +89,8 @@ def test_rule_schema_knows_the_vocabulary() -> None:
     assert errors("rules", {"rules": [{**rule, "when": {"fact": "gpu_util", "lt": 0.8, "all": []}}]})
 
 
-def repo_cli() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dam_repo_cli", ROOT / "cli.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_schema_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    cli = repo_cli()
+    from expert import commands as cli  # the parser and `main` behind cli.py
     assert cli.main(["schema", "rules"]) == 0
     assert json.loads(capsys.readouterr().out)["title"] == "dam-expert rules"
     assert cli.main(["schema", "--list"]) == 0
