@@ -70,6 +70,18 @@ rules:
 """
 
 
+# the facts the tricky rules read, each possibly missing (None)
+TRICKY_FACTS: dict[str, st.SearchStrategy[Any]] = {
+    "gpu_util": st.one_of(st.none(), st.floats(0, 1)),
+    "sm_active": st.one_of(st.none(), st.floats(0, 1)),
+    "mem_bw_util": st.one_of(st.none(), st.floats(0, 1)),
+    "dtype": st.one_of(st.none(), st.sampled_from(["fp8", "bf16", "int8"])),
+    "workload": st.one_of(st.none(), st.sampled_from(["training", "inference"])),
+    "batch_size": st.one_of(st.none(), st.integers(1, 16)),
+    "host_cpu_util": st.one_of(st.none(), st.floats(0, 1)),
+}
+
+
 @pytest.fixture(scope="module")
 def tricky_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tricky_rules")
@@ -90,15 +102,7 @@ def test_tricky_rules_are_stratified(tricky: tuple[Expert, Expert]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    gpu_util=st.one_of(st.none(), st.floats(0, 1)),
-    sm_active=st.one_of(st.none(), st.floats(0, 1)),
-    mem_bw_util=st.one_of(st.none(), st.floats(0, 1)),
-    dtype=st.one_of(st.none(), st.sampled_from(["fp8", "bf16", "int8"])),
-    workload=st.one_of(st.none(), st.sampled_from(["training", "inference"])),
-    batch_size=st.one_of(st.none(), st.integers(1, 16)),
-    host_cpu_util=st.one_of(st.none(), st.floats(0, 1)),
-)
+@given(**TRICKY_FACTS)
 def test_engines_agree_on_negation_and_chains(tricky: tuple[Expert, Expert], **facts: Any) -> None:
     obs = {k: v for k, v in facts.items() if v is not None}
     durable, pure = (e.diagnose(obs) for e in tricky)
@@ -225,13 +229,7 @@ def test_shipped_rules_directory_is_found() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    gpu_util=st.one_of(st.none(), st.floats(0, 1)),
-    sm_active=st.one_of(st.none(), st.floats(0, 1)),
-    mem_bw_util=st.one_of(st.none(), st.floats(0, 1)),
-    dtype=st.one_of(st.none(), st.sampled_from(["fp8", "bf16", "int8"])),
-    workload=st.one_of(st.none(), st.sampled_from(["training", "inference"])),
-    batch_size=st.one_of(st.none(), st.integers(1, 16)),
-    host_cpu_util=st.one_of(st.none(), st.floats(0, 1)),
+    **TRICKY_FACTS,
     findings=st.sets(st.sampled_from(["base", "chain1", "chain2", "not_chain"])),
 )
 def test_compiled_conditions_match_the_interpreter(tricky: tuple[Expert, Expert], findings: set[str],
