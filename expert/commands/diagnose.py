@@ -97,9 +97,9 @@ def emit(report: Any, fmt: str, output: str | None, description: str | None = No
     if fmt == "json":
         text = report.to_json()
     else:
-        from ..render.markdown import render
+        from ..export.markdown import postmortem
 
-        text = render(report)
+        text = postmortem(report, title="D·A·M diagnosis")
     if output:
         Path(output).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
     else:

@@ -27,6 +27,7 @@ def postmortem(report: Report, title: str | None = None) -> str:
     lines += _verdict(report)
     lines += _evidence(report)
     lines += _iron_law(report)
+    lines += _cluster(report)
     lines += _findings(report)
     lines += _optimizations(report)
     lines += _scorecard(report)
@@ -113,6 +114,15 @@ def _optimizations(report: Report) -> list[str]:
                          f"{', '.join(f'`{r}`' for r in w.rules)} |")
     else:
         lines.append("Nothing is ruled out on this evidence.")
+    return [*lines, ""]
+
+
+def _cluster(report: Report) -> list[str]:
+    if report.cluster is None:
+        return []
+    lines = ["## Cluster (C³: computation, communication, coordination)", "", "| fact | value |", "|---|---|"]
+    lines += [f"| {name} | {_cell(_fmt(value))} |" for name, value in report.cluster.model_dump().items()
+              if value is not None]
     return [*lines, ""]
 
 
