@@ -22,9 +22,12 @@ session stops when no probe changes the answer, and says why. The lookahead is o
 every combination of answers: tests/test_consult.py checks on every example, every rule-test case and random cases
 that the questions asked reach the verdict and recommendations of the full facts.
 
-Once the cheap context questions are answered, one multiple-choice question (`available_tools`) asks which of the
-tools measuring the questions still worth asking the user can run; the open questions of every offered tool not
-chosen are closed at once (as "unknown"), so a user is never asked one by one for measurements they cannot make.
+Once the kind of job is settled (tools.yaml `consultation.available_tools.after`), one multiple-choice question
+(`available_tools`) asks which of the tools measuring the questions still worth asking the user can run; the open
+questions of every offered tool not chosen are closed at once (as "unknown"), so a user is never asked one by one for
+measurements they cannot make. Facts an expert asks for in one breath (facts.yaml `questions`: the kind of job, the
+accelerator and its precision) are asked as one combined question when more than one of them is worth asking
+(`expert.combined` reads the answer).
 
 The class never prints: `Question`, `Why`, `Status` and `Turn` are pydantic models with a `text()` for front ends.
 """
@@ -41,12 +44,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
 
+from . import combined
 from .derive import DERIVATIONS, Derivation, DerivedValue, check_consistency, derive
 from .engine.pure import PureEngine
 from .errors import ObservationError, Problem
 from .evaluate import LeafTrace, evaluate, negate_op
 from .expert import Expert
-from .knowledge import FactSpec, KnowledgeBase
+from .knowledge import CombinedQuestion, FactSpec, KnowledgeBase
 from .observations import Observation, Observations, convert, is_unknown
 from .report import Report
 from .rulebook import AllOf, Condition, FactTest, FindingRef, LoadedRule, NotOf, facts_used, findings_used, walk
@@ -65,7 +69,6 @@ _MAX_FINDING_DEPTH = 4
 _WHY_RULES = 8
 _SOURCE = "consultation"
 AVAILABLE_TOOLS = "available_tools"  # the one question that is not a fact: which tools the user can run
-_TOOLS_AFTER_CONTEXT = True  # ask it once the cheap context questions are answered (False: first of all)
 _ALL_WORDS = frozenset({"all", "every", "everything"})
 _NONE_WORDS = frozenset({"none", "no-tool", "notool", "no tool", "nothing", "no"})
 
@@ -112,15 +115,17 @@ class Effect(_Model):
 
 
 class Question(_Model):
-    """The next question: which fact, how to ask for it, what is accepted, and why it is worth asking."""
+    """The next question: which fact, how to ask for it, what is accepted, and why it is worth asking. For a
+    combined question `fact` is the question's id (facts.yaml `questions`) and `facts` its member facts."""
 
     number: int  # 1 for the first question of the session
     fact: str
     text: str
-    kind: Literal["fraction", "number", "integer", "enum", "hardware", "tools"]
+    kind: Literal["fraction", "number", "integer", "enum", "hardware", "tools", "combined"]
+    facts: list[str] = []  # the facts a combined question asks for
     unit: str | None = None
     choices: list[str] | None = None
-    choice_help: dict[str, str] = {}  # for the tools question: what each tool is and which questions it answers
+    choice_help: dict[str, str] = {}  # what each choice means (for the tools question: the questions it answers)
     example: str | None = None
     accepted: str
     why: str
@@ -158,16 +163,25 @@ class Turn(_Model):
     reason: str
     asked: bool = True  # False when the user volunteered the fact
     raw: str | None = None
-    value: _Scalar | None = None  # canonical value; None means unknown
+    value: _Scalar | None = None  # canonical value (a combined question: its choice or values); None means unknown
+    sets: dict[str, _Scalar] = {}  # a combined question: the member facts it set
     closes: list[str] = []  # facts this turn marked unknown (the fact, or every fact its tool measures)
     undone: bool = False
     verdict_after: str | None = None
 
     def text(self) -> str:
         shown = "unknown" if self.value is None else _show(self.value)
-        more = f" (also unknown: {', '.join(f for f in self.closes if f != self.fact)})" if len(self.closes) > 1 else ""
         mark = " [undone]" if self.undone else ""
-        return f"{self.step}. {self.question} -> {shown}{more}{mark}\n   why asked: {self.reason}"
+        return f"{self.step}. {self.question} -> {shown}{self.closed()}{mark}\n   why asked: {self.reason}"
+
+    def closed(self) -> str:
+        """What the turn closed besides its own fact, as " (also unknown: a, b)"; "" when nothing."""
+        others = [f for f in self.closes if f != self.fact]
+        if not others:
+            return ""
+        if self.value is None and self.fact not in self.closes:  # a combined question answered "unknown"
+            return f" ({', '.join(others)})"
+        return f" (also unknown: {', '.join(others)})"
 
 
 class RuleNeed(_Model):
@@ -327,6 +341,8 @@ class _Index:
                 together = {t.fact for t in _fact_tests(conjunction)}
                 for name in together:
                     self.conjoined.setdefault(name, set()).update(together - {name})
+        self.question_of: dict[str, CombinedQuestion] = {
+            name: q for q in self.kb.questions.values() for name in q.facts}
         self.tool_of: dict[str, str] = {}
         for name, spec in self.kb.facts.items():
             m = self.kb.tools.measurements.get(spec.measure or name)
@@ -1069,6 +1085,14 @@ def _credit(plan: _Plan) -> None:
 # ---- formatting ----------------------------------------------------------------------------------------------------
 
 
+def _context_clause(fact: str, credited: list[tuple[float, _Probe, str]], name: str = "it") -> str:
+    """Why the rules need a context fact: "the rules test it directly" or "... need it to work out mfu, ..."."""
+    leaves = list(dict.fromkeys(link for _, _, link in credited))
+    if fact in leaves:
+        return f"the rules test {name} directly"
+    return f"the rules need {name} to work out {', '.join(leaves[:4])}"
+
+
 def _fmt(spec: FactSpec | None, value: object) -> str:
     if isinstance(value, float) and spec is not None and spec.type == "fraction":
         pct = value * 100
@@ -1095,11 +1119,11 @@ class Consultation:
 
     >>> c = Consultation()
     >>> q = c.next_question()
-    >>> q.fact
-    'hardware'
-    >>> _ = c.answer("hardware", "h100-sxm")
-    >>> c.status().questions_asked
-    1
+    >>> q.fact, q.facts
+    ('job', ['workload', 'phase'])
+    >>> _ = c.answer("job", "training")
+    >>> c.answers, c.status().questions_asked
+    ({'workload': 'training'}, 1)
     """
 
     def __init__(self, expert: Expert | None = None, *, known: Mapping[str, Any] | None = None,
@@ -1151,7 +1175,11 @@ class Consultation:
         for turn in self._turns:
             if turn.undone:
                 continue
-            if turn.fact == AVAILABLE_TOOLS:  # its value names tools; what it closes is unknown
+            if turn.fact == AVAILABLE_TOOLS or turn.fact in self._ix.kb.questions:  # sets members, closes others
+                for name, value in turn.sets.items():
+                    answers.pop(name, None)
+                    answers[name] = value
+                    unknowns.discard(name)
                 for name in turn.closes:
                     answers.pop(name, None)
                     unknowns.add(name)
@@ -1219,8 +1247,74 @@ class Consultation:
             self._pending = self._tools_question(offer)
             return self._pending
         fact, gated = self._choose(state, plan)
-        self._pending = self._question(state, plan, fact, gated)
+        together = self._combined(state, plan, fact, gated)
+        if together is not None:
+            self._pending = self._combined_question(state, plan, together, fact, gated)
+        else:
+            self._pending = self._question(state, plan, fact, gated)
         return self._pending
+
+    # combined questions ---------------------------------------------------------------------------------------------
+
+    def _combined(self, state: _State, plan: _Plan, fact: str, gated: str | None) -> CombinedQuestion | None:
+        """The combined question to ask instead of `fact`: every member still open, and another member worth asking
+        too (or the one `fact` is asked before)."""
+        question = self._ix.question_of.get(fact)
+        if question is None or not all(state.askable_open(name) for name in question.facts):
+            return None
+        others = [name for name in question.facts if name != fact]
+        return question if any(name == gated or plan.scores.get(name) for name in others) else None
+
+    def _combined_question(self, state: _State, plan: _Plan, question: CombinedQuestion, fact: str,
+                           gated: str | None) -> Question:
+        one = self._question(state, plan, fact, gated)
+        specs = [self._ix.kb.facts[name] for name in question.facts]
+        clauses = [f"{fact} decides whether {gated} matters" if name == fact and gated is not None
+                   else _context_clause(name, plan.credited[name], name)
+                   for name in question.facts if (name == fact and gated is not None) or plan.credited.get(name)]
+        why = f"a cheap context question, asked first: {'; '.join(clauses)}"
+        return one.model_copy(update={
+            "fact": question.id, "text": question.question, "kind": "combined", "facts": list(question.facts),
+            "unit": None, "choices": [c.answer for c in question.choices] if question.choices else None,
+            "choice_help": {c.answer: c.help for c in question.choices or []}, "example": question.example,
+            "accepted": combined.accepted(question, self._ix.kb), "why": why, "measure": None, "group": None,
+            "group_facts": [], "ask_first": all(s.ask_first for s in specs), "cost": max(s.cost for s in specs),
+            "score": round(sum(plan.scores.get(name, 0.0) for name in question.facts), 4),
+        })
+
+    def _answer_combined(self, question: CombinedQuestion, value: Any, raw: str | None) -> Turn:
+        """Record an answer to a combined question: the members it gives are set, the others become unknown."""
+        try:
+            values = combined.parse(question, value, self._ix.kb)
+        except ValueError as exc:
+            raise ObservationError([Problem(question.id, str(exc),
+                                            f"accepted: {combined.accepted(question, self._ix.kb)}")],
+                                   title="that answer is not valid") from exc
+        sets = {name: v for name, v in values.items() if v is not None}
+        answers, _ = self._replay()
+        check_consistency({**{k: v for k, v in answers.items() if k not in values}, **sets})
+        pending = self._pending if self._pending is not None and self._pending.fact == question.id else None
+        if raw is None:
+            raw = ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, Mapping) else str(value)
+        turn = Turn(step=len(self._turns) + 1, fact=question.id, question=question.question,
+                    reason=pending.why if pending else "volunteered by the user", asked=pending is not None, raw=raw,
+                    value=combined.label(question, values, self._ix.kb), sets=sets,
+                    closes=[name for name, v in values.items() if v is None])
+        return self._record(turn)
+
+    def _why_combined(self, question: CombinedQuestion) -> Why:
+        """"Why" for a combined question: its members' reasons together."""
+        parts = [self.why(name) for name in question.facts]
+        rules: dict[str, RuleNeed] = {}
+        for part in parts:
+            for need in part.rules:
+                rules.setdefault(need.rule_id, need)
+        worth = [p for p in parts if p.goal.startswith("Its answer can")]
+        goal = (f"Its answer can still change the verdict or the recommendations (through "
+                f"{', '.join(p.fact for p in worth)})." if worth else parts[0].goal)
+        return Why(fact=question.id, question=question.question, goal=goal, hypotheses=parts[0].hypotheses,
+                   rules=list(rules.values())[:_WHY_RULES], via=list(dict.fromkeys(v for p in parts for v in p.via)),
+                   known=parts[0].known, effects=[e for p in parts for e in p.effects][:8])
 
     # the tools question ---------------------------------------------------------------------------------------------
 
@@ -1238,11 +1332,12 @@ class Consultation:
         return {t: found[t] for t in self._ix.kb.tools.tools if t in found}
 
     def _tools_due(self, state: _State, plan: _Plan) -> dict[str, list[str]] | None:
-        """The offer, when the tools question is due: not answered yet, the cheap context questions done (see
-        `_TOOLS_AFTER_CONTEXT`), and at least two questions worth asking need a tool."""
+        """The offer, when the tools question is due: not answered yet, the facts it waits for settled (tools.yaml
+        `consultation.available_tools.after`), and at least two questions worth asking need a tool."""
         if not self.ask_tools or self._tools_answer() is not None:
             return None
-        if _TOOLS_AFTER_CONTEXT and self._ix.kb.facts[plan.ranked[0]].ask_first:
+        if any(name in plan.scores and state.askable_open(name)
+               for name in self._ix.kb.tools.consultation.available_tools.after):
             return None
         offer = self._tool_offer(plan)
         return offer if sum(len(facts) for facts in offer.values()) >= 2 else None
@@ -1393,11 +1488,7 @@ class Consultation:
         if not credited:
             return "its answer can change the verdict or the recommendations"
         if self._ix.kb.facts[fact].ask_first:
-            leaves = list(dict.fromkeys(link for _, _, link in credited))
-            if fact in leaves:
-                return "a cheap context question, asked first: the rules test it directly"
-            return ("a cheap context question, asked first: the rules need it to work out "
-                    + ", ".join(leaves[:4]))
+            return f"a cheap context question, asked first: {_context_clause(fact, credited)}"
         _, probe, link = credited[0]
         effect = self._effect(state, probe).text()
         if link == fact:
@@ -1486,6 +1577,8 @@ class Consultation:
         "none")."""
         if fact == AVAILABLE_TOOLS:
             return self._answer_tools(value, raw)
+        if fact in self._ix.kb.questions:
+            return self._answer_combined(self._ix.kb.questions[fact], "unknown" if value is None else value, raw)
         spec = self._spec(fact)
         if value is None or is_unknown(value):
             return self.unknown(fact)
@@ -1506,6 +1599,8 @@ class Consultation:
         """Record that the user does not know `fact` (with `whole_group`, nor anything its tool measures)."""
         if fact == AVAILABLE_TOOLS:
             return self._answer_tools("none" if whole_group else "unknown", "no-tool" if whole_group else "unknown")
+        if fact in self._ix.kb.questions:
+            return self._answer_combined(self._ix.kb.questions[fact], "unknown", "unknown")
         self._spec(fact)
         closes = [fact]
         if whole_group:
@@ -1553,6 +1648,8 @@ class Consultation:
             fact = pending.fact
         if fact == AVAILABLE_TOOLS:
             return self._why_tools()
+        if fact in self._ix.kb.questions:
+            return self._why_combined(self._ix.kb.questions[fact])
         spec = self._spec(fact)
         state, plan = self._analysis()
         ix = self._ix
@@ -1651,6 +1748,10 @@ class Consultation:
                 bad += consultation._check_tools_turn(turn, where)
                 consultation._turns.append(turn.model_copy())
                 continue
+            if turn.fact in consultation._ix.kb.questions:
+                bad += consultation._check_combined_turn(turn, where)
+                consultation._turns.append(turn.model_copy())
+                continue
             spec = consultation._ix.kb.facts.get(turn.fact)
             if spec is None or not spec.askable:
                 bad.append(Problem(f"{where}: turn {turn.step}", f"{turn.fact!r} is not an askable fact"))
@@ -1675,6 +1776,22 @@ class Consultation:
         consultation._version += 1
         return consultation
 
+    def _check_combined_turn(self, turn: Turn, where: str) -> list[Problem]:
+        """Problems of a saved answer to a combined question (members it does not ask, values out of range); the
+        values it keeps are made canonical again."""
+        question = self._ix.kb.questions[turn.fact]
+        at = f"{where}: turn {turn.step} ({turn.fact})"
+        problems = [Problem(at, f"{name!r} is not asked by this question (it asks {', '.join(question.facts)})")
+                    for name in [*turn.sets, *turn.closes] if name not in question.facts]
+        for name, value in turn.sets.items():
+            if name in question.facts:
+                try:
+                    turn.sets[name] = convert(self._ix.kb.facts[name], value, self._ix.kb)
+                except ValueError as exc:
+                    problems.append(Problem(f"{at}: {name}", str(exc),
+                                            f"accepted: {self._ix.kb.facts[name].range_text()}"))
+        return problems
+
     def _check_tools_turn(self, turn: Turn, where: str) -> list[Problem]:
         """Problems of a saved answer to the tools question (unknown tools, closed facts that are not askable)."""
         at = f"{where}: turn {turn.step} ({AVAILABLE_TOOLS})"
@@ -1689,23 +1806,6 @@ class Consultation:
         if not_askable:
             problems.append(Problem(at, f"closes {', '.join(map(repr, not_askable))}, not askable facts"))
         return problems
-
-    def transcript_markdown(self) -> str:
-        """The transcript as a Markdown section (for exports)."""
-        lines = ["## Consultation transcript", ""]
-        for t in self._turns:
-            shown = "unknown" if t.value is None else _fmt(self._ix.kb.facts.get(t.fact), t.value)
-            extra = f" (also unknown: {', '.join(f for f in t.closes if f != t.fact)})" if len(t.closes) > 1 else ""
-            strike = "~~" if t.undone else ""
-            lines.append(f"{t.step}. {strike}**{t.fact}** — {t.question} → `{shown}`{extra}{strike}"
-                         + (" (undone)" if t.undone else ""))
-            lines.append(f"   - why asked: {t.reason}")
-        if not self._turns:
-            lines.append("No questions were answered.")
-        reason = self.stop_reason
-        if reason:
-            lines += ["", f"Stopped: {reason}."]
-        return "\n".join(lines) + "\n"
 
 
 def _concludes(ix: _Index, lr: LoadedRule) -> str:
@@ -1748,6 +1848,23 @@ def tools_for(answers: Mapping[str, Any], offered: Sequence[str], expert: Expert
     return [t for t in offered if t in have]
 
 
+def answer_from(question: Question, answers: Mapping[str, Any], expert: Expert | None = None) -> Any:
+    """The answer a mapping of facts gives to a question, as a scripted user would give it; None means unknown.
+
+    The tools question: the offered tools that measure a fact the mapping gives (unless it names them itself);
+    a combined question: its member facts the mapping gives (or the mapping's own answer to it)."""
+    raw = answers.get(question.fact)
+    if raw is not None:
+        return raw
+    if question.fact == AVAILABLE_TOOLS:
+        return tools_for(answers, question.choices or [], expert)
+    if question.kind == "combined":
+        given = {name: answers[name] for name in question.facts
+                 if answers.get(name) is not None and not is_unknown(answers[name])}
+        return given or None
+    return None
+
+
 def play(answers: Mapping[str, Any], expert: Expert | None = None, *, max_questions: int = 200) -> Consultation:
     """Run a whole consultation from a mapping of answers ("unknown" for every fact it lacks), as a script would."""
     consultation = Consultation(expert)
@@ -1755,11 +1872,8 @@ def play(answers: Mapping[str, Any], expert: Expert | None = None, *, max_questi
         question = consultation.next_question()
         if question is None:
             break
-        raw = answers.get(question.fact)
-        if question.fact == AVAILABLE_TOOLS and raw is None:  # the tools that measured the facts given
-            raw = tools_for(answers, question.choices or [], expert=consultation.expert)
-            consultation.answer(AVAILABLE_TOOLS, raw)
-        elif raw is None or is_unknown(raw):
+        raw = answer_from(question, answers, consultation.expert)
+        if raw is None or is_unknown(raw):
             consultation.unknown(question.fact)
         else:
             consultation.answer(question.fact, raw)
@@ -1767,4 +1881,4 @@ def play(answers: Mapping[str, Any], expert: Expert | None = None, *, max_questi
 
 
 __all__ = ["AVAILABLE_TOOLS", "Consultation", "Effect", "Question", "RuleNeed", "SessionFile", "Status", "Turn", "Why",
-           "play", "tools_for"]
+           "answer_from", "play", "tools_for"]

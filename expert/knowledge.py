@@ -68,9 +68,32 @@ class FactSpec(_Strict):
         return f"{kind} in {bracket}{lo}, {hi}]{unit}"
 
 
+class QuestionChoice(_Strict):
+    """One answer to a combined question: a short label and the member facts it sets (the rest become unknown)."""
+
+    answer: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    help: str
+    sets: dict[str, str]
+
+
+class CombinedQuestion(_Strict):
+    """Several facts asked in one question, as an expert asks them in one breath ("which GPU, in which precision?").
+
+    The consultation asks it instead of its first member fact when the other members are open and worth asking too.
+    An answer is one of `choices` (when given) or the member values in order ("h100-sxm bf16"); a member left out is
+    recorded as unknown."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    facts: list[str] = Field(min_length=2)
+    question: str
+    example: str
+    choices: list[QuestionChoice] | None = None
+
+
 class FactCatalog(_Strict):
     schema_version: int = 1
     facts: list[FactSpec]
+    questions: list[CombinedQuestion] = []
 
 
 class HardwareSpec(_Strict):
@@ -156,6 +179,7 @@ class ToolsQuestion(_Strict):
     `goal_answered` {answer}. The defaults keep older knowledge-base copies loading."""
 
     question: str = "Which of these can you run or look up?"
+    after: list[str] = []  # facts settled before it is asked (answered, unknown, or no longer worth asking)
     why: str = ("it skips the measurements you cannot make: {questions} questions that can still change the answer "
                 "need one of these {tools} tools, and a tool you cannot run closes its questions at once")
     goal: str = ("It skips the measurements you cannot make: the questions of a tool you do not name are closed at "
@@ -294,6 +318,7 @@ class KnowledgeBase:
     ) -> None:
         self.source = source
         self.facts = {f.name: f for f in facts.facts}
+        self.questions = {q.id: q for q in facts.questions}
         self.hardware = {h.id: h for h in hardware.hardware}
         self.optimizations = {o.id: o for o in optimizations.optimizations}
         self.tools = tools
@@ -342,6 +367,11 @@ class KnowledgeBase:
                 problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown dimension {fact.dimension!r}"))
             if fact.measure and fact.measure not in self.tools.measurements:
                 problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown measurement {fact.measure!r}"))
+        problems.extend(self._check_questions(where))
+        for name in self.tools.consultation.available_tools.after:
+            if name not in self.facts:
+                problems.append(Problem(f"{where}/tools.yaml: consultation.available_tools.after",
+                                        f"unknown fact {name!r}"))
         for name, m in self.tools.measurements.items():
             if m.tool not in self.tools.tools:
                 problems.append(Problem(f"{where}/tools.yaml: measurements.{name}", f"unknown tool {m.tool!r}"))
@@ -363,6 +393,41 @@ class KnowledgeBase:
         problems.extend(self._check_interconnects(where))
         if problems:
             raise KnowledgeBaseError(problems, title="the knowledge base refers to things it does not define")
+
+    def _check_questions(self, where: str) -> list[Problem]:
+        """Combined questions name askable facts (each in one question at most), ids that no fact uses, and choices
+        whose values the member facts accept."""
+        problems: list[Problem] = []
+        owner: dict[str, str] = {}
+        for q in self.questions.values():
+            at = f"{where}/facts.yaml: questions.{q.id}"
+            if q.id in self.facts or q.id == "available_tools":
+                problems.append(Problem(at, f"the id {q.id!r} is already a fact or question name"))
+            for name in q.facts:
+                spec = self.facts.get(name)
+                if spec is None or not spec.askable:
+                    problems.append(Problem(at, f"{name!r} is not an askable fact"))
+                elif name in owner:
+                    problems.append(Problem(at, f"{name!r} is already asked by question {owner[name]!r}"))
+                owner.setdefault(name, q.id)
+            labels = [c.answer for c in q.choices or []]
+            if len(set(labels)) != len(labels):
+                problems.append(Problem(at, "two choices share an answer label"))
+            for choice in q.choices or []:
+                for name, value in choice.sets.items():
+                    spec = self.facts.get(name)
+                    if name not in q.facts:
+                        problems.append(Problem(f"{at}.{choice.answer}", f"sets {name!r}, not one of {q.facts}"))
+                    elif spec is not None and spec.type == "enum" and value not in (spec.choices or []):
+                        problems.append(Problem(f"{at}.{choice.answer}", f"{name} = {value!r} is not one of "
+                                                f"{', '.join(spec.choices or [])}"))
+                    elif spec is not None and spec.type == "hardware" and self.resolve_hardware(value) is None:
+                        problems.append(Problem(f"{at}.{choice.answer}", f"{name} = {value!r} is not in the "
+                                                "hardware catalog"))
+                    elif spec is not None and spec.type in ("fraction", "number", "integer"):
+                        problems.append(Problem(f"{at}.{choice.answer}", f"sets the {spec.type} {name}; choices "
+                                                "may set only enum and hardware facts"))
+        return problems
 
     def _check_interconnects(self, where: str) -> list[Problem]:
         """Every catalog link is of a kind the `interconnect` fact offers; each such kind has exactly one default."""

@@ -14,6 +14,7 @@ from strategies import observations
 import expert
 from expert._resources import data_dir, examples_dir
 from expert.consult import AVAILABLE_TOOLS, Consultation, _answer_of, _index, derive_values, play
+from expert.consult import answer_from as scripted_answer
 from expert.derive import derive
 from expert.errors import ObservationError
 from expert.observation_file import read_observation_file
@@ -48,10 +49,11 @@ def answer_from(c: Consultation, facts: dict[str, Any]) -> None:
     """Answer the current question from `facts` ("unknown" for a fact they lack)."""
     q = c.next_question()
     assert q is not None
-    if q.fact in facts:
-        c.answer(q.fact, facts[q.fact])
-    else:
+    raw = scripted_answer(q, facts, EXPERT)
+    if raw is None:
         c.unknown(q.fact)
+    else:
+        c.answer(q.fact, raw)
 
 
 # ---- the measured property -----------------------------------------------------------------------------------------
@@ -64,7 +66,8 @@ def test_questions_asked_reach_the_full_diagnosis(facts: dict[str, Any]) -> None
     assert c.next_question() is None and c.finished
     assert outcome(c.report()) == outcome(full), c.to_json()
     assert c.questions_asked < len(ASKABLE), "a consultation that asks everything chose nothing"
-    asked = [t.fact for t in c.transcript]
+    asked = [name for t in c.transcript for name in (KB.questions[t.fact].facts if t.fact in KB.questions
+                                                     else [t.fact])]
     assert len(asked) == len(set(asked)), f"a fact was asked twice: {asked}"
 
 
@@ -125,33 +128,121 @@ def test_fast_answer_agrees_with_the_report(name: str) -> None:
 # ---- asking --------------------------------------------------------------------------------------------------------
 
 
-def test_first_question_is_cheap_context_in_plain_words() -> None:
+def test_first_question_is_the_kind_of_job_in_plain_words() -> None:
     q = Consultation().next_question()
     assert q is not None
-    spec = KB.facts[q.fact]
-    assert spec.ask_first and q.number == 1
-    assert q.text == spec.question and q.example == spec.example
-    assert q.why.startswith("a cheap context question")
-    assert q.example is not None and q.example in q.prompt()
+    job = KB.questions["job"]
+    assert q.fact == "job" and q.kind == "combined" and q.facts == ["workload", "phase"] and q.number == 1
+    assert all(KB.facts[name].ask_first for name in q.facts)
+    assert q.text == job.question and q.example == job.example
+    assert q.choices == ["training", "llm-decode", "llm-prefill", "inference"]
+    assert set(q.choice_help) == set(q.choices)
+    assert q.why.startswith("a cheap context question") and "workload decides whether phase matters" in q.why
+    assert q.example is not None and q.example in q.prompt() and "one of training, llm-decode" in q.prompt()
 
 
-def test_workload_is_asked_before_phase_and_training_drops_phase() -> None:
+def test_training_drops_phase_and_the_tools_question_comes_next() -> None:
     c = Consultation()
-    asked = []
-    for value in ["h100-sxm", "bf16"]:
-        q = c.next_question()
-        assert q is not None
-        asked.append(q.fact)
-        c.answer(q.fact, value)
+    turn = c.answer("job", "training")
+    assert turn.value == "training" and turn.sets == {"workload": "training"} and turn.closes == ["phase"]
+    assert c.answers == {"workload": "training"} and c.unknowns == ["phase"]
     q = c.next_question()
-    assert q is not None and q.fact == "workload", asked
-    assert "phase" in q.why
-    c.answer("workload", "training")
+    assert q is not None and q.fact == AVAILABLE_TOOLS  # tools.yaml: it waits only for the kind of job
+    c.answer(AVAILABLE_TOOLS, "all")
+    q = c.next_question()
+    assert q is not None and q.fact == "roof" and q.facts == ["hardware", "dtype"]
     seen = []
     while (q := c.next_question()) is not None:
         seen.append(q.fact)
         c.unknown(q.fact)
-    assert "phase" not in seen
+    assert "phase" not in seen and "job" not in seen
+
+
+@pytest.mark.parametrize(("raw", "expected", "shown"), [
+    ("llm-decode", {"workload": "inference", "phase": "decode"}, "llm-decode"),
+    ("LLM decode", {"workload": "inference", "phase": "decode"}, "llm-decode"),
+    ("inference prefill", {"workload": "inference", "phase": "prefill"}, "llm-prefill"),
+    ({"phase": "decode"}, {"phase": "decode"}, "workload unknown, decode"),
+    ("decode", {"phase": "decode"}, "workload unknown, decode"),
+    ("inference", {"workload": "inference"}, "inference"),
+])
+def test_the_job_question_accepts_choices_values_and_mappings(raw: Any, expected: dict[str, str], shown: str) -> None:
+    c = Consultation()
+    turn = c.answer("job", raw)
+    assert c.answers == expected and turn.value == shown
+    assert set(c.unknowns) == {"workload", "phase"} - set(expected)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("h100-sxm bf16", {"hardware": "h100-sxm", "dtype": "bf16"}),
+    ("H100 SXM bf16", {"hardware": "h100-sxm", "dtype": "bf16"}),
+    ("NVIDIA H100 80GB HBM3, fp8", {"hardware": "h100-sxm", "dtype": "fp8"}),
+    ("a100-sxm-80gb", {"hardware": "a100-sxm-80gb"}),
+    ("bf16", {"dtype": "bf16"}),
+    ("h100-sxm, unknown", {"hardware": "h100-sxm"}),
+    (["h100-sxm", "fp16"], {"hardware": "h100-sxm", "dtype": "fp16"}),
+])
+def test_the_roof_question_reads_the_accelerator_and_precision(raw: Any, expected: dict[str, str]) -> None:
+    c = Consultation()
+    c.answer("roof", raw)
+    assert c.answers == expected
+    assert set(c.unknowns) == {"hardware", "dtype"} - set(expected)
+
+
+@pytest.mark.parametrize(("question", "raw", "needles"), [
+    ("job", "serving", ["cannot read 'serving' as workload, phase", "accepted: one of training, llm-decode"]),
+    ("job", {"workload": "training", "dtype": "bf16"}, ["dtype is not asked by this question"]),
+    ("roof", "h1000 bf16", ["hardware: unknown hardware 'h1000 bf16'", "accepted: the values of hardware, dtype"]),
+    ("roof", "h100-sxm, bf16, fp8", ["3 values for 2 facts"]),
+    ("roof", {"dtype": "fp64"}, ["dtype", "not one of"]),
+    ("job", 3, ["expected text or a mapping"]),
+])
+def test_invalid_combined_answers_name_the_accepted_answers(question: str, raw: Any, needles: list[str]) -> None:
+    c = Consultation()
+    with pytest.raises(ObservationError) as info:
+        c.answer(question, raw)
+    text = str(info.value)
+    assert question in text
+    for needle in needles:
+        assert needle in text
+    assert c.transcript == []
+
+
+def test_a_combined_question_gives_way_to_its_open_member() -> None:
+    c = Consultation(known={"workload": "inference"})  # phase alone is left: asked with its own question
+    q = c.next_question()
+    assert q is not None and q.fact == "phase" and q.kind == "enum"
+    c = Consultation(known={"workload": "training", "hardware": "h100-sxm"}, ask_tools=False)
+    while (q := c.next_question()) is not None:
+        assert q.fact != "roof"
+        if q.fact == "dtype":
+            assert q.text == KB.facts["dtype"].question
+            break
+        c.unknown(q.fact)
+    else:
+        pytest.fail("dtype was never asked")
+
+
+def test_combined_answers_survive_saving_undo_and_why() -> None:
+    c = Consultation()
+    c.answer("job", "llm-decode")
+    c.answer("roof", "h100-sxm")
+    why = c.why("roof")
+    assert why.fact == "roof" and why.rules and "dtype" in c.unknowns
+    assert "Why ask about roof?" in why.text()
+    restored = Consultation.from_json(c.to_json())
+    assert restored.answers == c.answers and restored.unknowns == c.unknowns
+    assert restored.transcript[0].sets == {"workload": "inference", "phase": "decode"}
+    undone = restored.undo()
+    assert undone is not None and undone.fact == "roof"
+    assert "hardware" not in restored.answers and "dtype" not in restored.unknowns
+    bad = json.loads(c.to_json())
+    bad["turns"][1]["sets"] = {"hardware": "h1000"}
+    with pytest.raises(ObservationError, match="unknown hardware"):
+        Consultation.from_json(json.dumps(bad))
+    bad["turns"][1]["sets"] = {"gpu_util": 0.5}
+    with pytest.raises(ObservationError, match="'gpu_util' is not asked by this question"):
+        Consultation.from_json(json.dumps(bad))
 
 
 def test_inference_asks_phase() -> None:
@@ -173,12 +264,14 @@ def test_answers_accept_units_and_percentages(fact: str, raw: str, value: Any) -
 
 
 @pytest.mark.parametrize("word", ["unknown", "skip", "Unknown ", "n/a"])
-def test_unknown_words_record_unknown(word: str) -> None:
-    c = Consultation()
+@pytest.mark.parametrize("known", [{}, {"workload": "inference"}], ids=["combined", "one fact"])
+def test_unknown_words_record_unknown(word: str, known: dict[str, str]) -> None:
+    c = Consultation(known=known)
     q = c.next_question()
     assert q is not None
     turn = c.answer(q.fact, word)
-    assert turn.value is None and q.fact in c.unknowns and q.fact not in c.answers
+    facts = q.facts or [q.fact]
+    assert turn.value is None and set(facts) <= set(c.unknowns) and not set(facts) & set(c.answers)
     assert turn.asked and turn.reason == q.why
     nxt = c.next_question()
     assert nxt is not None and nxt.fact != q.fact
@@ -236,7 +329,7 @@ def test_undo_takes_back_the_last_answer_and_asks_again() -> None:
     c = Consultation()
     first = c.next_question()
     assert first is not None
-    c.answer(first.fact, "h100-sxm")
+    c.answer(first.fact, "training")
     second = c.next_question()
     assert second is not None and second.fact != first.fact
     undone = c.undo()
@@ -310,10 +403,11 @@ def test_a_finished_session_explains_a_fact_it_did_not_need() -> None:
 
 
 def test_json_round_trip_continues_the_session() -> None:
-    facts = EXAMPLES["llm_decode_batch1"]
+    facts = EXAMPLES["healthy_training"]
     c = Consultation()
     for _ in range(5):
         answer_from(c, facts)
+    assert any(t.sets for t in c.transcript)  # a combined question was answered
     c.answer("gpu_util", "97%")  # volunteered
     c.undo()
     c.answer("gpu_util", "0.97")
@@ -535,3 +629,38 @@ def test_tools_question_wording_comes_from_the_knowledge_base(tmp_path: Any) -> 
     path.write_text(text.replace("{tools} tools", "{tool} tools", 1))
     with pytest.raises(expert.KnowledgeBaseError, match="tool"):
         expert.Expert(knowledge_base=target)
+
+
+@pytest.mark.parametrize(("question", "needle"), [
+    ("{id: gpu_util, facts: [workload, phase], question: q, example: x}", "already a fact or question name"),
+    ("{id: q2, facts: [workload, io_overhead], question: q, example: x}", "'io_overhead' is not an askable fact"),
+    ("{id: q2, facts: [workload, hardware], question: q, example: x}", "'workload' is already asked by question 'job'"),
+    ("{id: q2, facts: [num_gpus, num_nodes], question: q, example: x, choices: [{answer: one, help: h, sets: "
+     "{num_gpus: '1'}}]}", "choices may set only enum and hardware facts"),
+    ("{id: q2, facts: [batch_size, interconnect], question: q, example: x, choices: [{answer: a, help: h, sets: "
+     "{interconnect: nvlink5}}]}", "interconnect = 'nvlink5' is not one of"),
+    ("{id: q2, facts: [batch_size, interconnect], question: q, example: x, choices: [{answer: a, help: h, sets: "
+     "{dtype: bf16}}]}", "sets 'dtype', not one of"),
+])
+def test_combined_questions_are_checked_when_the_knowledge_base_loads(tmp_path: Any, question: str,
+                                                                      needle: str) -> None:
+    import shutil
+
+    from expert import KnowledgeBaseError
+    from expert.knowledge import KnowledgeBase
+
+    target = tmp_path / "kb"
+    shutil.copytree(data_dir("knowledge_base"), target)
+    facts = target / "facts.yaml"
+    facts.write_text(facts.read_text() + f"  - {question}\n")
+    with pytest.raises(KnowledgeBaseError) as info:
+        KnowledgeBase.load(target)
+    assert needle in str(info.value) and "facts.yaml: questions." in str(info.value)
+
+
+def test_the_docstring_example_runs() -> None:
+    import doctest
+
+    import expert.consult
+
+    assert doctest.testmod(expert.consult).failed == 0

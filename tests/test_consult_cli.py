@@ -17,7 +17,7 @@ import pytest
 
 import expert
 from expert._resources import examples_dir
-from expert.consult import Consultation
+from expert.consult import Consultation, answer_from
 from expert.observation_file import read_observation_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,11 @@ def script_for(facts: dict[str, Any], consultation: Consultation | None = None, 
         q = c.next_question()
         if q is None:
             break
-        raw = facts.get(q.fact)
+        raw = answer_from(q, facts, c.expert)
+        if isinstance(raw, dict):  # a combined question: the member values in order, as a user types them
+            raw = ", ".join(str(raw.get(name, "unknown")) for name in q.facts)
+        elif isinstance(raw, list):
+            raw = ", ".join(raw) or "none"
         lines.append("unknown" if raw is None else str(raw))
         c.answer(q.fact, lines[-1])
     return lines
@@ -69,7 +73,8 @@ def test_answers_file_runs_to_the_report(tmp_path: Path, env: dict[str, str]) ->
     result = dam("consult", "--answers", str(EXAMPLE), "--save", str(session), env=env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "Q1. Which accelerator does the job run on?" in out and "> h100-sxm" in out
+    assert "Q1. What kind of job is slow?" in out and "> training" in out
+    assert "Which accelerator does the job run on, and in which precision" in out and "> h100-sxm, bf16" in out
     assert "unknown (not in" in out
     assert "Consultation finished after" in out and "Verdict: input" in out
     saved = Consultation.from_json(session.read_text())
@@ -95,27 +100,27 @@ def test_piped_answers_end_of_input_and_resume(tmp_path: Path, env: dict[str, st
 
 
 def test_invalid_answer_is_asked_again_with_the_accepted_range(env: dict[str, str], tmp_path: Path) -> None:
-    result = dam("consult", "--save", str(tmp_path / "s.json"), stdin="h1000\n\nh100-sxm\n", env=env)
+    result = dam("consult", "--save", str(tmp_path / "s.json"), stdin="serving\n\ntraining\n", env=env)
     out = result.stdout
-    assert "unknown hardware 'h1000'" in out and "accepted: a hardware catalog id" in out
+    assert "cannot read 'serving' as workload, phase" in out and "accepted: one of training, llm-decode" in out
     assert out.count("Q1. ") == 1 and "Q2. " in out
     assert result.returncode == 1
 
 
 def test_done_shows_the_report_and_quit_leaves_a_resumable_file(tmp_path: Path, env: dict[str, str]) -> None:
-    done = dam("consult", "--save", str(tmp_path / "a.json"), stdin="h100-sxm\ndone\n", env=env)
+    done = dam("consult", "--save", str(tmp_path / "a.json"), stdin="training\ndone\n", env=env)
     assert done.returncode == 0, done.stderr
     assert "stopped by the user" in done.stdout and "Verdict: undecided" in done.stdout
-    quit_ = dam("consult", "--save", str(tmp_path / "b.json"), stdin="h100-sxm\nquit\n", env=env)
+    quit_ = dam("consult", "--save", str(tmp_path / "b.json"), stdin="training\nquit\n", env=env)
     assert quit_.returncode == 0 and "resume with: dam consult --resume" in quit_.stdout
-    assert Consultation.from_json((tmp_path / "b.json").read_text()).answers == {"hardware": "h100-sxm"}
+    assert Consultation.from_json((tmp_path / "b.json").read_text()).answers == {"workload": "training"}
 
 
 def test_default_session_file_lives_in_the_state_directory(env: dict[str, str]) -> None:
-    result = dam("consult", stdin="h100-sxm\n", env=env)
+    result = dam("consult", stdin="training\n", env=env)
     files = list((Path(env["XDG_STATE_HOME"]) / "dam-expert").glob("consult-*.json"))
     assert len(files) == 1 and str(files[0]) in result.stderr
-    assert Consultation.from_json(files[0].read_text()).answers == {"hardware": "h100-sxm"}
+    assert Consultation.from_json(files[0].read_text()).answers == {"workload": "training"}
 
 
 @pytest.mark.parametrize("fmt", ["markdown", "json"])
@@ -142,6 +147,8 @@ def test_export_carries_the_transcript(tmp_path: Path, env: dict[str, str], fmt:
     (["--answers", "bad.yaml"], {"bad.yaml": "gpu_util: 150\n"}, ["gpu_util", "above 1"]),
     (["--answers", "bad.yaml"], {"bad.yaml": "gpu_utl: 0.5\n"}, ["gpu_utl", "did you mean gpu_util"]),
     (["--resume", "other.json"], {"other.json": '{"observations": {}}'}, ["other.json", "cannot read the saved"]),
+    (["--answers", "bad.yaml"], {"bad.yaml": "job: serving\n"}, ["bad.yaml: job", "cannot read 'serving'",
+                                                               "accepted: one of training, llm-decode"]),
 ])
 def test_bad_input_is_one_clear_message_and_exit_2(tmp_path: Path, env: dict[str, str], args: list[str],
                                                     files: dict[str, str], needles: list[str]) -> None:
@@ -165,23 +172,28 @@ def test_terminal_prompts_why_back_ctrl_c_and_resume(tmp_path: Path, env: dict[s
     session = tmp_path / "s.json"
     child = spawn(["consult", "--save", str(session)], env)
     try:
-        child.expect(r"Q1\. Which accelerator does the job run on\?")
+        child.expect(r"Q1\. What kind of job is slow\?")
+        child.expect("llm-decode +LLM inference, generating tokens")
         child.expect("> ")
         child.sendline("why")
-        child.expect("Why ask about hardware")
+        child.expect("Why ask about job")
         child.expect("> ")
-        child.sendline("h1000")
-        child.expect("unknown hardware")
-        child.expect("accepted: a hardware catalog id")
-        child.sendline("h100-sxm")
-        child.expect(r"Q2\. In which precision")
+        child.sendline("serving")
+        child.expect("cannot read 'serving'")
+        child.expect("accepted: one of training, llm-decode")
+        child.sendline("training")
+        child.expect(r"Q2\. Which of these can you run")
         child.sendline("back")
-        child.expect("took back: hardware = h100-sxm")
-        child.expect(r"Q1\. Which accelerator")
-        child.sendline("NVIDIA H100 80GB HBM3")
+        child.expect("took back: job = training")
+        child.expect(r"Q1\. What kind of job")
+        child.sendline("training")
         child.expect(r"Q2\. ")
-        child.sendline("bf16")
-        child.expect(r"Q3\. ")
+        child.sendline("all")
+        child.expect(r"Q3\. Which accelerator does the job run on, and in which precision")
+        child.sendline("h1000 bf16")
+        child.expect("unknown hardware")
+        child.sendline("NVIDIA H100 80GB HBM3, bf16")
+        child.expect(r"Q4\. ")
         child.expect("> ")
         child.sendintr()
         child.expect("interrupted")
@@ -191,17 +203,17 @@ def test_terminal_prompts_why_back_ctrl_c_and_resume(tmp_path: Path, env: dict[s
         child.close()
     assert child.exitstatus == 130
     saved = Consultation.from_json(session.read_text())
-    assert saved.answers == {"hardware": "h100-sxm", "dtype": "bf16"}
-    assert [t.undone for t in saved.transcript] == [True, False, False]
+    assert saved.answers == {"workload": "training", "hardware": "h100-sxm", "dtype": "bf16"}
+    assert [t.undone for t in saved.transcript] == [True, False, False, False]
 
     child = spawn(["consult", "--resume", str(session)], env)
     try:
         child.expect("resuming")
-        child.expect(r"Q3\. ")
-        child.sendline("status")
-        child.expect("Known: hardware = h100-sxm, dtype = bf16")
-        child.sendline("training")
         child.expect(r"Q4\. ")
+        child.sendline("status")
+        child.expect("Known: workload = training, hardware = h100-sxm, dtype = bf16")
+        child.sendline("250 ms")
+        child.expect(r"Q5\. ")
         child.sendline("done")
         child.expect("stopped by the user")
         child.expect("Verdict")
@@ -209,7 +221,20 @@ def test_terminal_prompts_why_back_ctrl_c_and_resume(tmp_path: Path, env: dict[s
     finally:
         child.close()
     assert child.exitstatus == 0
-    assert Consultation.from_json(session.read_text()).answers["workload"] == "training"
+    assert Consultation.from_json(session.read_text()).answers["step_time_s"] == 0.25
+
+
+def test_answers_file_may_answer_a_combined_question(tmp_path: Path, env: dict[str, str]) -> None:
+    answers = tmp_path / "run.yaml"
+    answers.write_text("job: llm-decode\nroof: H100 SXM bf16\nbatch_size: 1\navailable_tools: none\n")
+    session = tmp_path / "s.json"
+    result = dam("consult", "--answers", str(answers), "--save", str(session), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "> llm-decode" in result.stdout and "> H100 SXM bf16" in result.stdout
+    saved = Consultation.from_json(session.read_text())
+    assert saved.answers == {"workload": "inference", "phase": "decode", "hardware": "h100-sxm", "dtype": "bf16",
+                             "batch_size": 1}
+    assert saved.report().bottleneck == "memory"
 
 
 # ---- the tools question --------------------------------------------------------------------------------------------
@@ -231,12 +256,12 @@ def test_answers_file_may_name_the_available_tools(tmp_path: Path, env: dict[str
 
 def test_piped_tools_answer_is_asked_again_when_a_tool_is_unknown(tmp_path: Path, env: dict[str, str]) -> None:
     result = dam("consult", "--save", str(tmp_path / "s.json"),
-                 stdin="h100-sxm\nbf16\ntraining\nwhy\nvtune\nnvidia-SMI, DCGM\nstatus\n", env=env)
+                 stdin="training\nwhy\nvtune\nnvidia-SMI, DCGM\nstatus\n", env=env)
     out = result.stdout
-    assert "Q4. Which of these can you run or look up?" in out
+    assert "Q2. Which of these can you run or look up?" in out
     assert "Why ask about available_tools" in out and "skips the measurements you cannot make" in out
     assert "unknown tool 'vtune'" in out and "accepted: tool ids or names" in out
-    assert out.count("Q4. ") == 1 and "Q5. " in out
+    assert out.count("Q2. ") == 1 and "Q3. " in out
     assert "Tools available: " in out
     saved = Consultation.from_json((tmp_path / "s.json").read_text())
     assert saved.status().available_tools is not None and result.returncode == 1

@@ -23,6 +23,8 @@ at any prompt:
   unknown, skip    you do not know it; the consultation works around it
   no-tool          you have no data from the tool that measures it (skips its other questions too)
   tool1, tool2     at "Which of these can you run": the tools you can use (ids or names), or all, or none
+  h100-sxm bf16    at a question asking for several facts: one of its choices, or the values in order
+                   (leave out what you do not know)
   NAME=VALUE       give another fact you happen to know
   why [FACT]       why the question is asked: the hypotheses, the rules, what each answer would mean
   back             take back the last answer        status   hypotheses and what is known so far
@@ -32,7 +34,7 @@ at any prompt:
 examples:
   dam consult                                   ask interactively
   dam consult --answers run.yaml                answer from a file ("unknown" for facts it lacks); no terminal needed
-  printf 'h100-sxm\\nbf16\\ntraining\\n' | dam consult    answers from piped stdin
+  printf 'training\\nall\\nh100-sxm bf16\\n' | dam consult    answers from piped stdin
   dam consult --resume ~/.local/state/dam-expert/consult-20260101-120000.json
   dam consult --answers run.yaml --export markdown --output consult.md
 
@@ -60,7 +62,9 @@ def register(sub: Any) -> None:
                                    "verdict or the recommendations are asked.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--answers", metavar="FILE",
-                   help="answer from an observation file (YAML or JSON); facts it lacks are answered unknown")
+                   help="answer from an observation file (YAML or JSON); facts it lacks are answered unknown; it may "
+                        "also answer a combined question by its id (job: llm-decode) and the tools question "
+                        "(available_tools: [nvidia_smi])")
     p.add_argument("--resume", metavar="FILE", help="continue a saved session")
     p.add_argument("--save", metavar="FILE",
                    help="where to save the session after every answer (default: the --resume file, or a new file "
@@ -123,8 +127,7 @@ def transcript_markdown(consultation: Consultation) -> str:
     lines = ["## Consultation transcript", ""]
     for turn in consultation.transcript:
         shown = "unknown" if turn.value is None else str(turn.value)
-        also = [f for f in turn.closes if f != turn.fact]
-        extra = f" (also unknown: {', '.join(also)})" if also else ""
+        extra = turn.closed()
         mark = " *(taken back)*" if turn.undone else ""
         asked = "" if turn.asked else " *(volunteered)*"
         lines.append(f"{turn.step}. **{turn.fact}**{asked}: {turn.question} → `{shown}`{extra}{mark}")
@@ -278,28 +281,31 @@ class _Session:
                 break
 
     def scripted(self, answers: dict[str, Any], source: str) -> None:
-        from ..consult import AVAILABLE_TOOLS, tools_for
+        from .. import combined
+        from ..consult import AVAILABLE_TOOLS, answer_from
         from ..observations import is_unknown
 
         while (q := self.c.next_question()) is not None:
             self.show_question(q)
-            raw = answers.get(q.fact)
-            if q.fact == AVAILABLE_TOOLS:
-                if raw is None:  # the offered tools that measure a fact the file gives
-                    raw = tools_for(answers, q.choices or [], expert=self.c.expert)
-                    shown = ", ".join(raw) or "none"
-                    self.say(f"> {shown} (the tools behind the facts in {source})")
-                else:
-                    shown = ", ".join(map(str, raw)) if isinstance(raw, list) else str(raw)
-                    self.say(f"> {shown}")
-                self.c.answer(AVAILABLE_TOOLS, raw, raw=shown)
-            elif raw is None or is_unknown(raw):
+            raw = answer_from(q, answers, self.c.expert)
+            if raw is None or is_unknown(raw):
                 self.say(f"> unknown (not in {source})")
                 self.c.unknown(q.fact)
+                self.save()
+                continue
+            if isinstance(raw, dict):  # a combined question: shown as its choice ("training") when it is one
+                question = self.c.expert.kb.questions[q.fact]
+                values = combined.parse(question, raw, self.c.expert.kb)
+                shown = combined.label(question, values, self.c.expert.kb) or "unknown"
+            elif isinstance(raw, list):
+                shown = ", ".join(map(str, raw)) or "none"
             else:
-                self.say(f"> {raw}")
-                before = self.c.status().verdict
-                self.c.answer(q.fact, raw, raw=str(raw))
+                shown = str(raw)
+            derived = q.fact == AVAILABLE_TOOLS and q.fact not in answers
+            self.say(f"> {shown}" + (f" (the tools behind the facts in {source})" if derived else ""))
+            before = self.c.status().verdict
+            self.c.answer(q.fact, raw, raw=shown)
+            if q.fact != AVAILABLE_TOOLS:
                 self._after(before)
             self.save()
 
@@ -323,10 +329,19 @@ def run(args: argparse.Namespace) -> int:
         answers = dict(read_observation_file(Path(args.answers)).observations)
         import expert
 
+        from .. import combined
         from ..consult import AVAILABLE_TOOLS
 
-        facts = {k: v for k, v in answers.items() if k != AVAILABLE_TOOLS}  # the tools answer is not a fact
+        kb = expert.default_expert().kb
+        # answers to the tools question and to combined questions ("job: training") are not facts
+        facts = {k: v for k, v in answers.items() if k != AVAILABLE_TOOLS and k not in kb.questions}
         expert.default_expert().observations(facts)  # every problem in the file at once, before any question
+        for name in [k for k in answers if k in kb.questions]:
+            try:
+                combined.parse(kb.questions[name], answers[name], kb)
+            except ValueError as exc:
+                raise ObservationError([Problem(f"{args.answers}: {name}", str(exc),
+                                                f"accepted: {combined.accepted(kb.questions[name], kb)}")]) from exc
     consultation = load(Path(args.resume)) if args.resume else Consultation()
     path = Path(args.save) if args.save else (Path(args.resume) if args.resume else default_session_path())
     interactive = sys.stdin.isatty()
@@ -369,7 +384,8 @@ def finish(session: _Session, args: argparse.Namespace, answers: dict[str, Any] 
     session.say("")
     session.say(f"Consultation finished after {c.questions_asked} questions: {reason}.", style="bold")
     if answers is not None:
-        unused = sorted(set(answers) - {t.fact for t in c.transcript if not t.undone})
+        used = {name for t in c.transcript if not t.undone for name in (t.fact, *t.sets)}
+        unused = sorted(set(answers) - used)
         if unused:
             session.say(f"not asked (could not change the verdict or the recommendations): {', '.join(unused)}",
                         style="dim")
