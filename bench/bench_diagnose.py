@@ -93,8 +93,10 @@ def main() -> None:
     parser.add_argument("--cold-runs", type=int, default=7)
     args = parser.parse_args()
     items = workload(args.n)
-    print(f"workload: {len(items)} observation sets (bundled examples + seeded random), Python {sys.version.split()[0]}")
-    print(f"{'engine':15s} {'p50 µs':>9s} {'p95 µs':>9s} {'diag/s':>9s}   {'engine floor p50':>17s} {'full/floor':>10s}")
+    print(f"workload: {len(items)} observation sets (bundled examples + seeded random), "
+          f"Python {sys.version.split()[0]}")
+    print(f"{'engine':15s} {'p50 µs':>9s} {'p95 µs':>9s} {'diag/s':>9s}   {'engine floor p50':>17s} "
+          f"{'full/floor':>10s}")
     for name in ("durable", "pure"):
         exp = expert.Expert(engine=name)  # type: ignore[arg-type]
         prepared = []

@@ -97,9 +97,10 @@ def test_observations_model_accepts_flat_and_sourced_forms() -> None:
 
 
 def test_the_vocabulary_has_the_issue_minimum_set() -> None:
-    required = """hardware dtype workload phase batch_size gpu_util sm_active tensor_active mem_bw_util host_cpu_util
-    step_time_s data_wait_s gpu_idle_gap_frac mean_kernel_us flops bytes_moved arithmetic_intensity achieved_tflops
-    mfu model_params active_params tokens_per_s latency_ms latency_target_ms""".split()
+    required = ["hardware", "dtype", "workload", "phase", "batch_size", "gpu_util", "sm_active", "tensor_active",
+                "mem_bw_util", "host_cpu_util", "step_time_s", "data_wait_s", "gpu_idle_gap_frac", "mean_kernel_us",
+                "flops", "bytes_moved", "arithmetic_intensity", "achieved_tflops", "mfu", "model_params",
+                "active_params", "tokens_per_s", "latency_ms", "latency_target_ms"]
     missing = [name for name in required if name not in EXPERT.kb.facts or not EXPERT.kb.facts[name].askable]
     assert not missing
     assert EXPERT.kb.facts["dtype"].choices == ["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
