@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .knowledge import CombinedQuestion, KnowledgeBase
-from .observations import convert, is_unknown
+from .observations import convert, format_value, is_unknown
 
 Value = int | float | str
 _MAX_TOKENS = 12  # free-text answers longer than this must separate the members with commas
@@ -146,4 +146,5 @@ def label(question: CombinedQuestion, values: Mapping[str, Value | None], kb: Kn
     for choice in question.choices or []:
         if {name: convert(kb.facts[name], raw, kb) for name, raw in choice.sets.items()} == given:
             return choice.answer
-    return ", ".join(str(values[n]) if values.get(n) is not None else f"{n} unknown" for n in question.facts)
+    return ", ".join(format_value(kb.facts[n], values[n]) if values.get(n) is not None else f"{n} unknown"
+                     for n in question.facts)

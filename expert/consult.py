@@ -51,7 +51,7 @@ from .errors import ObservationError, Problem
 from .evaluate import LeafTrace, evaluate, negate_op
 from .expert import Expert
 from .knowledge import CombinedQuestion, FactSpec, KnowledgeBase
-from .observations import Observation, Observations, convert, is_unknown
+from .observations import Observation, Observations, convert, format_value, is_unknown
 from .report import Report
 from .rulebook import AllOf, Condition, FactTest, FindingRef, LoadedRule, NotOf, facts_used, findings_used, walk
 
@@ -709,16 +709,17 @@ def _regions(ix: _Index, name: str) -> list[tuple[str, Value]]:
         below = first - 1
     else:
         below = (low + first) / 2 if low is not None and low < first else first - max(1.0, abs(first))
-    points.append((f"< {_fmt(spec, first)}", below))
+    points.append((f"< {format_value(spec, first)}", below))
     for i, t in enumerate(thresholds):
-        points.append((f"= {_fmt(spec, t)}", t))
+        points.append((f"= {format_value(spec, t)}", t))
         if i + 1 < len(thresholds):
-            points.append((f"between {_fmt(spec, t)} and {_fmt(spec, thresholds[i + 1])}", (t + thresholds[i + 1]) / 2))
+            nxt = thresholds[i + 1]
+            points.append((f"between {format_value(spec, t)} and {format_value(spec, nxt)}", (t + nxt) / 2))
     if integer:
         above = last + 1
     else:
         above = (last + high) / 2 if high is not None and high > last else (last * 2 if last > 0 else last + 1)
-    points.append((f"> {_fmt(spec, last)}", above))
+    points.append((f"> {format_value(spec, last)}", above))
     out: list[tuple[str, Value]] = []
     seen: set[float] = set()
     for label, value in points:
@@ -1023,10 +1024,9 @@ def _plan(state: _State) -> _Plan:
 
 
 def _describe(state: _State, overrides: Mapping[str, Value | None]) -> str:
-    parts = []
-    for name, value in overrides.items():
-        parts.append(f"{name} unknown" if value is None else f"{name} = {_fmt(state.ix.kb.facts.get(name), value)}")
-    return ", ".join(parts)
+    facts = state.ix.kb.facts
+    return ", ".join(f"{name} unknown" if value is None else f"{name} = {format_value(facts.get(name), value)}"
+                     for name, value in overrides.items())
 
 
 def _weight(before: _Answer, after: _Answer) -> tuple[float, float]:
@@ -1091,16 +1091,6 @@ def _context_clause(fact: str, credited: list[tuple[float, _Probe, str]], name: 
     if fact in leaves:
         return f"the rules test {name} directly"
     return f"the rules need {name} to work out {', '.join(leaves[:4])}"
-
-
-def _fmt(spec: FactSpec | None, value: object) -> str:
-    if isinstance(value, float) and spec is not None and spec.type == "fraction":
-        pct = value * 100
-        return f"{pct:.0f}%" if abs(pct - round(pct)) < 1e-9 else f"{pct:.3g}%"
-    text = f"{value:.4g}" if isinstance(value, float) else str(value)
-    if spec is not None and spec.unit and spec.type == "number" and not isinstance(value, str):
-        return f"{text} {spec.unit}" if spec.unit not in ("ratio",) else text
-    return text
 
 
 def _show(value: object) -> str:
@@ -1269,10 +1259,14 @@ class Consultation:
                            gated: str | None) -> Question:
         one = self._question(state, plan, fact, gated)
         specs = [self._ix.kb.facts[name] for name in question.facts]
-        clauses = [f"{fact} decides whether {gated} matters" if name == fact and gated is not None
-                   else _context_clause(name, plan.credited[name], name)
-                   for name in question.facts if (name == fact and gated is not None) or plan.credited.get(name)]
-        why = f"a cheap context question, asked first: {'; '.join(clauses)}"
+        if specs[question.facts.index(fact)].ask_first:
+            clauses = [f"{fact} decides whether {gated} matters" if name == fact and gated is not None
+                       else _context_clause(name, plan.credited[name], name)
+                       for name in question.facts if (name == fact and gated is not None) or plan.credited.get(name)]
+            why = f"a cheap context question, asked first: {'; '.join(clauses)}"
+        else:
+            others = [name for name in question.facts if name != fact]
+            why = f"{fact}: {one.why} ({', '.join(others)} in the same breath)"
         return one.model_copy(update={
             "fact": question.id, "text": question.question, "kind": "combined", "facts": list(question.facts),
             "unit": None, "choices": [c.answer for c in question.choices] if question.choices else None,
@@ -1425,7 +1419,7 @@ class Consultation:
             goal = wording.goal_answered.format(answer=answered.value or "unknown")
         else:
             goal = wording.goal
-        known = {name: _fmt(self._ix.kb.facts.get(name), value) for name, value in state.answers.items()}
+        known = {name: format_value(self._ix.kb.facts.get(name), value) for name, value in state.answers.items()}
         return Why(fact=AVAILABLE_TOOLS, question=wording.question, goal=goal, hypotheses=self._hypotheses(state),
                    rules=[], known=known,
                    tools=[f"{t} ({tools[t].name}): {', '.join(facts)}" for t, facts in offer.items()])
@@ -1673,7 +1667,7 @@ class Consultation:
         credited += [(0.0, p, p.subject or fact) for p in plan.probes  # regions that change nothing, for completeness
                      if p.kind == "leaf" and p.subject in through and _weight(state.now, p.answer)[0] == 0]
         effects = self._effects(state, fact, credited)
-        known = {name: _fmt(ix.kb.facts.get(name), value) for name, value in state.answers.items()}
+        known = {name: format_value(ix.kb.facts.get(name), value) for name, value in state.answers.items()}
         if fact in state.answers:
             goal = f"It is already answered ({known[fact]}); a different answer would be weighed like this."
         elif fact in state.unknowns:
@@ -1701,7 +1695,7 @@ class Consultation:
         return Status(
             verdict=verdict, verdict_title=ix.kb.regimes.regimes[verdict].title if verdict else None,
             hypotheses=self._hypotheses(state), possible=possible, recommended=sorted(state.now.recommended),
-            answered={n: _fmt(ix.kb.facts.get(n), v) for n, v in state.answers.items()},
+            answered={n: format_value(ix.kb.facts.get(n), v) for n, v in state.answers.items()},
             unknown=sorted(state.unknowns), questions_asked=self.questions_asked,
             finished=self.finished, stop_reason=self.stop_reason, available_tools=self._available_tools(),
         )

@@ -210,3 +210,14 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
     if problems:
         raise ObservationError(problems, title="some observations are not valid")
     return Observations.model_construct(facts=clean)
+
+
+def format_value(spec: FactSpec | None, value: object) -> str:
+    """A canonical value as a person reads it: "62%", "0.12 s", "7e+09 params", "h100-sxm"."""
+    if isinstance(value, float) and spec is not None and spec.type == "fraction":
+        pct = value * 100
+        return f"{pct:.0f}%" if abs(pct - round(pct)) < 1e-9 else f"{pct:.3g}%"
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    if spec is not None and spec.unit and spec.type == "number" and not isinstance(value, str):
+        return f"{text} {spec.unit}" if spec.unit not in ("ratio",) else text
+    return text
