@@ -1267,17 +1267,27 @@ class Consultation:
         else:
             others = [name for name in question.facts if name != fact]
             why = f"{fact}: {one.why} ({', '.join(others)} in the same breath)"
+        shared = self._shared_tool(question) is not None  # one tool measures every member: keep its hints
+        group = [name for name in one.group_facts if name not in question.facts] if shared else []
         return one.model_copy(update={
             "fact": question.id, "text": question.question, "kind": "combined", "facts": list(question.facts),
             "unit": None, "choices": [c.answer for c in question.choices] if question.choices else None,
             "choice_help": {c.answer: c.help for c in question.choices or []}, "example": question.example,
-            "accepted": combined.accepted(question, self._ix.kb), "why": why, "measure": None, "group": None,
-            "group_facts": [], "ask_first": all(s.ask_first for s in specs), "cost": max(s.cost for s in specs),
+            "accepted": combined.accepted(question, self._ix.kb), "why": why,
+            "measure": one.measure if shared else None, "group": one.group if group else None, "group_facts": group,
+            "ask_first": all(s.ask_first for s in specs), "cost": max(s.cost for s in specs),
             "score": round(sum(plan.scores.get(name, 0.0) for name in question.facts), 4),
         })
 
-    def _answer_combined(self, question: CombinedQuestion, value: Any, raw: str | None) -> Turn:
-        """Record an answer to a combined question: the members it gives are set, the others become unknown."""
+    def _shared_tool(self, question: CombinedQuestion) -> str | None:
+        """The tool that measures every member of a combined question, if one does."""
+        tools = {self._ix.tool_of.get(name) for name in question.facts}
+        return next(iter(tools)) if len(tools) == 1 else None
+
+    def _answer_combined(self, question: CombinedQuestion, value: Any, raw: str | None,
+                         also: Sequence[str] = ()) -> Turn:
+        """Record an answer to a combined question: the members it gives are set, the others (and `also`) become
+        unknown."""
         try:
             values = combined.parse(question, value, self._ix.kb)
         except ValueError as exc:
@@ -1293,7 +1303,7 @@ class Consultation:
         turn = Turn(step=len(self._turns) + 1, fact=question.id, question=question.question,
                     reason=pending.why if pending else "volunteered by the user", asked=pending is not None, raw=raw,
                     value=combined.label(question, values, self._ix.kb), sets=sets,
-                    closes=[name for name, v in values.items() if v is None])
+                    closes=[name for name, v in values.items() if v is None] + list(also))
         return self._record(turn)
 
     def _why_combined(self, question: CombinedQuestion) -> Why:
@@ -1593,19 +1603,22 @@ class Consultation:
         """Record that the user does not know `fact` (with `whole_group`, nor anything its tool measures)."""
         if fact == AVAILABLE_TOOLS:
             return self._answer_tools("none" if whole_group else "unknown", "no-tool" if whole_group else "unknown")
-        if fact in self._ix.kb.questions:
-            return self._answer_combined(self._ix.kb.questions[fact], "unknown", "unknown")
-        self._spec(fact)
-        closes = [fact]
+        together = self._ix.kb.questions.get(fact)
+        members = together.facts if together else [self._spec(fact).name]
+        tool = None
         if whole_group:
-            tool = self._ix.tool_of.get(fact)
-            if tool:
-                state, _ = self._analysis()
-                closes += [f for f in self._ix.askable if f != fact and self._ix.tool_of.get(f) == tool
-                           and state.askable_open(f)]
+            tool = self._shared_tool(together) if together else self._ix.tool_of.get(fact)
+        also: list[str] = []
+        if tool:
+            state, _ = self._analysis()
+            also = [f for f in self._ix.askable if f not in members and self._ix.tool_of.get(f) == tool
+                    and state.askable_open(f)]
+        raw = "no-tool" if whole_group else "unknown"
+        if together:
+            return self._answer_combined(together, "unknown", raw, also)
         question, asked, reason = self._reason_for(fact)
         turn = Turn(step=len(self._turns) + 1, fact=fact, question=question, reason=reason, asked=asked,
-                    raw="unknown" if not whole_group else "no-tool", value=None, closes=closes)
+                    raw=raw, value=None, closes=[fact, *also])
         return self._record(turn)
 
     def _record(self, turn: Turn) -> Turn:

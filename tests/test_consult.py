@@ -680,3 +680,15 @@ def test_the_docstring_example_runs() -> None:
     import expert.consult
 
     assert doctest.testmod(expert.consult).failed == 0
+
+
+def test_a_combined_question_of_one_tool_keeps_its_measurement_and_no_tool() -> None:
+    c = Consultation(known={"workload": "inference", "gpu_idle_gap_frac": "30%", "step_time_s": "10 ms",
+                            "data_wait_s": "0"}, ask_tools=False)
+    while (q := c.next_question()) is not None and q.fact != "host_copies":
+        c.unknown(q.fact)
+    assert q is not None and q.measure is not None and "nsys" in q.measure
+    assert q.group == "Nsight Systems" and q.group_facts and "h2d_copy_frac" not in q.group_facts
+    turn = c.unknown("host_copies", whole_group=True)
+    assert {"h2d_copy_frac", "pageable_copy_frac", *q.group_facts} <= set(turn.closes) <= set(c.unknowns)
+    assert turn.raw == "no-tool" and "(h2d_copy_frac, pageable_copy_frac, " in turn.text()
