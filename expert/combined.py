@@ -31,7 +31,7 @@ def parse(question: CombinedQuestion, value: Any, kb: KnowledgeBase) -> dict[str
     if isinstance(value, Mapping):
         return _from_mapping(question, value, kb)
     if isinstance(value, (list, tuple)):
-        return _from_chunks(question, [[str(v).strip()] for v in value if str(v).strip()], kb, ordered=True)
+        return _from_words(question, [str(v).strip() for v in value if str(v).strip()], kb, ordered=True)
     if not isinstance(value, str):
         raise ValueError(f"expected text or a mapping of {', '.join(question.facts)}, got {value!r}")
     text = value.strip()
@@ -44,11 +44,11 @@ def parse(question: CombinedQuestion, value: Any, kb: KnowledgeBase) -> dict[str
             return {name: values.get(name) for name in question.facts}
     if "," in text or ";" in text:
         parts = [p.strip() for p in text.replace(";", ",").split(",") if p.strip()]
-        return _from_chunks(question, [[p] for p in parts], kb, ordered=True)
+        return _from_words(question, parts, kb, ordered=True)
     tokens = text.split()
     if len(tokens) > _MAX_TOKENS:
         raise ValueError(f"too many words; separate the values of {', '.join(question.facts)} with commas")
-    return _from_chunks(question, [[t] for t in tokens], kb, ordered=False)
+    return _from_words(question, tokens, kb, ordered=False)
 
 
 def _from_mapping(question: CombinedQuestion, value: Mapping[Any, Any], kb: KnowledgeBase) -> dict[str, Value | None]:
@@ -70,12 +70,11 @@ def _convert(kb: KnowledgeBase, name: str, raw: Any) -> Value:
         raise ValueError(f"{name}: {exc}") from exc
 
 
-def _from_chunks(question: CombinedQuestion, tokens: Sequence[list[str]], kb: KnowledgeBase, *,
-                 ordered: bool) -> dict[str, Value | None]:
-    """Read the tokens as the members' values in order. `ordered`: each token is one value (comma-separated parts);
-    otherwise neighbouring words may form one value ("H100 SXM"). Every reading that fits is found; when they
-    disagree the answer is ambiguous."""
-    words = [t[0] for t in tokens]
+def _from_words(question: CombinedQuestion, words: Sequence[str], kb: KnowledgeBase, *,
+                ordered: bool) -> dict[str, Value | None]:
+    """Read the words as the members' values in order. `ordered`: each word is one value (comma-separated parts);
+    otherwise neighbouring words may form one value ("H100 SXM"). Every reading that fits is found; when two
+    readings give the same members different values the answer is ambiguous."""
     if len(words) > len(question.facts) and ordered:
         raise ValueError(f"{len(words)} values for {len(question.facts)} facts ({', '.join(question.facts)})")
     readings: list[tuple[int, dict[str, Value | None]]] = []
@@ -101,10 +100,10 @@ def _from_chunks(question: CombinedQuestion, tokens: Sequence[list[str]], kb: Kn
     return min(distinct, key=lambda r: [i for i, name in enumerate(question.facts) if r[name] is not None])
 
 
-def _groupings(words: list[str], most: int, *, joined: bool) -> list[list[str]]:
+def _groupings(words: Sequence[str], most: int, *, joined: bool) -> list[list[str]]:
     """Ways to cut the words into at most `most` consecutive groups (each group one value)."""
     if not joined:
-        return [words]
+        return [list(words)]
     out: list[list[str]] = []
     for n in range(1, min(most, len(words)) + 1):
         for cuts in itertools.combinations(range(1, len(words)), n - 1):

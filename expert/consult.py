@@ -25,8 +25,8 @@ that the questions asked reach the verdict and recommendations of the full facts
 Once the kind of job is settled (tools.yaml `consultation.available_tools.after`), one multiple-choice question
 (`available_tools`) asks which of the tools measuring the questions still worth asking the user can run; the open
 questions of every offered tool not chosen are closed at once (as "unknown"), so a user is never asked one by one for
-measurements they cannot make. Facts an expert asks for in one breath (facts.yaml `questions`: the kind of job, the
-accelerator and its precision) are asked as one combined question when more than one of them is worth asking
+measurements they cannot make. Facts an expert asks for in one breath (facts.yaml `questions`, e.g. the kind of job,
+or the accelerator and its precision) are asked as one combined question when more than one of them is worth asking
 (`expert.combined` reads the answer).
 
 The class never prints: `Question`, `Why`, `Status` and `Turn` are pydantic models with a `text()` for front ends.
@@ -1263,7 +1263,7 @@ class Consultation:
             clauses = [f"{fact} decides whether {gated} matters" if name == fact and gated is not None
                        else _context_clause(name, plan.credited[name], name)
                        for name in question.facts if (name == fact and gated is not None) or plan.credited.get(name)]
-            why = f"a cheap context question, asked first: {'; '.join(clauses)}"
+            why = f"a cheap context question, asked first: {'; '.join(clauses)}" if clauses else one.why
         else:
             others = [name for name in question.facts if name != fact]
             why = f"{fact}: {one.why} ({', '.join(others)} in the same breath)"
@@ -1313,9 +1313,10 @@ class Consultation:
         for part in parts:
             for need in part.rules:
                 rules.setdefault(need.rule_id, need)
-        worth = [p for p in parts if p.goal.startswith("Its answer can")]
-        goal = (f"Its answer can still change the verdict or the recommendations (through "
-                f"{', '.join(p.fact for p in worth)})." if worth else parts[0].goal)
+        state, plan = self._analysis()
+        worth = [name for name in question.facts if plan.scores.get(name) and state.askable_open(name)]
+        goal = (f"Its answer can still change the verdict or the recommendations (through {', '.join(worth)})."
+                if worth else parts[0].goal)
         return Why(fact=question.id, question=question.question, goal=goal, hypotheses=parts[0].hypotheses,
                    rules=list(rules.values())[:_WHY_RULES], via=list(dict.fromkeys(v for p in parts for v in p.via)),
                    known=parts[0].known, effects=[e for p in parts for e in p.effects][:8])
@@ -1578,7 +1579,8 @@ class Consultation:
     def answer(self, fact: str, value: Any, *, raw: str | None = None) -> Turn:
         """Record an answer; "unknown"/"skip" mean unknown. Raises ObservationError (naming the accepted range).
         For `available_tools` the value is a list of tool ids or names (or one comma-separated string, "all",
-        "none")."""
+        "none"). For a combined question (its id, e.g. "job") it is one of its choices, the member values in order
+        ("h100-sxm bf16"), or a mapping of member fact to value; members left out become unknown."""
         if fact == AVAILABLE_TOOLS:
             return self._answer_tools(value, raw)
         if fact in self._ix.kb.questions:

@@ -692,3 +692,26 @@ def test_a_combined_question_of_one_tool_keeps_its_measurement_and_no_tool() -> 
     turn = c.unknown("host_copies", whole_group=True)
     assert {"h2d_copy_frac", "pageable_copy_frac", *q.group_facts} <= set(turn.closes) <= set(c.unknowns)
     assert turn.raw == "no-tool" and "(h2d_copy_frac, pageable_copy_frac, " in turn.text()
+
+
+def _member_values(name: str) -> st.SearchStrategy[Any]:
+    spec = KB.facts[name]
+    if spec.type == "enum":
+        return st.sampled_from(spec.choices or [])
+    if spec.type == "hardware":
+        return st.sampled_from(sorted(KB.hardware))
+    if spec.type == "fraction":
+        return st.floats(0, 1)
+    return st.floats(spec.min or 1, spec.max or 1e15)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.sampled_from(sorted(KB.questions)), st.data())
+def test_combined_answers_read_back_what_they_say(question_id: str, data: st.DataObject) -> None:
+    from expert import combined
+
+    question = KB.questions[question_id]
+    values = {name: data.draw(st.one_of(st.none(), _member_values(name)), label=name) for name in question.facts}
+    typed = ", ".join("unknown" if v is None else repr(v) if isinstance(v, float) else v for v in values.values())
+    assert combined.parse(question, typed, KB) == values
+    assert combined.parse(question, {k: v for k, v in values.items() if v is not None}, KB) == values
