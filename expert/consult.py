@@ -45,7 +45,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from . import combined
-from .derive import DERIVATIONS, Derivation, DerivedValue, check_consistency, derive
+from .derive import DERIVATIONS, Derivation, DerivedValue, ReadTracking, check_consistency, could_apply, derive
 from .engine.pure import PureEngine
 from .errors import ObservationError, Problem
 from .evaluate import LeafTrace, evaluate, negate_op
@@ -438,29 +438,6 @@ _FLIP3 = {"true": "false", "false": "true", "unknown": "unknown"}
 _ALL3 = frozenset({"true", "false", "unknown"})
 
 
-class _Reads(Mapping[str, Value]):
-    """A read-only view of the facts that records every name looked up (through [], get or in)."""
-
-    def __init__(self, facts: Mapping[str, Value]) -> None:
-        self._facts = facts
-        self.read: set[str] = set()
-
-    def __getitem__(self, key: str) -> Value:
-        self.read.add(key)
-        return self._facts[key]
-
-    def __contains__(self, key: object) -> bool:
-        if isinstance(key, str):
-            self.read.add(key)
-        return key in self._facts
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._facts)
-
-    def __len__(self) -> int:
-        return len(self._facts)
-
-
 class _State:
     """One state of the session: the answers, the derived facts, what is open and the answer now."""
 
@@ -499,14 +476,14 @@ class _State:
             state = "impossible"
         else:
             missing = any(i not in self.facts for i in d.inputs)
-            view = _Reads(self.facts)
+            view = ReadTracking(self.facts)
             try:
                 result = d.compute(view, self.ix.kb)
                 complete = True
             except (KeyError, ArithmeticError, ValueError, TypeError):
                 result, complete = None, False
             if complete and result is None:  # the formula declined with what it read
-                state = "open" if self._gate_could_open(d) else "impossible"
+                state = "open" if could_apply(d, self.facts, self.ix.kb, self.is_open) else "impossible"
             elif missing:
                 state = "open"
             elif not complete:
@@ -518,39 +495,6 @@ class _State:
                 state = "fixed" if done is not None and done.formula == d.formula else "impossible"
         self._states[key] = state
         return state
-
-    def _gate_could_open(self, d: Derivation) -> bool:
-        """Whether answers to the open choice facts a declining formula reads (`phase`, `workload`) could make it
-        apply; every combination of their choices (or leaving them unknown) is tried."""
-        kb = self.ix.kb
-        keys: list[str] = []
-        for _ in range(3):
-            options = [[None, *(kb.facts[k].choices or [])] for k in keys]
-            found: set[str] = set()
-            for combo in itertools.islice(itertools.product(*options), 256):
-                facts = dict(self.facts)
-                for name, value in zip(keys, combo, strict=True):
-                    if value is None:
-                        facts.pop(name, None)
-                    else:
-                        facts[name] = value
-                view = _Reads(facts)
-                try:
-                    if d.compute(view, kb) is not None:
-                        return True
-                except (KeyError, ArithmeticError, ValueError, TypeError):
-                    return True  # past the gate, waiting for an input that is still open
-                for name in view.read:
-                    if name in keys or not self.is_open(name):
-                        continue
-                    spec = kb.facts.get(name)
-                    if spec is None or spec.type != "enum":
-                        return True  # a number decides the gate: assume some answer opens it
-                    found.add(name)
-            if not found:
-                return False
-            keys += sorted(found)
-        return True
 
     def is_open(self, name: str) -> bool:
         """Whether the value of `name` (observed or derived) could still change with more answers."""

@@ -6,8 +6,9 @@ becomes a node of the provenance graph. An observed value always wins over a der
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .errors import ObservationError, Problem
@@ -159,6 +160,7 @@ class Derivation:
     formula: str
     source: str
     compute: Callable[[Facts, KnowledgeBase], _Result | None]
+    gated: bool = False  # the formula may decline (give no value) on its inputs: LLM decode only, a link the GPU has
     needs: frozenset[str] = field(init=False, repr=False, compare=False)  # `inputs` as a set, for the hot loop
 
     def __post_init__(self) -> None:
@@ -289,7 +291,7 @@ _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et 
 
 DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
-               "knowledge_base/hardware.yaml", _peak),
+               "knowledge_base/hardware.yaml", _peak, gated=True),
     Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
                "knowledge_base/hardware.yaml", lambda f, kb: _bandwidth(f, kb)),
     Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
@@ -298,7 +300,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: _Result(arithmetic_intensity(_num(f, "flops"), _num(f, "bytes_moved")))),
     Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"),
                "2 · batch_size / bytes_per_weight (LLM decode)",
-               "domain.md §B, LLM decode: I ≈ 2B/b_w at short context", _decode_ai),
+               "domain.md §B, LLM decode: I ≈ 2B/b_w at short context", _decode_ai, gated=True),
     Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
                _ROOFLINE, lambda f, kb: _Result(_num(f, "arithmetic_intensity") / _num(f, "ridge_point"))),
     Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
@@ -320,13 +322,13 @@ DERIVATIONS: tuple[Derivation, ...] = (
                                              "bandwidth utilization")),
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
                "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
-               "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util),
+               "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util, gated=True),
     Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
                "roofline: no step exceeds the peak memory bandwidth",
                lambda f, kb: _Result(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"))),
     Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
                "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth (unclamped)",
-               "domain.md §B, LLM decode bytes per step", _decode_bw_ratio),
+               "domain.md §B, LLM decode bytes per step", _decode_bw_ratio, gated=True),
     Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
                "seed screening signals (timeline gaps not explained by data wait)",
                lambda f, kb: _Result(max(0.0, _num(f, "gpu_idle_gap_frac") - _num(f, "io_overhead")))),
@@ -382,9 +384,9 @@ DERIVATIONS: tuple[Derivation, ...] = (
                                              "exposed communication share")),
     Derivation("interconnect_bandwidth", ("interconnect", "hardware"),
                "the hardware's own link (hardware.yaml, bidirectional total) / 2", "knowledge_base/hardware.yaml",
-               _hardware_link),
+               _hardware_link, gated=True),
     Derivation("interconnect_bandwidth", ("interconnect",), "catalog default per-direction bandwidth of the link kind",
-               "knowledge_base/interconnects.yaml", _catalog_link),
+               "knowledge_base/interconnects.yaml", _catalog_link, gated=True),
     Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"), "2(N − 1)/N × gradient_bytes (ring all-reduce)",
                _NCCL,
                lambda f, kb: None if _num(f, "num_gpus") < 2
@@ -505,3 +507,105 @@ def _askable_inputs(name: str, kb: KnowledgeBase) -> list[str]:
                     if leaf not in out:
                         out.append(leaf)
     return out
+
+
+class ReadTracking(Mapping[str, Value]):
+    """A read-only view of the facts that records every name looked up (through [], get or in). `overrides` replace
+    facts (a None there removes one) without copying the facts."""
+
+    def __init__(self, facts: Mapping[str, Value], overrides: Mapping[str, Value | None] | None = None) -> None:
+        self._facts = facts
+        self._overrides = overrides or {}
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Value:
+        self.read.add(key)
+        if key in self._overrides:
+            value = self._overrides[key]
+            if value is None:
+                raise KeyError(key)
+            return value
+        return self._facts[key]
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        self.read.add(key)
+        if key in self._overrides:
+            return self._overrides[key] is not None
+        return key in self._facts
+
+    def __iter__(self) -> Iterator[str]:
+        added = [k for k, v in self._overrides.items() if v is not None and k not in self._facts]
+        return iter([*(k for k in self._facts if self._overrides.get(k, 0) is not None), *added])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def could_apply(d: Derivation, facts: Mapping[str, Value], kb: KnowledgeBase,
+                can_supply: Callable[[str], bool] | None = None) -> bool:
+    """Whether the formula could still produce a value: it does, or it waits for a missing input, or some answer to
+    the missing choice facts its gate reads (`phase`, `workload`) would let it through. Every combination of their
+    choices (or leaving them out) is tried; a missing number the gate reads counts as able to open it.
+    `can_supply(name)`: whether a fact could still be given or change (default: whether it is missing)."""
+    keys: list[str] = []
+    for _ in range(3):
+        options = [[None, *(kb.facts[k].choices or [])] for k in keys]
+        found: set[str] = set()
+        for combo in itertools.islice(itertools.product(*options), 256):
+            view = ReadTracking(facts, dict(zip(keys, combo, strict=True)))
+            try:
+                if d.compute(view, kb) is not None:
+                    return True
+            except (KeyError, ArithmeticError, ValueError, TypeError):
+                return True  # past the gate, waiting for an input that is still missing
+            for name in view.read:
+                supplied = can_supply(name) if can_supply is not None else name not in facts
+                if name in keys or not supplied:
+                    continue
+                spec = kb.facts.get(name)
+                if spec is None or spec.type != "enum":
+                    return True
+                found.add(name)
+        if not found:
+            return False
+        keys += sorted(found)
+    return True
+
+
+def askable_inputs_given(name: str, facts: Mapping[str, Value], kb: KnowledgeBase,
+                         memo: dict[str, list[str]] | None = None) -> list[str]:
+    """`askable_inputs`, leaving out the inputs already known and the ways to `name` that the known facts rule out
+    (`could_apply`): no LLM-decode formula for a training job. `memo` caches answers for these same facts."""
+    memo = {} if memo is None else memo
+    if name in memo:
+        return memo[name]
+    if not _gated_below(name, kb):  # no formula on the way can decline: the cached inputs, less the known ones
+        memo[name] = [leaf for leaf in askable_inputs(name, kb) if leaf not in facts]
+        return memo[name]
+    memo[name] = []  # guards against cycles
+    spec = kb.facts.get(name)
+    if spec is not None and spec.askable:
+        memo[name] = [name]
+        return memo[name]
+    out: list[str] = []
+    for d in DERIVATIONS:
+        if d.output == name and (not d.gated or could_apply(d, facts, kb)):
+            for inp in d.inputs:
+                for leaf in askable_inputs_given(inp, facts, kb, memo) if inp not in facts else []:
+                    if leaf not in out:
+                        out.append(leaf)
+    memo[name] = out
+    return out
+
+
+def _gated_below(name: str, kb: KnowledgeBase) -> bool:
+    """Whether some formula on the way from the askable facts to `name` is `gated` (cached per knowledge base)."""
+    cache: dict[str, bool] = kb.memo.setdefault("gated_below", {})
+    if name not in cache:
+        cache[name] = False  # guards against cycles
+        cache[name] = any(d.gated or any(_gated_below(i, kb) for i in d.inputs)
+                          for d in DERIVATIONS if d.output == name)
+    return cache[name]
+

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .derive import DerivedValue, amdahl_max_speedup, askable_inputs
+from .derive import DerivedValue, amdahl_max_speedup, askable_inputs_given
 from .engine.base import EngineResult
 from .evaluate import LeafTrace
 from .knowledge import KnowledgeBase
@@ -399,6 +399,7 @@ def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
     strengths = ctx.kb.regimes.strengths
     weight: dict[str, int] = {}
     rules_for: dict[str, list[str]] = {}
+    inputs_memo: dict[str, list[str]] = {}
     for lr in ordered:
         outcome, trace = ctx.traces[lr.id]
         if outcome != "unknown":
@@ -408,7 +409,7 @@ def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
         for leaf in trace:
             if leaf.kind != "fact" or leaf.value is not None or leaf.op == "known":
                 continue
-            for fact in askable_inputs(leaf.name, ctx.kb):
+            for fact in askable_inputs_given(leaf.name, ctx.facts, ctx.kb, inputs_memo):
                 if fact in ctx.facts:  # observed, or already derived from what was observed
                     continue
                 weight[fact] = weight.get(fact, 0) + w

@@ -157,3 +157,25 @@ def test_every_derived_value_is_a_provenance_node_linked_to_its_inputs() -> None
         parents = {p.split(":", 1)[1] for p in graph.predecessors(node)}
         assert parents <= set(derived.inputs), (name, parents)
         assert parents, name
+
+
+def test_every_formula_that_can_decline_is_marked_gated() -> None:
+    """A formula that returns no value for some inputs must say so (`gated`), or the report's missing evidence would
+    ask for inputs of a way that cannot apply (the decode formulas for a training job)."""
+    import inspect
+
+    from expert.derive import DERIVATIONS
+
+    for d in DERIVATIONS:
+        source = inspect.getsource(d.compute) if not d.compute.__name__ == "<lambda>" else ""
+        assert d.gated == ("return None" in source), d.output
+
+
+def test_missing_evidence_of_a_training_job_leaves_out_decode_inputs() -> None:
+    import expert
+
+    report = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "workload": "training", "gpu_util": 0.5})
+    missing = [m.fact for m in report.missing]
+    assert "phase" not in missing and "tokens_per_s" not in missing and "mem_bw_util" in missing
+    unknown_kind = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.5})
+    assert "phase" in [m.fact for m in unknown_kind.missing]  # it might be decode
