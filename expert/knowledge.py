@@ -79,7 +79,8 @@ class QuestionChoice(_Strict):
 class CombinedQuestion(_Strict):
     """Several facts asked in one question, as an expert asks them in one breath ("which GPU, in which precision?").
 
-    The consultation asks it instead of its first member fact when the other members are open and worth asking too.
+    The consultation asks it instead of a member fact it chose when every member is open and another one is worth
+    asking too.
     An answer is one of `choices` (when given) or the member values in order ("h100-sxm bf16"); a member left out is
     recorded as unknown."""
 

@@ -715,3 +715,17 @@ def test_combined_answers_read_back_what_they_say(question_id: str, data: st.Dat
     typed = ", ".join("unknown" if v is None else repr(v) if isinstance(v, float) else v for v in values.values())
     assert combined.parse(question, typed, KB) == values
     assert combined.parse(question, {k: v for k, v in values.items() if v is not None}, KB) == values
+
+
+def test_the_tools_question_waits_only_for_known_facts(tmp_path: Any) -> None:
+    import shutil
+
+    from expert import KnowledgeBaseError
+    from expert.knowledge import KnowledgeBase
+
+    target = tmp_path / "kb"
+    shutil.copytree(data_dir("knowledge_base"), target)
+    tools = target / "tools.yaml"
+    tools.write_text(tools.read_text().replace("after: [workload, phase]", "after: [workload, fase]"))
+    with pytest.raises(KnowledgeBaseError, match="consultation.available_tools.after.*unknown fact 'fase'"):
+        KnowledgeBase.load(target)
