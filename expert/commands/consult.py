@@ -281,7 +281,6 @@ class _Session:
                 break
 
     def scripted(self, answers: dict[str, Any], source: str) -> None:
-        from .. import combined
         from ..consult import AVAILABLE_TOOLS, answer_from
         from ..observations import is_unknown
 
@@ -293,18 +292,15 @@ class _Session:
                 self.c.unknown(q.fact)
                 self.save()
                 continue
-            if isinstance(raw, dict):  # a combined question: shown as its choice ("training") when it is one
-                question = self.c.expert.kb.questions[q.fact]
-                values = combined.parse(question, raw, self.c.expert.kb)
-                shown = combined.label(question, values, self.c.expert.kb) or "unknown"
-            elif isinstance(raw, list):
-                shown = ", ".join(map(str, raw)) or "none"
+            before = self.c.status().verdict
+            if isinstance(raw, dict):  # a combined question's members: shown as its choice ("training") if one
+                turn = self.c.answer(q.fact, raw)
+                shown = str(turn.value)
             else:
-                shown = str(raw)
+                shown = (", ".join(map(str, raw)) or "none") if isinstance(raw, list) else str(raw)
+                self.c.answer(q.fact, raw, raw=shown)
             derived = q.fact == AVAILABLE_TOOLS and q.fact not in answers
             self.say(f"> {shown}" + (f" (the tools behind the facts in {source})" if derived else ""))
-            before = self.c.status().verdict
-            self.c.answer(q.fact, raw, raw=shown)
             if q.fact != AVAILABLE_TOOLS:
                 self._after(before)
             self.save()
