@@ -167,7 +167,7 @@ def test_every_formula_that_can_decline_is_marked_gated() -> None:
     from expert.derive import DERIVATIONS
 
     for d in DERIVATIONS:
-        source = inspect.getsource(d.compute) if not d.compute.__name__ == "<lambda>" else ""
+        source = inspect.getsource(d.compute) if d.compute.__name__ != "<lambda>" else ""
         assert d.gated == ("return None" in source), d.output
 
 
