@@ -1520,8 +1520,9 @@ class Consultation:
             return pending.text, True, pending.why
         return spec.question or spec.description, False, "volunteered by the user"
 
-    def answer(self, fact: str, value: Any, *, raw: str | None = None) -> Turn:
+    def answer(self, fact: str, value: Any, *, raw: str | None = None, source: str | None = None) -> Turn:
         """Record an answer; "unknown"/"skip" mean unknown. Raises ObservationError (naming the accepted range).
+        `source` says where a fact nobody asked for came from ("kineto:trace.json"); it becomes the turn's reason.
         For `available_tools` the value is a list of tool ids or names (or one comma-separated string, "all",
         "none"). For a combined question (its id, e.g. "job") it is one of its choices, the member values in order
         ("h100-sxm bf16"), or a mapping of member fact to value; members left out become unknown."""
@@ -1541,6 +1542,8 @@ class Consultation:
         trial = {**answers, fact: canonical}
         check_consistency(trial)
         question, asked, reason = self._reason_for(fact)
+        if source is not None and not asked:
+            reason = f"from {source}"
         turn = Turn(step=len(self._turns) + 1, fact=fact, question=question, reason=reason, asked=asked,
                     raw=raw if raw is not None else str(value), value=canonical)
         return self._record(turn)

@@ -237,6 +237,37 @@ def test_answers_file_may_answer_a_combined_question(tmp_path: Path, env: dict[s
     assert saved.report().bottleneck == "memory"
 
 
+TELEMETRY = ROOT / "tests" / "fixtures" / "telemetry"
+
+
+def test_from_a_trace_asks_only_what_it_leaves_open(tmp_path: Path, env: dict[str, str]) -> None:
+    files = [str(TELEMETRY / "kineto_two_steps.json"), str(TELEMETRY / "dcgmi_dmon.txt")]
+    answers = tmp_path / "run.yaml"
+    answers.write_text("dtype: bf16\n")
+    session = tmp_path / "s.json"
+    result = dam("consult", "--from", *files, "--answers", str(answers), "--save", str(session), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "gpu_util = 53.8%" in result.stdout and "sm_active = 80.8%" in result.stdout
+    saved = Consultation.from_json(session.read_text())
+    given = [t for t in saved.transcript if not t.asked]
+    assert {t.fact for t in given} >= {"gpu_util", "step_time_s", "workload", "hardware", "sm_active"}
+    assert all(t.reason.startswith("from kineto:") or t.reason.startswith("from dcgm") for t in given)
+    assert not {t.fact for t in saved.transcript if t.asked} & {t.fact for t in given}
+    diagnosed = dam("diagnose", "--from", *files, "--set", "dtype=bf16", "--format", "json", env=env)
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    full = json.loads(diagnosed.stdout)
+    report = saved.report()
+    assert report.bottleneck == full["bottleneck"]
+    assert {r.id for r in report.recommended} == {r["id"] for r in full["recommended"]}
+
+
+def test_from_cannot_resume(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "s.json").write_text(Consultation().to_json())
+    result = dam("consult", "--from", str(TELEMETRY / "dcgmi_dmon.txt"), "--resume", str(tmp_path / "s.json"), env=env)
+    assert result.returncode == 2 and "cannot be combined with --resume" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 # ---- the tools question --------------------------------------------------------------------------------------------
 
 

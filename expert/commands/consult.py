@@ -34,6 +34,7 @@ at any prompt:
 examples:
   dam consult                                   ask interactively
   dam consult --answers run.yaml                answer from a file ("unknown" for facts it lacks); no terminal needed
+  dam consult --from trace.json dcgm.txt        start from what a profiler trace and telemetry give; ask the rest
   printf 'training\\nall\\nh100-sxm bf16\\n' | dam consult    answers from piped stdin
   dam consult --resume ~/.local/state/dam-expert/consult-20260101-120000.json
   dam consult --answers run.yaml --export markdown --output consult.md
@@ -65,6 +66,9 @@ def register(sub: Any) -> None:
                    help="answer from an observation file (YAML or JSON); facts it lacks are answered unknown; it may "
                         "also answer a combined question by its id (job: llm-decode) and the tools question "
                         "(available_tools: [nvidia_smi])")
+    p.add_argument("--from", dest="from_files", nargs="+", default=[], metavar="TRACE",
+                   help="start from the facts profiler traces / GPU telemetry give (see dam ingest --help); only what "
+                        "they leave open is asked")
     p.add_argument("--resume", metavar="FILE", help="continue a saved session")
     p.add_argument("--save", metavar="FILE",
                    help="where to save the session after every answer (default: the --resume file, or a new file "
@@ -73,6 +77,9 @@ def register(sub: Any) -> None:
     p.add_argument("--export", choices=_export_formats(), metavar="FORMAT",
                    help=f"also write the report with the transcript (with --output FILE): {formats}")
     p.add_argument("--output", metavar="FILE", help="file for --export")
+    from .ingest import add_input_options
+
+    add_input_options(p.add_argument_group("--from options"), format_flag="--from-format")
     p.set_defaults(func=run)
 
 
@@ -318,6 +325,9 @@ def run(args: argparse.Namespace) -> int:
                                         f"e.g. --export markdown --output consult.md ({formats})")])
     if args.export and not args.output:
         raise ObservationError([Problem("--export", "needs --output FILE", "e.g. --output consult.md")])
+    if args.from_files and args.resume:
+        raise ObservationError([Problem("--from", "starts a new session and cannot be combined with --resume",
+                                        "resume the session, and give a measured fact at a prompt as NAME=VALUE")])
     answers: dict[str, Any] | None = None
     if args.answers:
         from ..observation_file import read_observation_file
@@ -339,6 +349,14 @@ def run(args: argparse.Namespace) -> int:
                 raise ObservationError([Problem(f"{args.answers}: {name}", str(exc),
                                                 f"accepted: {combined.accepted(kb.questions[name], kb)}")]) from exc
     consultation = load(Path(args.resume)) if args.resume else Consultation()
+    if args.from_files:
+        import expert
+
+        from .ingest import ingested_observations
+
+        observations, _ = ingested_observations(args, args.from_files, expert.default_expert().kb)
+        for name, obs in observations.items():
+            consultation.answer(name, obs["value"], source=obs.get("source"))
     path = Path(args.save) if args.save else (Path(args.resume) if args.resume else default_session_path())
     interactive = sys.stdin.isatty()
     console = Console()
@@ -349,6 +367,12 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         session.say(f"{consultation.questions_asked} questions answered so far; `back` takes the last one back",
                     style="dim")
+    if args.from_files:
+        from ..observations import format_value
+
+        facts = consultation.expert.kb.facts
+        given = [f"{name} = {format_value(facts.get(name), value)}" for name, value in consultation.answers.items()]
+        session.say(f"from {', '.join(args.from_files)}: {', '.join(given) or 'no facts'}", style="dim")
     if not args.answers and interactive:
         session.say("type `help` at any prompt for the commands (why, back, status, done, quit)", style="dim")
     try:

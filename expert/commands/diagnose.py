@@ -55,15 +55,11 @@ def gather(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     raw: dict[str, Any] = {}
     description = None
     if getattr(args, "from_files", None):
-        from .ingest import ingest_args
+        from .ingest import ingested_observations
 
-        result = ingest_args(args, args.from_files, make_expert(args).kb)
-        raw.update(result.to_observation_file()["observations"])
-        raw = {k: v for k, v in raw.items() if v["value"] != "unknown"}
+        observations, result = ingested_observations(args, args.from_files, make_expert(args).kb)
+        raw.update(observations)
         description = "Diagnosed from " + ", ".join(f"{f.name} ({f.format})" for f in result.files)
-        if result.not_derived:
-            print(f"dam diagnose: not derived from {', '.join(f.name for f in result.files)}: "
-                  f"{', '.join(result.not_derived)} (dam ingest shows why)", file=sys.stderr)
     path = example_path(args.example) if args.example else (Path(args.file) if args.file else None)
     if path is not None:
         obs_file = read_observation_file(path)

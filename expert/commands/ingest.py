@@ -108,6 +108,17 @@ def ingest_args(args: argparse.Namespace, files: list[str], kb: Any = None) -> A
                              samples=args.samples, gpus=_gpus(args.gpu), columns=columns, progress=progress, kb=kb)
 
 
+def ingested_observations(args: argparse.Namespace, files: list[str], kb: Any) -> tuple[dict[str, Any], Any]:
+    """The observations `--from FILE...` gives (each {value, source, ...}; facts it could not derive left out), and
+    the IngestResult; what could not be derived is said on stderr."""
+    result = ingest_args(args, files, kb)
+    observations = {k: v for k, v in result.to_observation_file()["observations"].items() if v["value"] != "unknown"}
+    if result.not_derived:
+        print(f"dam {args.command}: not derived from {', '.join(f.name for f in result.files)}: "
+              f"{', '.join(result.not_derived)} (dam ingest shows why)", file=sys.stderr)
+    return observations, result
+
+
 def run(args: argparse.Namespace) -> int:
     result = ingest_args(args, args.files)
     if args.output_format == "rich":
