@@ -38,18 +38,11 @@ sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
 from expert._resources import data_dir, examples_dir  # noqa: E402
-from expert.consult import (  # noqa: E402
-    Consultation,
-    _answer_of,
-    _index,
-    _regions,
-    answer_from,
-    derive_values,
-)
+from expert.consult.session import Consultation, _answer_of, _index, _regions, answer_from, derive_values  # noqa: E402
 from expert.errors import ObservationError  # noqa: E402
-from expert.observation_file import read_observation_file  # noqa: E402
-from expert.observations import convert  # noqa: E402
-from expert.ruletests import load_rule_tests  # noqa: E402
+from expert.observations.file import read_observation_file  # noqa: E402
+from expert.observations.normalise import convert  # noqa: E402
+from expert.rules.testing import load_rule_tests  # noqa: E402
 
 EXPERT = expert.default_expert()
 KB = EXPERT.kb
@@ -124,7 +117,7 @@ def sensitive_facts(facts: dict[str, Any]) -> int:
                 continue
         for trial in trials:
             try:
-                expert.derive.check_consistency(trial)
+                expert.derive.formulas.check_consistency(trial)
             except ObservationError:
                 continue
             found = key(trial)

@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
-from expert.derive import derive  # noqa: E402
-from expert.observation_file import read_observation_file  # noqa: E402
+from expert.derive.formulas import derive  # noqa: E402
+from expert.observations.file import read_observation_file  # noqa: E402
 
 
 def workload(n: int, seed: int = 7) -> list[dict[str, Any]]:

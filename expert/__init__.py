@@ -13,12 +13,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .consult import Consultation
+from .consult.session import Consultation
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 from .expert import Expert
 from .ingest import IngestResult, ingest, ingest_result
-from .observations import Observation, Observations
-from .report import Report
+from .observations.normalise import Observation, Observations
+from .report.model import Report
 
 __version__ = "0.1.0"
 

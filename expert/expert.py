@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from ._resources import data_dir
-from .derive import derive
-from .diagnosis import build_report
+from .derive.formulas import derive
+from .diagnosis.build import build_report
 from .engine import EngineName, make_engine
-from .knowledge import KnowledgeBase
-from .observations import Observations, normalise
-from .report import Report
-from .rulebook import RuleSet
+from .kb.knowledge import KnowledgeBase
+from .observations.normalise import Observations, normalise
+from .report.model import Report
+from .rules.ruleset import RuleSet
 
 
 class Expert:

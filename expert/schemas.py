@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from . import knowledge as _knowledge
-from .knowledge import (
+from .kb import knowledge as _knowledge
+from .kb.knowledge import (
     FactCatalog,
     FactSpec,
     HardwareCatalog,
@@ -27,11 +27,11 @@ from .knowledge import (
     ToolMap,
     UnitTable,
 )
-from .lint import WaiverFile
-from .observation_file import ObservationFile
-from .report import Report
-from .rulebook import RuleFile
-from .ruletests import RuleTestFile
+from .observations.file import ObservationFile
+from .report.model import Report
+from .rules.lint import WaiverFile
+from .rules.model import RuleFile
+from .rules.testing import RuleTestFile
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 JsonSchema = dict[str, Any]

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 import expert
-from expert.knowledge import FactSpec
+from expert.kb.knowledge import FactSpec
 
 KB = expert.default_expert().kb
 OBSERVABLE = [f for f in KB.facts.values() if f.askable]

@@ -13,7 +13,7 @@ from pytest import approx
 import expert
 from expert import Expert, KnowledgeBaseError, Report
 from expert._resources import data_dir, examples_dir
-from expert.derive import (
+from expert.derive.formulas import (
     comm_term,
     coordination_loss,
     daly_interval,
@@ -24,9 +24,9 @@ from expert.derive import (
     scaling_efficiency,
     young_interval,
 )
-from expert.knowledge import KnowledgeBase
-from expert.observation_file import read_observation_file
-from expert.report import ClusterSection
+from expert.kb.knowledge import KnowledgeBase
+from expert.observations.file import read_observation_file
+from expert.report.model import ClusterSection
 
 EXPERT = Expert(engine="pure")
 KB = EXPERT.kb
@@ -186,7 +186,7 @@ def test_one_gpu_has_no_all_reduce() -> None:
 
 
 def test_every_cluster_derivation_output_is_in_the_vocabulary() -> None:
-    from expert.derive import DERIVATIONS
+    from expert.derive.formulas import DERIVATIONS
 
     for d in DERIVATIONS:
         spec = KB.facts[d.output]

@@ -15,8 +15,8 @@ from strategies import _value, observations
 
 from expert import Expert, ExpertError, Report
 from expert._resources import data_dir
-from expert.derive import coordination_loss, daly_interval, ring_allreduce_bytes, young_interval
-from expert.report import ClusterSection
+from expert.derive.formulas import coordination_loss, daly_interval, ring_allreduce_bytes, young_interval
+from expert.report.model import ClusterSection
 
 DURABLE = Expert(engine="durable")
 PURE = Expert(engine="pure")
@@ -151,7 +151,7 @@ def test_single_gpu_reports_are_unchanged_by_the_cluster_rules(without_cluster_r
 
 def test_bundled_single_node_examples_are_unchanged(without_cluster_rules: Expert) -> None:
     from expert._resources import examples_dir
-    from expert.observation_file import read_observation_file
+    from expert.observations.file import read_observation_file
 
     checked = 0
     for path in sorted(examples_dir().glob("*.yaml")):

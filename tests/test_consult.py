@@ -13,12 +13,12 @@ from strategies import observations
 
 import expert
 from expert._resources import data_dir, examples_dir
-from expert.consult import AVAILABLE_TOOLS, Consultation, _answer_of, _index, derive_values, play
-from expert.consult import answer_from as scripted_answer
-from expert.derive import derive
+from expert.consult.session import AVAILABLE_TOOLS, Consultation, _answer_of, _index, derive_values, play
+from expert.consult.session import answer_from as scripted_answer
+from expert.derive.formulas import derive
 from expert.errors import ObservationError
-from expert.observation_file import read_observation_file
-from expert.ruletests import load_rule_tests
+from expert.observations.file import read_observation_file
+from expert.rules.testing import load_rule_tests
 
 EXPERT = expert.default_expert()
 KB = EXPERT.kb
@@ -651,7 +651,7 @@ def test_combined_questions_are_checked_when_the_knowledge_base_loads(tmp_path: 
     import shutil
 
     from expert import KnowledgeBaseError
-    from expert.knowledge import KnowledgeBase
+    from expert.kb.knowledge import KnowledgeBase
 
     target = tmp_path / "kb"
     shutil.copytree(data_dir("knowledge_base"), target)
@@ -665,9 +665,9 @@ def test_combined_questions_are_checked_when_the_knowledge_base_loads(tmp_path: 
 def test_the_docstring_example_runs() -> None:
     import doctest
 
-    import expert.consult
+    import expert.consult.session
 
-    assert doctest.testmod(expert.consult).failed == 0
+    assert doctest.testmod(expert.consult.session).failed == 0
 
 
 def test_a_combined_question_of_one_tool_keeps_its_measurement_and_no_tool() -> None:
@@ -696,7 +696,7 @@ def _member_values(name: str) -> st.SearchStrategy[Any]:
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.sampled_from(sorted(KB.questions)), st.data())
 def test_combined_answers_read_back_what_they_say(question_id: str, data: st.DataObject) -> None:
-    from expert import combined
+    from expert.consult import combined
 
     question = KB.questions[question_id]
     values = {name: data.draw(st.one_of(st.none(), _member_values(name)), label=name) for name in question.facts}
@@ -709,7 +709,7 @@ def test_the_tools_question_waits_only_for_known_facts(tmp_path: Any) -> None:
     import shutil
 
     from expert import KnowledgeBaseError
-    from expert.knowledge import KnowledgeBase
+    from expert.kb.knowledge import KnowledgeBase
 
     target = tmp_path / "kb"
     shutil.copytree(data_dir("knowledge_base"), target)

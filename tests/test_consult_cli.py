@@ -17,8 +17,8 @@ import pytest
 
 import expert
 from expert._resources import examples_dir
-from expert.consult import Consultation, answer_from
-from expert.observation_file import read_observation_file
+from expert.consult.session import Consultation, answer_from
+from expert.observations.file import read_observation_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = examples_dir() / "data_starved_training.yaml"
@@ -136,7 +136,7 @@ def test_export_carries_the_transcript(tmp_path: Path, env: dict[str, str], fmt:
         data = json.loads(text)
         turns = data["consultation"]["turns"]
         assert turns and all(t["reason"] for t in turns)
-        from expert.export import load
+        from expert.report.render import load
 
         assert load(target).bottleneck == "input"
 

@@ -6,7 +6,7 @@ import pytest
 
 import expert
 from expert import ObservationError
-from expert.derive import (
+from expert.derive.formulas import (
     achieved_tflops,
     amdahl_max_speedup,
     arithmetic_intensity,
@@ -164,7 +164,7 @@ def test_every_formula_that_can_decline_is_marked_gated() -> None:
     ask for inputs of a way that cannot apply (the decode formulas for a training job)."""
     import inspect
 
-    from expert.derive import DERIVATIONS
+    from expert.derive.formulas import DERIVATIONS
 
     for d in DERIVATIONS:
         source = inspect.getsource(d.compute) if d.compute.__name__ != "<lambda>" else ""

@@ -234,7 +234,7 @@ def test_shipped_rules_directory_is_found() -> None:
 )
 def test_compiled_conditions_match_the_interpreter(tricky: tuple[Expert, Expert], findings: set[str],
                                                    **facts: Any) -> None:
-    from expert.evaluate import LeafTrace, evaluate
+    from expert.rules.evaluate import LeafTrace, evaluate
 
     present = {k: v for k, v in facts.items() if v is not None}
     for lr in tricky[1].ruleset.rules.values():

@@ -13,9 +13,9 @@ import pytest
 import expert
 from expert import Expert, Report
 from expert._resources import data_dir, examples_dir
-from expert.explain import Why
-from expert.observation_file import read_observation_file
-from expert.ruletests import load_rule_tests
+from expert.observations.file import read_observation_file
+from expert.report.explain import Why
+from expert.rules.testing import load_rule_tests
 
 EXPERT = Expert(engine="pure")
 KB = EXPERT.kb

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, reject, settings
 from strategies import observations, rich_observations
 
 from expert import Expert, ExpertError, Report
-from expert.export import export
-from expert.export.graph import load_json
+from expert.report.render import export
+from expert.report.render.graph import load_json
 
 EXPERT = Expert(engine="pure")
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

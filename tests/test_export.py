@@ -15,11 +15,11 @@ import pytest
 
 from expert import Expert, Report
 from expert._resources import data_dir, examples_dir
-from expert.export import FORMATS, export, load, write
-from expert.export.graph import load_json
-from expert.export.svg import roofline
-from expert.observation_file import read_observation_file
-from expert.ruletests import load_rule_tests
+from expert.observations.file import read_observation_file
+from expert.report.render import FORMATS, export, load, write
+from expert.report.render.graph import load_json
+from expert.report.render.svg import roofline
+from expert.rules.testing import load_rule_tests
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERT = Expert(engine="pure")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from expert import Expert, Report
-from expert.export import export
+from expert.report.render import export
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 pytestmark = pytest.mark.skipif(

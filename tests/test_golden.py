@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "golden"))
 
-import record  # noqa: E402
+import record
 
 
 def test_golden_outputs_are_unchanged() -> None:

@@ -13,8 +13,8 @@ import expert
 from expert import commands as CLI  # the parser and `main` behind cli.py
 from expert._resources import data_dir
 from expert.errors import KnowledgeBaseError, Problem
-from expert.knowledge import KnowledgeBase
-from expert.lint import (
+from expert.kb.knowledge import KnowledgeBase
+from expert.rules.lint import (
     LINTS,
     LINTS_BY_ID,
     BoxAlgebra,
@@ -26,8 +26,8 @@ from expert.lint import (
     lint_paths,
     load_positioned,
 )
-from expert.rulebook import AllOf, AnyOf, FactTest, FindingRef, NotOf
-from expert.ruletests import load_rule_tests, run_suite
+from expert.rules.model import AllOf, AnyOf, FactTest, FindingRef, NotOf
+from expert.rules.testing import load_rule_tests, run_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
@@ -148,11 +148,11 @@ def test_positions_are_key_lines(tmp_path: Path) -> None:
 
 
 def test_loader_problems_become_located_errors(tmp_path: Path) -> None:
-    from expert.lint import LintContext, SourceFile, _load_file
+    from expert.rules.lint import LintContext, SourceFile, _load_file
 
     rules = FIXTURES / "clean" / "rules.yaml"
     errors: list = []
-    source = _load_file(rules, "rules", __import__("expert.rulebook", fromlist=["RuleFile"]).RuleFile, True, errors)
+    source = _load_file(rules, "rules", __import__("expert.rules.model", fromlist=["RuleFile"]).RuleFile, True, errors)
     ctx = LintContext(KnowledgeBase.load(data_dir("knowledge_base")), data_dir("knowledge_base"), [rules.parent],
                       [source], [], [], errors)
     [diag] = _load_problems(ctx, [Problem(f"{rules}: rule fx-compute: when", "something only the loader knows")])

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from expert._resources import data_dir
-from expert.lint import LINTS, lint_paths
+from expert.rules.lint import LINTS, lint_paths
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
 DIRS = sorted(d for d in FIXTURES.iterdir() if d.is_dir() and (d.name.startswith("dam") or d.name == "clean"))

@@ -11,7 +11,7 @@ import pytest
 import expert
 from expert import KnowledgeBaseError, ObservationError, Observations
 from expert._resources import data_dir
-from expert.knowledge import KnowledgeBase
+from expert.kb.knowledge import KnowledgeBase
 
 EXPERT = expert.default_expert()
 

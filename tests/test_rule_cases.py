@@ -8,7 +8,7 @@ import pytest
 
 from expert import Expert
 from expert._resources import data_dir
-from expert.ruletests import RuleTestCase, load_rule_tests, run_case
+from expert.rules.testing import RuleTestCase, load_rule_tests, run_case
 
 RULES = data_dir("rules")
 CASES = [(path, case) for path, tf in load_rule_tests([RULES]) for case in tf.cases]

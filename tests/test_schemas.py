@@ -13,7 +13,7 @@ import yaml
 
 import expert
 from expert._resources import data_dir
-from expert.rulebook import rule_file_paths
+from expert.rules.ruleset import rule_file_paths
 from expert.schemas import SCHEMAS, file_name, render, schema_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..consult import Consultation, Question
-    from ..report import Report
+    from ..consult.session import Consultation, Question
+    from ..report.model import Report
 
 EPILOG = """\
 at any prompt:
@@ -52,7 +52,7 @@ Answer the question, or type one of:
 """
 
 def _export_formats() -> tuple[str, ...]:
-    from ..export import FORMATS
+    from ..report.render import FORMATS
 
     return tuple(FORMATS)
 
@@ -113,7 +113,7 @@ def save(consultation: Consultation, path: Path) -> None:
 
 
 def load(path: Path) -> Consultation:
-    from ..consult import Consultation
+    from ..consult.session import Consultation
     from ..errors import ObservationError, Problem
 
     if not path.is_file():
@@ -150,7 +150,7 @@ def transcript_markdown(consultation: Consultation) -> str:
 
 def export_text(consultation: Consultation, report: Report, fmt: str) -> str:
     """The report in an export format (`expert.export`), with the transcript attached in that format's own way."""
-    from ..export import export
+    from ..report.render import export
 
     text = export(report, fmt)
     transcript = transcript_markdown(consultation)
@@ -288,8 +288,8 @@ class _Session:
                 break
 
     def scripted(self, answers: dict[str, Any], source: str) -> None:
-        from ..consult import AVAILABLE_TOOLS, answer_from
-        from ..observations import is_unknown
+        from ..consult.session import AVAILABLE_TOOLS, answer_from
+        from ..observations.normalise import is_unknown
 
         while (q := self.c.next_question()) is not None:
             self.show_question(q)
@@ -316,7 +316,7 @@ class _Session:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..consult import Consultation
+    from ..consult.session import Consultation
     from ..errors import ObservationError, Problem
 
     if args.output and not args.export:
@@ -330,13 +330,13 @@ def run(args: argparse.Namespace) -> int:
                                         "resume the session, and give a measured fact at a prompt as NAME=VALUE")])
     answers: dict[str, Any] | None = None
     if args.answers:
-        from ..observation_file import read_observation_file
+        from ..observations.file import read_observation_file
 
         answers = dict(read_observation_file(Path(args.answers)).observations)
         import expert
 
-        from .. import combined
-        from ..consult import AVAILABLE_TOOLS
+        from ..consult import combined
+        from ..consult.session import AVAILABLE_TOOLS
 
         kb = expert.default_expert().kb
         # answers to the tools question and to combined questions ("job: training") are not facts
@@ -368,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
         session.say(f"{consultation.questions_asked} questions answered so far; `back` takes the last one back",
                     style="dim")
     if args.from_files:
-        from ..observations import format_value
+        from ..observations.normalise import format_value
 
         facts = consultation.expert.kb.facts
         given = [f"{name} = {format_value(facts.get(name), value)}" for name, value in consultation.answers.items()]
@@ -397,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def finish(session: _Session, args: argparse.Namespace, answers: dict[str, Any] | None) -> int:
-    from ..render.terminal import print_report
+    from ..report.render.terminal import print_report
 
     c = session.c
     reason = c.stop_reason or "finished"

@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 def gather(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     """The raw observations named on the command line (file or example, then --set), and a description."""
-    from ..observation_file import read_observation_file
+    from ..observations.file import read_observation_file
 
     raw: dict[str, Any] = {}
     description = None
@@ -83,7 +83,7 @@ def emit(report: Any, fmt: str, output: str | None, description: str | None = No
     if fmt == "rich":
         from rich.console import Console
 
-        from ..render.terminal import print_report
+        from ..report.render.terminal import print_report
 
         console = Console()
         if description:
@@ -93,7 +93,7 @@ def emit(report: Any, fmt: str, output: str | None, description: str | None = No
     if fmt == "json":
         text = report.to_json()
     else:
-        from ..export.markdown import postmortem
+        from ..report.render.markdown import postmortem
 
         text = postmortem(report, title="D·A·M diagnosis")
     if output:
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = make_expert(args).diagnose(raw)
     if args.export:
-        from ..export import export, write
+        from ..report.render import export, write
 
         if args.output:
             write(report, args.export, args.output)

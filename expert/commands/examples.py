@@ -13,7 +13,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._resources import examples_dir
-    from ..observation_file import read_observation_file
+    from ..observations.file import read_observation_file
 
     for path in sorted(examples_dir().glob("*.yaml")):
         print(f"{path.stem:32s} {read_observation_file(path).description or ''}")

@@ -26,7 +26,7 @@ diagnosed first. export formats: markdown, mermaid, dot, graphml, json (lossless
 
 
 def register(sub: Any) -> None:
-    from ..export import FORMATS
+    from ..report.render import FORMATS
 
     p = sub.add_parser("explain", help="why / why-not / how / what-if on a report, and postmortem exports",
                        description="Explain a diagnosis: the evidence behind each conclusion, why something was "
@@ -55,8 +55,8 @@ def register(sub: Any) -> None:
 def load_report(path: str | None, example: str | None, rules_args: argparse.Namespace | None = None) -> Any:
     """A report from a saved JSON report, or by diagnosing an observation file or a bundled example."""
     from ..errors import ObservationError, Problem
-    from ..export import load
-    from ..observation_file import read_observation_file
+    from ..observations.file import read_observation_file
+    from ..report.render import load
     from ._common import example_path
     from .diagnose import make_expert
 
@@ -100,7 +100,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export import export
+    from ..report.render import export
     from ._common import parse_sets
     from .diagnose import make_expert
 

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output_format == "rich":
         from rich.console import Console
 
-        from ..render.ingest import print_ingest
+        from ..report.render.ingest import print_ingest
 
         print_ingest(result, Console())
         return 0

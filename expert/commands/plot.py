@@ -36,8 +36,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ObservationError, Problem
-    from ..export.mpl import draw, no_chart
-    from ..export.svg import iron_law_svg, roofline_svg
+    from ..report.render.charts import draw, no_chart
+    from ..report.render.svg import iron_law_svg, roofline_svg
     from ._common import parse_sets
     from .explain import load_report
 

@@ -73,9 +73,9 @@ def register(sub: Any) -> None:
 def _load(extra: list[str]) -> tuple[Any, Any, list[Any], list[Path]]:
     """(knowledge base, rule set, rule-test files, rules directories) for the built-in rules plus `extra`."""
     from .._resources import data_dir
-    from ..knowledge import KnowledgeBase
-    from ..rulebook import RuleSet
-    from ..ruletests import load_rule_tests
+    from ..kb.knowledge import KnowledgeBase
+    from ..rules.ruleset import RuleSet
+    from ..rules.testing import load_rule_tests
 
     dirs = [data_dir("rules"), *(Path(d) for d in extra)]
     kb = KnowledgeBase.load(data_dir("knowledge_base"))
@@ -84,7 +84,7 @@ def _load(extra: list[str]) -> tuple[Any, Any, list[Any], list[Path]]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from ..rule_docs import cases_by_rule
+    from ..rules.docs import cases_by_rule
 
     _, ruleset, tests, _ = _load(args.rules_dir)
     cases = cases_by_rule(tests)
@@ -112,8 +112,8 @@ def run_show(args: argparse.Namespace) -> int:
     from rich.markdown import Markdown
 
     from ..errors import KnowledgeBaseError, Problem
-    from ..rule_docs import cases_by_rule, rule_section
-    from ..rulebook import facts_used, findings_used
+    from ..rules.docs import cases_by_rule, rule_section
+    from ..rules.logic import facts_used, findings_used
 
     kb, ruleset, tests, dirs = _load(args.rules_dir)
     lr = ruleset.rules.get(args.id)
@@ -139,7 +139,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_lint(args: argparse.Namespace) -> int:
-    from ..lint import LINTS, lint_page, lint_paths
+    from ..rules.lint import LINTS, lint_page, lint_paths
 
     if args.explain:
         print(lint_page(args.explain))
@@ -178,7 +178,7 @@ def run_lint(args: argparse.Namespace) -> int:
 def _test_files(paths: list[str]) -> list[tuple[Path, Any]]:
     from .._yaml import load_yaml, validate
     from ..errors import KnowledgeBaseError, Problem
-    from ..ruletests import RuleTestFile
+    from ..rules.testing import RuleTestFile
 
     files: list[Path] = []
     for raw in paths:
@@ -195,7 +195,7 @@ def _test_files(paths: list[str]) -> list[tuple[Path, Any]]:
 def run_test(args: argparse.Namespace) -> int:
     import expert
 
-    from ..ruletests import load_rule_tests, rules_of_test_files, run_suite, status
+    from ..rules.testing import load_rule_tests, rules_of_test_files, run_suite, status
 
     expert_ = expert.Expert(extra_rules_dirs=args.rules_dir, engine=args.engine)
     ruleset = expert_.ruleset
@@ -274,7 +274,7 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def run_docs(args: argparse.Namespace) -> int:
-    from ..rule_docs import GENERATED_BY, render_rules_docs
+    from ..rules.docs import GENERATED_BY, render_rules_docs
 
     kb, ruleset, tests, dirs = _load(args.rules_dir)
     text = render_rules_docs(kb, ruleset, tests, dirs)

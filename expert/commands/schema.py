@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .._resources import data_dir
-    from ..knowledge import KnowledgeBase
+    from ..kb.knowledge import KnowledgeBase
     from ..schemas import SCHEMAS, file_name, render, schema_for, write_all
 
     if args.list:

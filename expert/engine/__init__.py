@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Literal
 
-from ..rulebook import RuleSet
+from ..rules.ruleset import RuleSet
 from .base import Engine, EngineResult
 from .pure import PureEngine
 

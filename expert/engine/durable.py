@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EngineError
-from ..rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf, RuleSet, facts_used
+from ..rules.logic import facts_used
+from ..rules.model import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
+from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
 
 _IMPORT_ERROR: str | None = None

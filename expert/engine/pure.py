@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from ..rulebook import RuleSet, findings_used
+from ..rules.logic import findings_used
+from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
 
 # (rule id, compiled condition, finding it concludes, findings it reads): resolved once, read on every run

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from ..errors import ObservationError, Problem
-from ..knowledge import KnowledgeBase
-from ..observations import Observations, normalise
+from ..kb.knowledge import KnowledgeBase
+from ..observations.normalise import Observations, normalise
 from ._result import FileResult, IngestResult, Measured
 from ._source import FORMAT_TITLES, FORMATS, Format, Progress, Source, SourceLike, sniff
 from .merge import merge

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..knowledge import KnowledgeBase
-from ..observations import Observations
+from ..kb.knowledge import KnowledgeBase
+from ..observations.normalise import Observations
 
 Scalar = int | float | str
 

@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import msgspec
 
-from ..knowledge import KnowledgeBase
+from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Stat
 from ._source import Progress, Source

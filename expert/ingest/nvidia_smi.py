@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..knowledge import KnowledgeBase
+from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
 from ._source import Progress, Source, is_header_cell

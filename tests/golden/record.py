@@ -24,8 +24,8 @@ DIGESTS = Path(__file__).with_name("digests.json")
 
 def cases() -> list[tuple[str, dict[str, Any]]]:
     from expert._resources import data_dir, examples_dir
-    from expert.observation_file import read_observation_file
-    from expert.ruletests import load_rule_tests
+    from expert.observations.file import read_observation_file
+    from expert.rules.testing import load_rule_tests
 
     out = [(f"example/{p.stem}", dict(read_observation_file(p).observations))
            for p in sorted(examples_dir().glob("*.yaml"))]
@@ -36,7 +36,7 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
 
 def _transcript(expert: Any, facts: dict[str, Any], protocol: str) -> str:
     from expert import Consultation
-    from expert.consult import answer_from
+    from expert.consult.session import answer_from
 
     kb = expert.kb
     tool_of = {name: kb.tools.measurements[spec.measure or name].tool for name, spec in kb.facts.items()
@@ -61,7 +61,7 @@ def _transcript(expert: Any, facts: dict[str, Any], protocol: str) -> str:
 def outputs() -> Iterator[tuple[str, str]]:
     """(name, text) for every golden output, in a fixed order."""
     from expert import Expert
-    from expert.export import export
+    from expert.report.render import export
 
     experts = {"durable": Expert(engine="durable"), "pure": Expert(engine="pure")}
     for name, facts in cases():

@@ -10,8 +10,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .knowledge import CombinedQuestion, KnowledgeBase
-from .observations import convert, format_value, is_unknown
+from ..kb.knowledge import CombinedQuestion, KnowledgeBase
+from ..observations.normalise import convert, format_value, is_unknown
 
 Value = int | float | str
 _MAX_TOKENS = 12  # free-text answers longer than this must separate the members with commas

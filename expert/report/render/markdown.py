@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..explain import gain_text, why
-from ..report import Report
+from ..model import Report
 from .graph import to_mermaid
 
 

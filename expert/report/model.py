@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .derive import DerivedValue
-from .evaluate import LeafTrace, Outcome
-from .observations import Observation
+from ..derive.formulas import DerivedValue
+from ..observations.normalise import Observation
+from ..rules.evaluate import LeafTrace, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import networkx as nx
 
-    from .expert import Expert
+    from ..expert import Expert
     from .explain import Counterfactuals, How, WhatIf, Why, WhyNot
 
 Value = int | float | str

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from ..report import Report
+from ..model import Report
 from .graph import KIND_STYLE, RELATION_STYLE, labels
 
 _FONT = "font-family=\"Helvetica, Arial, sans-serif\""

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from .errors import ObservationError, Problem
-from .knowledge import DTYPE_BYTES, HardwareSpec, KnowledgeBase
+from ..errors import ObservationError, Problem
+from ..kb.knowledge import DTYPE_BYTES, HardwareSpec, KnowledgeBase
 
 Value = int | float | str
 

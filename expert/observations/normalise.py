@@ -10,8 +10,8 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
-from .errors import ObservationError, Problem
-from .knowledge import FactSpec, KnowledgeBase
+from ..errors import ObservationError, Problem
+from ..kb.knowledge import FactSpec, KnowledgeBase
 
 Scalar = Union[StrictInt, StrictFloat, StrictStr]  # noqa: UP007 - a runtime alias pydantic reads on Python 3.10
 Value = Union[int, float, str]  # noqa: UP007

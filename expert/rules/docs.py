@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .knowledge import FactSpec, KnowledgeBase
-from .rulebook import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, LoadedRule, NotOf, RuleSet
-from .ruletests import RuleTestCase, RuleTestFile
+from ..kb.knowledge import FactSpec, KnowledgeBase
+from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
+from .ruleset import LoadedRule, RuleSet
+from .testing import RuleTestCase, RuleTestFile
 
 _WORDS = {"lt": "is below", "le": "is at most", "gt": "is above", "ge": "is at least", "eq": "is", "ne": "is not",
           "in": "is one of", "not_in": "is none of"}
@@ -110,7 +111,7 @@ def firing_example(rule_id: str, cases: list[tuple[Path, RuleTestCase]]) -> Rule
 
 def consumers(ruleset: RuleSet, finding: str) -> list[str]:
     """Rules whose condition reads a finding."""
-    from .rulebook import findings_used
+    from .logic import findings_used
 
     return sorted(lr.id for lr in ruleset.rules.values() if finding in set().union(*findings_used(lr.condition)))
 

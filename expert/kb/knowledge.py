@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._yaml import load_yaml, validate
-from .errors import KnowledgeBaseError, Problem
+from .._yaml import load_yaml, validate
+from ..errors import KnowledgeBaseError, Problem
 
 Axis = Literal["data", "algorithm", "machine"]
 Term = Literal["input", "data", "compute", "latency", "overlap", "communication", "coordination"]

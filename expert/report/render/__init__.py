@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, get_args
 
-from ..errors import ObservationError, Problem
-from ..report import Report
+from ...errors import ObservationError, Problem
+from ..model import Report
 
 Format = Literal["markdown", "mermaid", "dot", "graphml", "json", "html"]
 FORMATS: tuple[str, ...] = get_args(Format)

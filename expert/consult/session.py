@@ -44,16 +44,26 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
 
+from ..derive.formulas import (
+    DERIVATIONS,
+    Derivation,
+    DerivedValue,
+    ReadTracking,
+    check_consistency,
+    could_apply,
+    derive,
+)
+from ..engine.pure import PureEngine
+from ..errors import ObservationError, Problem
+from ..expert import Expert
+from ..kb.knowledge import CombinedQuestion, FactSpec, KnowledgeBase
+from ..observations.normalise import Observation, Observations, convert, format_value, is_unknown
+from ..report.model import Report
+from ..rules.evaluate import LeafTrace, evaluate, negate_op
+from ..rules.logic import facts_used, findings_used, walk
+from ..rules.model import AllOf, Condition, FactTest, FindingRef, NotOf
+from ..rules.ruleset import LoadedRule
 from . import combined
-from .derive import DERIVATIONS, Derivation, DerivedValue, ReadTracking, check_consistency, could_apply, derive
-from .engine.pure import PureEngine
-from .errors import ObservationError, Problem
-from .evaluate import LeafTrace, evaluate, negate_op
-from .expert import Expert
-from .knowledge import CombinedQuestion, FactSpec, KnowledgeBase
-from .observations import Observation, Observations, convert, format_value, is_unknown
-from .report import Report
-from .rulebook import AllOf, Condition, FactTest, FindingRef, LoadedRule, NotOf, facts_used, findings_used, walk
 
 Value = int | float | str
 _Scalar = StrictInt | StrictFloat | StrictStr
@@ -1063,7 +1073,7 @@ class Consultation:
     def __init__(self, expert: Expert | None = None, *, known: Mapping[str, Any] | None = None,
                  ask_tools: bool = True) -> None:
         if expert is None:
-            from . import default_expert
+            from .. import default_expert
 
             expert = default_expert()
         self.expert = expert
@@ -1796,7 +1806,7 @@ def _distinct(probes: Sequence[_Probe]) -> list[_Probe]:
 def tools_for(answers: Mapping[str, Any], offered: Sequence[str], expert: Expert | None = None) -> list[str]:
     """The offered tools that measure a fact the answers give: what a user holding those answers can run."""
     if expert is None:
-        from . import default_expert
+        from .. import default_expert
 
         expert = default_expert()
     tool_of = _index(expert).tool_of

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import ObservationError, Problem
-from ..report import Report
+from ...errors import ObservationError, Problem
+from ..model import Report
 from .svg import roofline
 
 Chart = Literal["roofline", "iron-law"]

@@ -6,8 +6,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ..ingest import IngestResult
-from ..knowledge import KnowledgeBase
+from ...ingest import IngestResult
+from ...kb.knowledge import KnowledgeBase
 
 
 def _value(name: str, value: object, kb: KnowledgeBase | None) -> str:
@@ -31,7 +31,7 @@ def _range(detail: dict[str, int | float | str], name: str, kb: KnowledgeBase | 
 def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | None = None) -> None:
     """Print the ingested facts, the facts that could not be derived (and why), notes and per-file statistics."""
     if kb is None:
-        from ..ingest import _default_kb
+        from ...ingest import _default_kb
 
         kb = _default_kb()
     facts = Table(title="Observations", box=box.SIMPLE_HEAVY, title_justify="left")

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ._yaml import load_yaml
-from .errors import KnowledgeBaseError, ObservationError, Problem
+from .._yaml import load_yaml
+from ..errors import KnowledgeBaseError, ObservationError, Problem
 
 
 class ObservationFile(BaseModel):

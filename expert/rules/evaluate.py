@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from .rulebook import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
+from .model import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
 
 Outcome = Literal["true", "false", "unknown"]
 Value = int | float | str

@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any
 
-from ..errors import ObservationError, Problem
-from ..report import GraphNode, Report
+from ...errors import ObservationError, Problem
+from ..model import GraphNode, Report
 
 JSON_FORMAT = "dam-expert/provenance"
 JSON_VERSION = 1

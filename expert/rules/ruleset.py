@@ -1,200 +1,29 @@
-"""The rule language: schema (pydantic), loading from rules/, named-condition resolution and stratification.
-
-A condition is a tree of exactly-one-key nodes: ``{fact: x, lt: 0.8}``, ``{all: [...]}``, ``{any: [...]}``,
-``{not: {...}}``, ``{ref: named_condition}``, ``{finding: id}``. There are no expression strings and no eval.
-"""
+"""The loaded rule set: rule files read from rules/, named conditions resolved, references checked, stratified."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
-
-from ._yaml import load_yaml, validate
-from .errors import KnowledgeBaseError, Problem
-from .knowledge import KnowledgeBase, Strength
-
-Number = Union[int, float]  # noqa: UP007 - runtime aliases pydantic reads on Python 3.10
-Literal_ = Union[int, float, str]  # noqa: UP007
-Severity = Literal["info", "warning", "critical"]
-OPS = ("lt", "le", "gt", "ge", "eq", "ne", "in", "not_in")
-
-
-class _Node(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class FactTest(_Node):
-    """Compare one fact with constants; several operators in one node are ANDed. Unknown fact -> unknown."""
-
-    fact: str
-    lt: Number | None = None
-    le: Number | None = None
-    gt: Number | None = None
-    ge: Number | None = None
-    eq: Literal_ | None = None
-    ne: Literal_ | None = None
-    in_: list[Literal_] | None = Field(default=None, alias="in")
-    not_in: list[Literal_] | None = None
-    known: bool | None = None
-
-    @model_validator(mode="after")
-    def _one_op(self) -> FactTest:
-        if not self.ops() and self.known is None:
-            raise ValueError(f"a test of {self.fact!r} needs an operator: one of {', '.join(OPS)} or known")
-        return self
-
-    def ops(self) -> list[tuple[str, Any]]:
-        """The (operator, constant) pairs of this test, in a fixed order."""
-        return self._ops
-
-    @cached_property
-    def _ops(self) -> list[tuple[str, Any]]:
-        out: list[tuple[str, Any]] = []
-        for op in OPS:
-            value = getattr(self, "in_" if op == "in" else op)
-            if value is not None:
-                out.append((op, value))
-        return out
-
-
-class AllOf(_Node):
-    all: list[Condition] = Field(min_length=1)
-
-
-class AnyOf(_Node):
-    any: list[Condition] = Field(min_length=1)
-
-
-class NotOf(_Node):
-    not_: Condition = Field(alias="not")
-
-
-class ConditionRef(_Node):
-    ref: str
-
-
-class FindingRef(_Node):
-    """True when another rule concluded this finding (forward chaining)."""
-
-    finding: str
-
-
-_TAGS = ("fact", "all", "any", "not", "ref", "finding")
-
-
-def _tag(value: Any) -> str | None:
-    if isinstance(value, dict):
-        present = [k for k in _TAGS if k in value]
-        return present[0] if len(present) == 1 else None
-    tags: dict[type, str] = {FactTest: "fact", AllOf: "all", AnyOf: "any", NotOf: "not", ConditionRef: "ref",
-                             FindingRef: "finding"}
-    return tags.get(type(value))
-
-
-Condition = Annotated[
-    Annotated[FactTest, Tag("fact")]
-    | Annotated[AllOf, Tag("all")]
-    | Annotated[AnyOf, Tag("any")]
-    | Annotated[NotOf, Tag("not")]
-    | Annotated[ConditionRef, Tag("ref")]
-    | Annotated[FindingRef, Tag("finding")],
-    Discriminator(
-        _tag,
-        custom_error_type="condition",
-        custom_error_message="a condition needs exactly one of: fact, all, any, not, ref, finding",
-    ),
-]
-
-for _model in (AllOf, AnyOf, NotOf):
-    _model.model_rebuild()
-
-
-class NamedCondition(_Node):
-    """A reusable condition (like a Falco macro, but structured)."""
-
-    description: str
-    when: Condition
-
-
-class FindingSpec(_Node):
-    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    message: str
-
-
-class BottleneckVote(_Node):
-    regime: str
-    strength: Strength
-
-
-class AxisVote(_Node):
-    axis: Literal["data", "algorithm", "machine"]
-    strength: Strength
-
-
-class RecommendSpec(_Node):
-    id: str
-    why: str
-
-
-class WasteSpec(_Node):
-    id: str
-    reason: str
-
-
-class Then(_Node):
-    finding: FindingSpec | None = None
-    bottleneck: BottleneckVote | None = None
-    axis: AxisVote | None = None
-    recommend: list[RecommendSpec] = []
-    waste: list[WasteSpec] = []
-    measure: list[str] = []
-
-    @model_validator(mode="after")
-    def _concludes_something(self) -> Then:
-        if not (self.finding or self.bottleneck or self.axis or self.recommend or self.waste or self.measure):
-            raise ValueError("`then` must conclude something (finding, bottleneck, axis, recommend, waste or measure)")
-        return self
-
-
-class Rule(_Node):
-    """One declarative rule: conditions on facts and findings, and what it concludes."""
-
-    id: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
-    title: str
-    source: str
-    rationale: str
-    severity: Severity = "info"
-    when: Condition
-    then: Then
-    tags: list[str] = []
-
-
-class WastedEntry(_Node):
-    id: str
-    reason: str
-
-
-class RegimeTable(_Node):
-    """Effective vs wasted optimizations for one regime (seed Table 3, one table per regime)."""
-
-    regime: str
-    source: str
-    effective: list[str]
-    wasted: list[WastedEntry]
-
-
-class RuleFile(_Node):
-    schema_version: Literal[1] = 1
-    conditions: dict[str, NamedCondition] = {}
-    rules: list[Rule] = []
-    tables: list[RegimeTable] = []
-
-
-# ---- loaded, resolved rule set ----------------------------------------------------------------------------------
+from .._yaml import load_yaml, validate
+from ..errors import KnowledgeBaseError, Problem
+from ..kb.knowledge import KnowledgeBase
+from .evaluate import compile_condition
+from .logic import findings_used, walk
+from .model import (
+    AllOf,
+    AnyOf,
+    Condition,
+    ConditionRef,
+    FactTest,
+    FindingRef,
+    NamedCondition,
+    NotOf,
+    RegimeTable,
+    Rule,
+    RuleFile,
+)
 
 
 class LoadedRule:
@@ -213,56 +42,11 @@ class LoadedRule:
     def evaluator(self) -> Any:
         """The condition compiled to a function (expert.evaluate.compile_condition), built on first use."""
         if self._evaluator is None:
-            from .evaluate import compile_condition
-
             self._evaluator = compile_condition(self.condition)
         return self._evaluator
 
     def __repr__(self) -> str:
         return f"LoadedRule({self.id!r}, stratum={self.stratum})"
-
-
-def walk(node: Condition) -> Iterator[Condition]:
-    """Every node of a condition tree, depth first."""
-    yield node
-    if isinstance(node, AllOf):
-        for child in node.all:
-            yield from walk(child)
-    elif isinstance(node, AnyOf):
-        for child in node.any:
-            yield from walk(child)
-    elif isinstance(node, NotOf):
-        yield from walk(node.not_)
-
-
-def findings_used(node: Condition) -> tuple[set[str], set[str]]:
-    """(positively, negatively) referenced findings of a resolved condition."""
-    pos: set[str] = set()
-    neg: set[str] = set()
-
-    def visit(n: Condition, negated: bool) -> None:
-        if isinstance(n, FindingRef):
-            (neg if negated else pos).add(n.finding)
-        elif isinstance(n, AllOf):
-            for c in n.all:
-                visit(c, negated)
-        elif isinstance(n, AnyOf):
-            for c in n.any:
-                visit(c, negated)
-        elif isinstance(n, NotOf):
-            visit(n.not_, not negated)
-
-    visit(node, False)
-    return pos, neg
-
-
-def facts_used(node: Condition) -> list[str]:
-    """Fact names a resolved condition reads, in first-use order."""
-    seen: list[str] = []
-    for n in walk(node):
-        if isinstance(n, FactTest) and n.fact not in seen:
-            seen.append(n.fact)
-    return seen
 
 
 NOT_RULE_FILES = frozenset({"lint_waivers.yaml"})  # data for `dam rules lint`, kept beside the rules

@@ -24,13 +24,13 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ._resources import data_dir
-from ._yaml import _Loader
-from .derive import DERIVATIONS
-from .errors import KnowledgeBaseError, Problem
+from .._resources import data_dir
+from .._yaml import _Loader
+from ..derive.formulas import DERIVATIONS
+from ..errors import KnowledgeBaseError, Problem
+from ..kb.knowledge import FactSpec, KnowledgeBase
 from .evaluate import negate_op
-from .knowledge import FactSpec, KnowledgeBase
-from .rulebook import (
+from .model import (
     AllOf,
     AnyOf,
     Condition,
@@ -42,10 +42,9 @@ from .rulebook import (
     RegimeTable,
     Rule,
     RuleFile,
-    RuleSet,
-    rule_file_paths,
 )
-from .ruletests import RuleTestFile, run_suite
+from .ruleset import RuleSet, rule_file_paths
+from .testing import RuleTestFile, run_suite
 
 LintSeverity = Literal["error", "warning"]
 YamlPath = tuple[str | int, ...]
@@ -1800,7 +1799,7 @@ def _load_problems(ctx: LintContext, problems: Iterable[Problem]) -> list[Diagno
 
 
 def _run_tests(ctx: LintContext, ruleset: RuleSet) -> Any:
-    from .expert import Expert
+    from ..expert import Expert
 
     expert = Expert(rules_dirs=ctx.dirs, knowledge_base=ctx.kb_dir, engine="pure")
     test_files = [(tf.path, tf.model) for tf in ctx.tests if tf.model is not None]

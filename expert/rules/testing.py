@@ -31,14 +31,15 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._yaml import load_yaml, validate
-from .errors import ExpertError
+from .._yaml import load_yaml, validate
+from ..errors import ExpertError
+from ..report.model import Report
 from .evaluate import evaluate
-from .report import Report
-from .rulebook import AllOf, AnyOf, Condition, ConditionRef, NotOf
+from .model import AllOf, AnyOf, Condition, ConditionRef, NotOf
 
 if TYPE_CHECKING:
-    from .rulebook import LoadedRule, NamedCondition
+    from .model import NamedCondition
+    from .ruleset import LoadedRule
 
 
 class _Model(BaseModel):

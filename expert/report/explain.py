@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .derive import DERIVATIONS, derive
-from .errors import ExpertError, ObservationError, Problem
-from .evaluate import LeafTrace, Outcome
-from .report import Candidate, GraphNode, NodeKind, Report, RuleEvaluation
+from ..derive.formulas import DERIVATIONS, derive
+from ..errors import ExpertError, ObservationError, Problem
+from ..rules.evaluate import LeafTrace, Outcome
+from .model import Candidate, GraphNode, NodeKind, Report, RuleEvaluation
 
 if TYPE_CHECKING:
-    from .expert import Expert
-    from .knowledge import FactSpec, KnowledgeBase
+    from ..expert import Expert
+    from ..kb.knowledge import FactSpec, KnowledgeBase
 
 Value = int | float | str
 _STRENGTHS = ("suspect", "likely", "confirmed")  # the order of the Candidate.strength vocabulary
@@ -789,7 +789,7 @@ class WhatIf(_Model):
 def _expert(expert: Expert | None) -> Expert:
     if expert is not None:
         return expert
-    from . import default_expert
+    from .. import default_expert
 
     return default_expert()
 
@@ -872,7 +872,7 @@ def _value(report: Report, name: str) -> Value | None:
 
 def _realise(kb: KnowledgeBase, report: Report, name: str, raw_target: Any) -> tuple[str, Value, str]:
     """Solve for one observed input so that derived fact `name` takes the target value."""
-    from .observations import convert
+    from ..observations.normalise import convert
 
     spec = kb.facts[name]
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 
 from ..explain import gain_text, why
-from ..report import Report
+from ..model import Report
 from .svg import iron_law_svg, provenance_svg, roofline_svg
 
 _CSS = """

@@ -12,12 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .derive import DerivedValue, amdahl_max_speedup, askable_inputs_given
-from .engine.base import EngineResult
-from .evaluate import LeafTrace
-from .knowledge import KnowledgeBase
-from .observations import Observations
-from .report import (
+from ..derive.formulas import DerivedValue, amdahl_max_speedup, askable_inputs_given
+from ..engine.base import EngineResult
+from ..kb.knowledge import KnowledgeBase
+from ..observations.normalise import Observations
+from ..report.model import (
     AxisScore,
     Candidate,
     ClusterSection,
@@ -39,7 +38,8 @@ from .report import (
     ScoreRow,
     Wasted,
 )
-from .rulebook import LoadedRule, RuleSet
+from ..rules.evaluate import LeafTrace
+from ..rules.ruleset import LoadedRule, RuleSet
 
 Value = int | float | str
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}

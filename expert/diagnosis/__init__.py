@@ -1,0 +1,1 @@
+"""From an engine run to a verdict and a Report: the decision, conclusions, what to measure, provenance."""

@@ -1,0 +1,1 @@
+"""The knowledge base: fact vocabulary, units, hardware and interconnect catalogs, optimizations, regimes, tools."""

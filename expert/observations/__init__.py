@@ -1,0 +1,1 @@
+"""Observations: validating and normalising facts (units, percentages, aliases), and observation files."""
