@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ObservationError, Problem
-from ..kb.knowledge import DTYPE_BYTES, HardwareSpec, KnowledgeBase
+from ..kb.knowledge import HardwareSpec, KnowledgeBase
 
 Value = int | float | str
 
@@ -206,7 +206,7 @@ def _decode_params(f: Facts) -> float:
 def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> _Result | None:
     if not _is_decode(f) or ("model_params" not in f and "active_params" not in f):
         return None
-    b = DTYPE_BYTES[str(f["dtype"])]
+    b = kb.dtype_bytes(str(f["dtype"]))
     achieved = decode_bandwidth_gbs(_num(f, "tokens_per_s"), int(_num(f, "batch_size")), _decode_params(f), b)
     result = _clamp_fraction(achieved / _num(f, "peak_bandwidth"), "derived bandwidth utilization")
     return _Result(result.value, {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}, result.note)
@@ -215,7 +215,7 @@ def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> _Result | None:
 def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> _Result | None:
     if not _is_decode(f):
         return None
-    b = DTYPE_BYTES[str(f["dtype"])]
+    b = kb.dtype_bytes(str(f["dtype"]))
     achieved = decode_bandwidth_gbs(_num(f, "tokens_per_s"), int(_num(f, "batch_size")), _decode_params(f), b)
     return _Result(achieved / _num(f, "peak_bandwidth"), {"bytes per weight": b, "achieved GB/s": round(achieved, 1)})
 
@@ -223,7 +223,7 @@ def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> _Result | None:
 def _decode_ai(f: Facts, kb: KnowledgeBase) -> _Result | None:
     if not _is_decode(f):
         return None
-    b = DTYPE_BYTES[str(f["dtype"])]
+    b = kb.dtype_bytes(str(f["dtype"]))
     return _Result(decode_intensity(int(_num(f, "batch_size")), b), {"bytes per weight": b},
                    "short-context approximation: KV-cache reads would lower it further")
 

@@ -43,7 +43,6 @@ from ..rules.ruleset import LoadedRule, RuleSet
 
 Value = int | float | str
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-_AXES = ("data", "algorithm", "machine")
 
 
 _Segment = tuple[str, "str | None", str]  # literal text, then a fact name (or None) and its format spec
@@ -300,8 +299,9 @@ def _verdict(ctx: _Context, fired: list[LoadedRule]) -> tuple[list[Candidate], s
 
 def _axes(ctx: _Context, fired: list[LoadedRule], candidates: list[Candidate]) -> list[AxisScore]:
     strengths = ctx.kb.regimes.strengths
-    score = dict.fromkeys(_AXES, 0.0)
-    rules: dict[str, set[str]] = {a: set() for a in _AXES}
+    order = list(ctx.kb.regimes.axes)
+    score = dict.fromkeys(order, 0.0)
+    rules: dict[str, set[str]] = {a: set() for a in order}
     for c in candidates:
         for axis, weight in ctx.kb.regimes.regimes[c.regime].axes.items():
             score[axis] += strengths[c.strength] * weight
@@ -314,14 +314,14 @@ def _axes(ctx: _Context, fired: list[LoadedRule], candidates: list[Candidate]) -
     total = sum(score.values())
     if total == 0:
         return []
-    axes = [AxisScore(axis=a, share=round(score[a] / total, 4), strength=score[a], rules=sorted(rules[a]))  # type: ignore[arg-type]
-            for a in _AXES if score[a] > 0]
-    axes.sort(key=lambda x: (-x.strength, _AXES.index(x.axis)))
+    axes = [AxisScore(axis=a, share=round(score[a] / total, 4), strength=score[a], rules=sorted(rules[a]))
+            for a in order if score[a] > 0]
+    axes.sort(key=lambda x: (-x.strength, order.index(x.axis)))
     return axes
 
 
 def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
-    term = ctx.kb.regimes.terms.get(shrinks)  # type: ignore[call-overload]
+    term = ctx.kb.regimes.terms.get(shrinks)
     if term is None or term.share not in ctx.facts:
         return None
     share = float(ctx.facts[term.share])
@@ -471,7 +471,7 @@ def _measurements(
     axes: list[str] = [ctx.kb.regimes.regimes[verdict].confirm_axis] if verdict else []
     axes += [a.axis for a in implicated if a.axis not in axes]
     for axis in axes:
-        row = ctx.kb.tools.axes[axis]  # type: ignore[index]
+        row = ctx.kb.tools.axes[axis]
         tools = [ctx.kb.tools.tools[t].name for t in [row.primary, *row.secondary]]
         if verdict and axis == axes[0]:
             why = f"confirm the {ctx.kb.regimes.regimes[verdict].title.lower()} verdict along the {axis} axis"

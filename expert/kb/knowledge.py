@@ -11,10 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .._yaml import load_yaml, validate
 from ..errors import KnowledgeBaseError, Problem
 
-Axis = Literal["data", "algorithm", "machine"]
-Term = Literal["input", "data", "compute", "latency", "overlap", "communication", "coordination"]
-Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+# Vocabulary names whose values are knowledge-base data, checked when the knowledge base loads: axes
+# (regimes.yaml `axes`), iron-law and C³ terms (regimes.yaml `terms`), numeric formats (units.yaml `dtypes`).
+Axis = str
+Term = str
+Dtype = str
 
 
 class _Strict(BaseModel):
@@ -118,7 +119,7 @@ class HardwareSpec(_Strict):
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak TFLOP/s for a dtype, or None when the part has no published figure for it."""
-        return self.peak_tflops.get(dtype)  # type: ignore[call-overload, no-any-return]
+        return self.peak_tflops.get(dtype)
 
 
 class HardwareCatalog(_Strict):
@@ -276,8 +277,17 @@ class TermSpec(_Strict):
     seconds: str | None = None  # only the iron-law terms have a duration of their own
 
 
+class AxisSpec(_Strict):
+    """One D·A·M axis (seed Table 1)."""
+
+    title: str
+    constraint: str
+    source: str
+
+
 class RegimeCatalog(_Strict):
     schema_version: int = 1
+    axes: dict[str, AxisSpec]
     strengths: dict[Strength, int]
     verdict_min_strength: Strength
     terms: dict[Term, TermSpec]
@@ -297,9 +307,16 @@ class Dimension(_Strict):
     units: dict[str, float]
 
 
+class DtypeSpec(_Strict):
+    """A numeric format: bytes per element."""
+
+    bytes: int | float = Field(gt=0)  # fractional for sub-byte formats (fp4: 0.5)
+
+
 class UnitTable(_Strict):
     schema_version: int = 1
     dimensions: dict[str, Dimension]
+    dtypes: dict[str, DtypeSpec]
 
 
 class KnowledgeBase:
@@ -380,6 +397,7 @@ class KnowledgeBase:
             for tool in [row.primary, *row.secondary]:
                 if tool not in self.tools.tools:
                     problems.append(Problem(f"{where}/tools.yaml: axes.{axis}", f"unknown tool {tool!r}"))
+        problems.extend(self._check_vocabulary(where))
         for term, term_spec in self.regimes.terms.items():
             for fact_name in filter(None, (term_spec.share, term_spec.seconds)):
                 if fact_name not in self.facts:
@@ -394,6 +412,43 @@ class KnowledgeBase:
         problems.extend(self._check_interconnects(where))
         if problems:
             raise KnowledgeBaseError(problems, title="the knowledge base refers to things it does not define")
+
+    def dtype_bytes(self, dtype: str) -> int | float:
+        """Bytes per element of a numeric format (units.yaml `dtypes`)."""
+        return self.units.dtypes[dtype].bytes
+
+    def _check_vocabulary(self, where: str) -> list[Problem]:
+        """Axes, terms and dtypes named anywhere are the ones regimes.yaml and units.yaml define."""
+        problems: list[Problem] = []
+        axes, terms, dtypes = self.regimes.axes, self.regimes.terms, self.units.dtypes
+
+        def axis(at: str, name: str) -> None:
+            if name not in axes:
+                problems.append(Problem(at, f"unknown axis {name!r}",
+                                        f"regimes.yaml `axes` defines: {', '.join(axes)}"))
+
+        for regime_id, regime in self.regimes.regimes.items():
+            at = f"{where}/regimes.yaml: regimes.{regime_id}"
+            if regime.term not in terms:
+                problems.append(Problem(at, f"unknown term {regime.term!r}", f"`terms` defines: {', '.join(terms)}"))
+            for name in [*regime.axes, regime.confirm_axis]:
+                axis(at, name)
+        for name in self.tools.axes:
+            axis(f"{where}/tools.yaml: axes.{name}", name)
+        for metric in self.scorecard.metrics:
+            axis(f"{where}/scorecard.yaml: {metric.id}", metric.axis)
+        for opt in self.optimizations.values():
+            axis(f"{where}/optimizations.yaml: {opt.id}", opt.axis)
+        for hw in self.hardware.values():
+            for dtype in hw.peak_tflops:
+                if dtype not in dtypes:
+                    problems.append(Problem(f"{where}/hardware.yaml: {hw.id}: peak_tflops", f"unknown dtype {dtype!r}",
+                                            f"units.yaml `dtypes` defines: {', '.join(dtypes)}"))
+        spec = self.facts.get("dtype")
+        if spec is not None and list(spec.choices or []) != list(dtypes):
+            problems.append(Problem(f"{where}/facts.yaml: dtype", "the choices of `dtype` must be units.yaml `dtypes`, "
+                                    f"in order: {', '.join(dtypes)}"))
+        return problems
 
     def _check_questions(self, where: str) -> list[Problem]:
         """Combined questions name askable facts (each in one question at most), ids that no fact uses, and choices

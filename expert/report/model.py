@@ -69,7 +69,7 @@ class Candidate:
 
 @dataclass
 class AxisScore:
-    axis: Literal["data", "algorithm", "machine"]
+    axis: str  # an axis of knowledge_base/regimes.yaml `axes`
     share: Annotated[float, Field(ge=0, le=1)]
     strength: float
     rules: list[str]

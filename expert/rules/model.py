@@ -127,7 +127,7 @@ class BottleneckVote(_Node):
 
 
 class AxisVote(_Node):
-    axis: Literal["data", "algorithm", "machine"]
+    axis: str  # an axis of knowledge_base/regimes.yaml `axes` (checked when the rules load)
     strength: Strength
 
 

@@ -160,6 +160,9 @@ class RuleSet:
             then = lr.rule.then
             if then.bottleneck and then.bottleneck.regime not in kb.regimes.regimes:
                 problems.append(Problem(f"{where}: then.bottleneck", f"unknown regime {then.bottleneck.regime!r}"))
+            if then.axis and then.axis.axis not in kb.regimes.axes:
+                problems.append(Problem(f"{where}: then.axis", f"unknown axis {then.axis.axis!r}",
+                                        f"knowledge_base/regimes.yaml `axes` defines: {', '.join(kb.regimes.axes)}"))
             for opt_id in [*(r.id for r in then.recommend), *(w.id for w in then.waste)]:
                 if opt_id not in kb.optimizations:
                     problems.append(Problem(f"{where}: then", f"unknown optimization {opt_id!r}"))
