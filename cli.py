@@ -1,7 +1,7 @@
 """dam: the command line of dam-expert (`dam --help`), a thin entry point over the `expert` library.
 
-The parser and the subcommands live in expert/commands/; this file only hands over to them, so the console script
-(and the copy of this file an editable install makes) never needs to change when a command is added.
+The parser and the subcommands live in expert/commands/ (the installed `dam` script enters there directly); this file
+lets a checkout run `python cli.py ...` without installing, and is not part of the wheel.
 """
 
 from __future__ import annotations

@@ -5,35 +5,77 @@
 ...                           "data_wait_s": 0.12, "step_time_s": 0.30})
 >>> report.bottleneck
 'input'
+
+The public names below are imported on first use, so `import expert` stays cheap.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
-from typing import Any
+import importlib
+import sys
+import types
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from .consult.session import Consultation
+from . import _default
+from ._version import __version__
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
-from .expert import Expert
-from .ingest import IngestResult, ingest, ingest_result
-from .observations.normalise import Observation, Observations
-from .report.model import Report
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from .consult.session import Consultation
+    from .expert import Expert
+    from .ingest import IngestResult, ingest, ingest_result
+    from .observations.normalise import Observation, Observations
+    from .report.model import Report
 
-_default: Expert | None = None
-_default_lock = threading.Lock()
+_LAZY = {
+    "Consultation": "expert.consult.session",
+    "Expert": "expert.expert",
+    "IngestResult": "expert.ingest",
+    "ingest_result": "expert.ingest",
+    "Observation": "expert.observations.normalise",
+    "Observations": "expert.observations.normalise",
+    "Report": "expert.report.model",
+}
 
 
-def default_expert() -> Expert:
-    """The shared Expert on the bundled rules (built on first use, once, even under concurrent first calls)."""
-    global _default
-    if _default is None:
-        with _default_lock:
-            if _default is None:
-                _default = Expert()
-    return _default
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'expert' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+class _Facade(types.ModuleType):
+    """The package module. `expert.ingest` is the ingest *function*, although a subpackage of the same name exists:
+    importing the subpackage binds its name on the package, and this property keeps the function there instead."""
+
+    @property
+    def ingest(self) -> Callable[..., Observations]:
+        return importlib.import_module("expert.ingest").ingest  # type: ignore[no-any-return]
+
+    @ingest.setter
+    def ingest(self, value: object) -> None:
+        pass  # the import system binding the expert.ingest subpackage; sys.modules still has it
+
+
+sys.modules[__name__].__class__ = _Facade
+
+
+def _build_default() -> Expert:
+    from .expert import Expert
+
+    return Expert()
+
+
+_default.set_factory(_build_default)
+default_expert = _default.default_expert
 
 
 def diagnose(observations: Mapping[str, Any] | Observations) -> Report:
@@ -53,6 +95,7 @@ __all__ = [
     "Observations",
     "Problem",
     "Report",
+    "__version__",
     "default_expert",
     "diagnose",
     "ingest",

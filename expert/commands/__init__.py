@@ -1,8 +1,7 @@
 """The `dam` command line: the parser and the dispatcher over the subcommand modules in this package.
 
 Each subcommand lives in expert/commands/<name>.py and exposes `register(subparsers)`; add new ones to COMMANDS.
-The console script enters through the thin root `cli.py`, which only re-exports `main`, so an installer's copy of it
-never goes stale.
+The `dam` console script enters here (`expert.commands:main`); the root `cli.py` of a checkout only re-exports it.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+
+from .._version import __version__
 
 DESCRIPTION = """\
 dam-expert tells you *why* a training job or an inference service is slow, and what to do about it.
@@ -30,7 +31,7 @@ COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "p
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dam", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version="dam-expert 0.1.0")
+    parser.add_argument("--version", action="version", version=f"dam-expert {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)

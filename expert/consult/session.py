@@ -1073,7 +1073,7 @@ class Consultation:
     def __init__(self, expert: Expert | None = None, *, known: Mapping[str, Any] | None = None,
                  ask_tools: bool = True) -> None:
         if expert is None:
-            from .. import default_expert
+            from .._default import default_expert
 
             expert = default_expert()
         self.expert = expert
@@ -1806,7 +1806,7 @@ def _distinct(probes: Sequence[_Probe]) -> list[_Probe]:
 def tools_for(answers: Mapping[str, Any], offered: Sequence[str], expert: Expert | None = None) -> list[str]:
     """The offered tools that measure a fact the answers give: what a user holding those answers can run."""
     if expert is None:
-        from .. import default_expert
+        from .._default import default_expert
 
         expert = default_expert()
     tool_of = _index(expert).tool_of

@@ -789,7 +789,7 @@ class WhatIf(_Model):
 def _expert(expert: Expert | None) -> Expert:
     if expert is not None:
         return expert
-    from .. import default_expert
+    from .._default import default_expert
 
     return default_expert()
 
