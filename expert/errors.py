@@ -49,5 +49,12 @@ class KnowledgeBaseError(_ProblemsError):
     title: str = "the knowledge base or rules cannot be loaded"
 
 
+@dataclass
+class OutputError(_ProblemsError):
+    """An output that cannot be written (names the path and why: a missing folder, no permission, a full disk)."""
+
+    title: str = "cannot write the output"
+
+
 class EngineError(ExpertError):
     """The rule engine failed on a diagnosis (a bug or a durable-rules fault, never bad input)."""

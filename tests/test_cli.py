@@ -177,3 +177,19 @@ rules:
 """)
     assert_clean_error(dam("diagnose", "--set", "gpu_util=0.3", "--rules-dir", str(tmp_path)), "broken.yaml",
                        "broken", "then")
+
+
+def test_rich_output_to_a_file_is_plain_text(tmp_path: Path) -> None:
+    target = tmp_path / "report.txt"
+    result = dam("diagnose", "--example", "data_starved_training", "--output", str(target), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = target.read_text()
+    assert "Verdict: input" in text and "\x1b[" not in text
+
+
+@pytest.mark.parametrize(("where", "needle"), [("missing/r.txt", "does not exist"), (".", "is a directory")])
+def test_an_output_that_cannot_be_written_is_a_clear_error(tmp_path: Path, where: str, needle: str) -> None:
+    for fmt in ("rich", "json", "markdown"):
+        result = dam("diagnose", "--example", "data_starved_training", "--format", fmt, "--output", where,
+                     cwd=tmp_path)
+        assert_clean_error(result, "cannot write the output", needle)

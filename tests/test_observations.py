@@ -52,6 +52,33 @@ def test_values_are_parsed_to_canonical_units(name: str, raw: Any, value: Any) -
     assert _one(name, raw) == pytest.approx(value)
 
 
+@pytest.mark.parametrize("percent", range(101))
+def test_percentages_convert_exactly(percent: int) -> None:
+    # "95%" is the double nearest 0.95, never 95 * 0.01 = 0.9500000000000001 (which reads as "above 95 %")
+    assert _one("gpu_util", f"{percent}%") == percent / 100
+    assert _one("gpu_util", f"{percent}.5%") == float(f"0.{percent:02d}5") if percent < 100 else True
+
+
+@pytest.mark.parametrize(("raw", "value"), [("1,000", 1000), ("1,300 ms", 1.3), ("12,345,678", 12345678)])
+def test_thousands_separators_in_groups_of_three_are_read(raw: str, value: float) -> None:
+    name = "step_time_s" if "ms" in raw else "batch_size"
+    assert _one(name, raw) == value
+
+
+@pytest.mark.parametrize("raw", ["0,3", "1,2", "0_3", "1_000", "1,00", "12,3456"])
+def test_a_decimal_comma_or_underscore_is_never_guessed(raw: str) -> None:
+    with pytest.raises(ObservationError) as info:
+        EXPERT.observations({"step_time_s": raw})
+    assert info.value.problems[0].where == "step_time_s"
+
+
+def test_an_enum_error_lists_the_choices_once() -> None:
+    with pytest.raises(ObservationError) as info:
+        EXPERT.observations({"workload": "llm"})
+    text = str(info.value)
+    assert text.count("training") == 1 and "inference" in text
+
+
 def test_unknown_and_skip_mean_not_observed() -> None:
     obs = EXPERT.observations({"gpu_util": "unknown", "sm_active": "skip", "mem_bw_util": None, "batch_size": 4})
     assert set(obs.facts) == {"batch_size"}

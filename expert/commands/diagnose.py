@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import example_path, parse_sets
+from ._common import example_path, parse_sets, write_text
 
 EPILOG = """\
 examples:
@@ -34,7 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--example", metavar="NAME", help="diagnose a bundled example (see `dam examples`)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an observation (repeatable)")
     p.add_argument("--format", choices=["rich", "json", "markdown"], default="rich", help="output format")
-    p.add_argument("--output", metavar="FILE", help="write json/markdown output to FILE instead of stdout")
+    p.add_argument("--output", metavar="FILE", help="write the report to FILE instead of stdout (rich: as plain text)")
     p.add_argument("--export", choices=["markdown", "mermaid", "dot", "graphml", "json", "html"], metavar="FORMAT",
                    help="write an export instead (with --output FILE): markdown postmortem, mermaid, dot, graphml, "
                         "json (node-link + report, lossless) or html (self-contained)")
@@ -82,22 +83,26 @@ def emit(report: Any, fmt: str, output: str | None, description: str | None = No
     """Print (or write) a report in the chosen format."""
     if fmt == "rich":
         from rich.console import Console
+        from rich.text import Text
 
         from ..report.render.terminal import print_report
 
-        console = Console()
+        console = Console(record=output is not None, file=io.StringIO() if output else None,
+                          width=100 if output else None)
         if description:
-            console.print(f"[bold]{description}[/bold]")
+            console.print(Text(description, style="bold"))
         print_report(report, console)
-        return
-    if fmt == "json":
+        if output is None:
+            return
+        text = console.export_text()  # plain text, no colour codes: a file is read later, not on this terminal
+    elif fmt == "json":
         text = report.to_json()
     else:
         from ..report.render.markdown import postmortem
 
         text = postmortem(report, title="D·A·M diagnosis")
     if output:
-        Path(output).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        write_text(output, text if text.endswith("\n") else text + "\n")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 

@@ -87,16 +87,13 @@ def _looks_like_report(path: Path) -> bool:
 
 
 def _write(text: str, output: str | None) -> None:
-    from ..errors import ObservationError, Problem
+    from ._common import write_text
 
     text = text if text.endswith("\n") else text + "\n"
     if output is None:
         sys.stdout.write(text)
         return
-    try:
-        Path(output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ObservationError([Problem(f"--output {output}", f"cannot write: {exc.strerror}")]) from exc
+    write_text(output, text)
 
 
 def run(args: argparse.Namespace) -> int:

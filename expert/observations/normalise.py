@@ -6,6 +6,7 @@ import difflib
 import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
@@ -16,7 +17,8 @@ from ..kb.knowledge import FactSpec, KnowledgeBase
 Scalar = Union[StrictInt, StrictFloat, StrictStr]  # noqa: UP007 - a runtime alias pydantic reads on Python 3.10
 Value = Union[int, float, str]  # noqa: UP007
 
-_NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+_NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$", re.ASCII)
+_THOUSANDS = re.compile(r"^\s*[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][-+]?\d+)?(?:\s*\D.*)?$", re.ASCII)
 _UNKNOWN_WORDS = frozenset({"unknown", "skip", "?", "n/a", "na", ""})
 
 
@@ -89,12 +91,23 @@ def _number(raw: object, spec: FactSpec, kb: KnowledgeBase) -> float:
     if isinstance(raw, (int, float)):
         value = float(raw)
     elif isinstance(raw, str):
-        match = _NUMBER_WITH_UNIT.match(raw.replace(",", "").replace("_", ""))
+        text = raw
+        if "," in raw:
+            if not _THOUSANDS.match(raw):  # "0,3" is a decimal comma, "1,2" ambiguous: never guess
+                raise ValueError(f"{raw!r} is not a number; write decimals with a point (0.3), and group thousands "
+                                 "in threes (1,000,000) or not at all")
+            text = raw.replace(",", "")
+        match = _NUMBER_WITH_UNIT.match(text)
         if not match:
             raise ValueError(f"{raw!r} is not a number")
-        value, unit = float(match.group(1)), match.group(2)
-        if unit:
-            value *= _unit_factor(unit, spec, kb)
+        digits, unit = match.group(1), match.group(2)
+        if unit == "%":  # exactly: "95%" is 0.95, not 95 * 0.01 = 0.9500000000000001
+            _unit_factor(unit, spec, kb)
+            value = float(Decimal(digits) / 100)
+        else:
+            value = float(digits)
+            if unit:
+                value *= _unit_factor(unit, spec, kb)
     else:
         raise ValueError(f"expected a number, got {type(raw).__name__}")
     if math.isnan(value) or math.isinf(value):
@@ -137,7 +150,7 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
     if spec.type == "enum":
         choices = spec.choices or []
         if not isinstance(raw, str) or raw.strip().casefold() not in choices:
-            raise ValueError(f"{raw!r} is not one of {', '.join(choices)}")
+            raise ValueError(f"{raw!r} is not one of the accepted values")  # the hint lists them
         return raw.strip().casefold()
     value = _number(raw, spec, kb)
     if spec.type == "fraction":
