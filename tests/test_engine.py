@@ -61,6 +61,15 @@ rules:
     rationale: test
     when: {all: [{not: {finding: not_chain}}, {fact: batch_size, known: true}]}
     then: {finding: {id: second, message: s}, bottleneck: {regime: memory, strength: suspect}}
+  - id: t-same-finding-twice
+    title: one finding in two alternatives of a conjunction (a DNF branch names it twice)
+    source: test
+    rationale: test
+    when:
+      all:
+        - any: [{finding: base}, {finding: chain1}]
+        - any: [{finding: base}, {fact: sm_active, lt: 0.2}]
+    then: {finding: {id: twice, message: tw}}
   - id: t-unknown
     title: fires on a missing fact
     source: test

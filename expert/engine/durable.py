@@ -97,9 +97,12 @@ def _dnf(n: NNF) -> list[_Branch]:
     branches = [_Branch()]
     for child in n[1]:
         branches = [
-            _Branch(a.obs + b.obs, a.pos + b.pos, a.neg + b.neg) for a in branches for b in _dnf(child)
+            # one finding fact joins once: durable-rules matches each pattern of a rule against a *distinct* fact,
+            # so a finding named twice in one conjunction would need two copies of it and never match
+            _Branch(a.obs + b.obs, list(dict.fromkeys(a.pos + b.pos)), list(dict.fromkeys(a.neg + b.neg)))
+            for a in branches for b in _dnf(child)
         ]
-    return branches
+    return [b for b in branches if not set(b.pos) & set(b.neg)]  # "f and not f" can never hold
 
 
 def durable_number(value: float | int) -> float | int:
