@@ -191,7 +191,7 @@ def test_why_the_verdict_of_a_starved_step() -> None:
 
 def test_why_a_recommendation_shows_its_expected_gain() -> None:
     r = example("starved")
-    w = r.why("prefetching")
+    w = r.why("double_buffering")
     assert w.kind == "recommendation" and w.concluded
     line = next(x for x in w.steps[-1].lines if x.startswith("expected gain"))
     assert "at most 1.67x" in line and "Amdahl" in line
@@ -223,7 +223,8 @@ def test_why_not_reports_every_branch_of_an_any_and_only_the_first_failed_all() 
     base = {"hardware": "h100-sxm", "dtype": "bf16", "arithmetic_intensity": 1000}
     r = EXPERT.diagnose({**base, "gpu_util": 0.5, "sm_active": 0.5, "mem_bw_util": 0.3})
     blockers = r.why_not("compute-above-ridge-busy").attempts[0].blockers
-    assert {b.name for b in blockers} == {"gpu_util", "sm_active"}  # both alternatives of the any failed
+    # every alternative of the any failed: gpu_util and sm_active below 0.8, tensor_active not measured
+    assert {b.name for b in blockers} == {"gpu_util", "sm_active", "tensor_active"}
     r = EXPERT.diagnose({**base, "gpu_util": 0.9, "mem_bw_util": 0.8})
     blockers = r.why_not("compute-above-ridge-busy").attempts[0].blockers
     assert {b.name for b in blockers} == {"mem_bw_util"}  # the busy branch holds (gpu_util), sm_active is moot
@@ -245,7 +246,9 @@ def test_why_not_optimizations() -> None:
     wn = r.why_not("quantization")
     assert not wn.concluded and wn.wasted_for_verdict is False
     assert any("memory regime table" in n for n in wn.notes)
-    assert r.why_not("prefetching").concluded
+    assert r.why_not("double_buffering").concluded
+    wn = r.why_not("prefetching")  # num_workers=0: PyTorch refuses prefetch_factor without workers
+    assert not wn.concluded and "num_workers=0" in wn.summary
     wn = r.why_not("warp_drive")
     assert wn.kind == "unknown" and "no rule or regime table" in wn.summary
 
@@ -275,7 +278,7 @@ def test_what_if_changes() -> None:
     w = r.what_if({"data_wait_s": "10 ms"}, EXPERT)
     assert w.changes[0].after == pytest.approx(0.01)
     assert w.verdict_before == "input" and w.verdict_after is None and w.verdict_changed
-    assert "data_starved" in w.findings_removed and "prefetching" in w.recommended_removed
+    assert "data_starved" in w.findings_removed and "double_buffering" in w.recommended_removed
     row = next(s for s in w.scorecard if s.id == "io_overhead")
     assert (row.band_before, row.band_after) == ("fail", "marginal")
     assert "verdict: input -> undecided" in w.text()
@@ -304,8 +307,8 @@ def test_counterfactuals_of_a_starved_step() -> None:
     for cf in cfs.items:
         assert r.what_if(cf.changes, EXPERT).verdict_after == cf.verdict_after != r.bottleneck
     decode = example("decode").counterfactuals(EXPERT)
-    batch = next(c for c in decode.items if c.fact == "batch_size")
-    assert batch.verdict_after == "compute" and isinstance(batch.after, int) and batch.after > 1
+    batches = [c for c in decode.items if c.fact == "batch_size"]
+    assert any(c.verdict_after == "compute" and isinstance(c.after, int) and c.after > 1 for c in batches)
 
 
 def test_saved_report_explains_itself(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import expert
 from expert import Report
 
 DATA_STARVED: dict[str, Any] = {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.45, "data_wait_s": 0.12,
-                                "step_time_s": 0.30, "host_cpu_util": 0.3, "num_workers": 0}
+                                "step_time_s": 0.30, "host_cpu_util": 0.3, "num_workers": 2}
 MEMORY_BOUND: dict[str, Any] = {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.97, "mem_bw_util": 0.85,
                                 "sm_active": 0.6, "arithmetic_intensity": 40, "step_time_s": 0.02}
 COMPUTE_BOUND: dict[str, Any] = {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.99, "sm_active": 0.93,

@@ -51,6 +51,8 @@ class Expectation(_Model):
     findings: list[str] = []
     recommended: list[str] = []
     wasted: list[str] = []
+    candidates: list[str] = []  # regimes the report ranks as candidates (at any strength)
+    measure: list[str] = []  # facts the report asks to measure next
     bottleneck: str | None = None  # checked only when explicitly given (null means "no verdict")
 
 
@@ -109,6 +111,7 @@ def observed(report: Report) -> dict[str, set[str]]:
         "recommended": {r.id for r in report.recommended},
         "wasted": {w.id for w in report.wasted},
         "candidates": {c.regime for c in report.candidates},
+        "measure": {m.fact for m in report.next_measurements},
     }
 
 
@@ -117,7 +120,7 @@ def check(report: Report, case: RuleTestCase) -> tuple[list[str], list[str]]:
     seen = observed(report)
     negatives: list[str] = []
     positives: list[str] = []
-    for kind in ("fired", "findings", "recommended", "wasted"):
+    for kind in ("fired", "findings", "recommended", "wasted", "candidates", "measure"):
         for item in getattr(case.expect, kind):
             if item not in seen[kind]:
                 negatives.append(f"{kind}: {item} expected, not concluded")
