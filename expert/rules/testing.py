@@ -111,7 +111,7 @@ def observed(report: Report) -> dict[str, set[str]]:
         "recommended": {r.id for r in report.recommended},
         "wasted": {w.id for w in report.wasted},
         "candidates": {c.regime for c in report.candidates},
-        "measure": {m.fact for m in report.next_measurements},
+        "measure": {m.fact for m in report.next_measurements if m.fact is not None},
     }
 
 
