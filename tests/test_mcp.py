@@ -59,23 +59,25 @@ def server(allow: list[Path], cwd: Path, errlog: Any) -> Any:
 
 
 @asynccontextmanager
-async def connect(tmp_path: Path, allow: list[Path] | None = None,
-                  cwd: Path | None = None) -> AsyncIterator[Client]:
+async def connect(tmp_path: Path, allow: list[Path] | None = None, cwd: Path | None = None,
+                  mode: str = "auto") -> AsyncIterator[Client]:
     log = (tmp_path / "server-stderr.txt").open("w", encoding="utf-8")
     try:
-        async with Client(server(allow or [], cwd or ROOT, log), read_timeout_seconds=DEADLINE_S) as client:
+        async with Client(server(allow or [], cwd or ROOT, log), read_timeout_seconds=DEADLINE_S,
+                          mode=mode) as client:
             yield client
     finally:
         log.close()
 
 
 def converse(tmp_path: Path, body: Callable[[Client], Awaitable[None]], allow: list[Path] | None = None,
-             cwd: Path | None = None) -> str:
-    """Run one conversation with a fresh server under the deadline; returns what the server wrote on stderr."""
+             cwd: Path | None = None, mode: str = "auto") -> str:
+    """Run one conversation with a fresh server under the deadline; returns what the server wrote on stderr.
+    mode "auto" speaks the current protocol; "legacy" the initialize handshake of clients before 2026-07-28."""
 
     async def main() -> None:
         with anyio.fail_after(DEADLINE_S):
-            async with connect(tmp_path, allow, cwd) as client:
+            async with connect(tmp_path, allow, cwd, mode) as client:
                 await body(client)
 
     anyio.run(main)
@@ -222,10 +224,17 @@ def test_paths_outside_the_allowed_directories_are_refused(tmp_path: Path) -> No
                           "outside the allowed directories")
         assert_tool_error(await client.call_tool("ingest", {"paths": ["missing.txt"]}), "missing.txt: no such file")
         for raw in ("dcgmi_dmon.txt", "sub/../dcgmi_dmon.txt", str(inside)):
-            result = await client.call_tool("ingest", {"paths": [raw]})
+            seen: list[tuple[float, float | None]] = []
+
+            async def on_progress(done: float, total: float | None, message: str | None,
+                                  seen: list[tuple[float, float | None]] = seen) -> None:
+                seen.append((done, total))
+
+            result = await client.call_tool("ingest", {"paths": [raw]}, progress_callback=on_progress)
             assert not result.is_error, text_of(result)
             values = {k: v["value"] for k, v in result.structured_content["observations"].items()}
             assert values == expected
+            assert seen and all(total == inside.stat().st_size and done <= total for done, total in seen)
 
     converse(tmp_path, body, allow=[allowed], cwd=allowed)
 
@@ -252,6 +261,21 @@ def test_ingest_and_diagnose_a_shared_trace(tmp_path: Path) -> None:
         assert "Not derived from resnet50_num_workers_0.pt.trace.json.gz: flops" in both.content[0].text
 
     converse(tmp_path, body, allow=[SHARED_TRACES])
+
+
+def test_clients_of_the_handshake_era_get_the_same_tools(tmp_path: Path) -> None:
+    observations = example("llm_decode_batch1")
+    expected = json.loads(expert.diagnose(observations).to_json())
+
+    async def body(client: Client) -> None:
+        assert {t.name for t in (await client.list_tools()).tools} >= BASE_TOOLS
+        result = await client.call_tool("diagnose", {"observations": observations})
+        assert result.structured_content == expected and result.structured_content["bottleneck"] == "memory"
+        assert_tool_error(await client.call_tool("diagnose", {"observations": {"dtype": "fp7"}}),
+                          "dtype: 'fp7' is not one of")
+        assert "fraction" in (await client.read_resource("dam://facts")).contents[0].text
+
+    converse(tmp_path, body, mode="legacy")
 
 
 # ---- explanations and consultation ----------------------------------------------------------------------------------

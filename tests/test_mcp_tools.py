@@ -194,7 +194,7 @@ def test_internal_errors_are_one_line_tool_errors(capsys: pytest.CaptureFixture[
 
     box, resources = create([TELEMETRY])
 
-    def broken(arguments: Any) -> Any:
+    def broken(arguments: Any, progress: Any) -> Any:
         raise ZeroDivisionError("float division by zero")
 
     box.tools["hardware"] = dataclasses.replace(box.tools["hardware"], run=broken)

@@ -9,12 +9,17 @@ traceback.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 import mcp.types as types
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -37,6 +42,27 @@ little evidence `bottleneck` is null and `missing` / `next_measurements` say wha
 dam://facts is the vocabulary of fact names and accepted values."""
 
 
+_PROGRESS_EVERY_S = 0.25
+Ctx = ServerRequestContext[Any]
+
+
+def _progress(ctx: Ctx) -> Callable[[int, int | None], None]:
+    """A progress callback for the worker thread: `notifications/progress` on the request (a no-op unless the
+    client asked for progress), at most every quarter second, best effort."""
+    last = [0.0]
+
+    def report(done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - last[0] < _PROGRESS_EVERY_S:
+            return
+        last[0] = now
+        with contextlib.suppress(Exception):  # the client went away or ignores progress: reading goes on
+            anyio.from_thread.run(ctx.session.report_progress, float(done), None if total is None else float(total),
+                                  "reading")
+
+    return report
+
+
 def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
@@ -50,12 +76,12 @@ def build_server(toolbox: Toolbox, resources: Resources) -> Server[Any]:
                         annotations=annotations.model_copy(update={"title": spec.title}))
              for spec in toolbox.tools.values()]
 
-    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            result = await anyio.to_thread.run_sync(toolbox.call, params.name, params.arguments)
+            result = await anyio.to_thread.run_sync(toolbox.call, params.name, params.arguments, _progress(ctx))
         except ExpertError as exc:
             return _error(f"{params.name}: {exc}")
         except Exception as exc:  # a bug: say so in one line, never a traceback
@@ -65,19 +91,19 @@ def build_server(toolbox: Toolbox, resources: Resources) -> Server[Any]:
         return types.CallToolResult(content=[types.TextContent(text=t) for t in result.texts],
                                     structured_content=result.structured)
 
-    async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    async def list_resources(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=[
             types.Resource(uri=r.uri, name=r.name, title=r.title, description=r.description, mime_type=r.mime_type)
             for r in resources.listed])
 
-    async def list_templates(ctx: Any,
+    async def list_templates(ctx: Ctx,
                              params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=[
             types.ResourceTemplate(uri_template=t.uri_template, name=t.name, title=t.title,
                                    description=t.description, mime_type=t.mime_type)
             for t in resources.templates])
 
-    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def read_resource(ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
         try:
             text, mime = await anyio.to_thread.run_sync(resources.read, uri)

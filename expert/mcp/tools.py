@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from ..consult import Consultation, Question, SessionFile
 from ..errors import ObservationError, Problem
 from ..expert import Expert
-from ..ingest import IngestResult, ingest_result
+from ..ingest import IngestResult, Progress, ingest_result
 from ..knowledge import HardwareSpec, KnowledgeBase
 from ..report import Report
 from . import schema as S
@@ -58,7 +58,7 @@ class ToolSpec:
     description: str
     input_schema: S.JsonSchema
     output_schema: S.JsonSchema | None
-    run: Callable[[Mapping[str, Any]], ToolResult]
+    run: Callable[[Mapping[str, Any], Progress | None], ToolResult]
 
 
 def parse_args(model: type[ArgsT], arguments: Mapping[str, Any] | None, tool: str) -> ArgsT:
@@ -206,13 +206,14 @@ class Toolbox:
                 S.result_schema(model) if model is not None else None, self._compare))
         return specs
 
-    def call(self, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
+    def call(self, name: str, arguments: Mapping[str, Any] | None, progress: Progress | None = None) -> ToolResult:
+        """Run a tool; `progress(bytes_read, total)` hears how far the files being read are."""
         spec = self.tools.get(name)
         if spec is None:
             close = difflib.get_close_matches(name, list(self.tools), n=2, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else f"the tools are: {', '.join(self.tools)}"
             raise ObservationError([Problem(f"tool {name}", "no such tool", hint)], title="unknown tool")
-        return spec.run(arguments or {})
+        return spec.run(arguments or {}, progress)
 
     # ---- diagnosis -------------------------------------------------------------------------------------------------
 
@@ -222,7 +223,7 @@ class Toolbox:
         head = report_text(report, detail)
         return ToolResult(data, ["\n".join([head, *extra]), compact_json(copy)])
 
-    def _diagnose(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _diagnose(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(DiagnoseArgs, arguments, "diagnose")
         if not args.observations:
             raise ObservationError([Problem("observations", "nothing to diagnose",
@@ -230,18 +231,19 @@ class Toolbox:
                                             "dam://facts lists them)")], title="invalid arguments for diagnose")
         return self._report(self.expert.diagnose(args.observations), args.detail)
 
-    def _read(self, args: IngestArgs) -> IngestResult:
+    def _read(self, args: IngestArgs, progress: Progress | None) -> IngestResult:
         paths = [self.allowed.resolve(raw, f"paths[{i}]") for i, raw in enumerate(args.paths)]
         try:
             return ingest_result([str(p) for p in paths], format=args.format, steps=args.steps, window=args.window,
-                                 samples=args.samples, gpus=args.gpus, columns=args.columns, kb=self.kb)
+                                 samples=args.samples, gpus=args.gpus, columns=args.columns, progress=progress,
+                                 kb=self.kb)
         except OSError as exc:
             raise ObservationError([Problem(str(exc.filename or "paths"), f"cannot read: {exc.strerror or exc}")],
                                    title="cannot read telemetry") from exc
 
-    def _ingest(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _ingest(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(IngestArgs, arguments, "ingest")
-        result = self._read(args)
+        result = self._read(args, progress)
         out = IngestOutput(observations=dict(result.observations.facts), not_derived=result.not_derived,
                            notes=result.notes, files=result.files)
         lines = ["Read: " + ", ".join(f"{f.name} ({f.format})" for f in result.files),
@@ -252,9 +254,9 @@ class Toolbox:
         data = out.model_dump(mode="json")
         return ToolResult(data, ["\n".join(lines), compact_json(data)])
 
-    def _diagnose_files(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _diagnose_files(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(DiagnoseFilesArgs, arguments, "diagnose_files")
-        result = self._read(args)
+        result = self._read(args, progress)
         raw: dict[str, Any] = {k: v for k, v in result.to_observation_file()["observations"].items()
                                if v["value"] != "unknown"}
         raw.update(args.facts)
@@ -266,7 +268,7 @@ class Toolbox:
 
     # ---- explanations ----------------------------------------------------------------------------------------------
 
-    def _explain(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _explain(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(ExplainArgs, arguments, "explain")
         asked = [name for name in ("why", "why_not", "how", "what_if") if getattr(args, name) is not None]
         asked += ["counterfactuals"] if args.counterfactuals else []
@@ -337,7 +339,7 @@ class Toolbox:
         lines.append("Pass `session` back unchanged with the next call.")
         return ToolResult(data, ["\n".join(lines), compact_json(copy)])
 
-    def _next_question(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _next_question(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(NextQuestionArgs, arguments, "next_question")
         if args.session is not None:
             consultation = _session(args.session, self.expert)
@@ -347,7 +349,7 @@ class Toolbox:
             consultation = Consultation(self.expert, known=args.known)
         return self._step(consultation, consultation.next_question())
 
-    def _answer(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _answer(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(AnswerArgs, arguments, "answer")
         consultation = _session(args.session, self.expert)
         consultation.next_question()  # the pending question: an answer to it is recorded as asked, with its reason
@@ -357,7 +359,7 @@ class Toolbox:
 
     # ---- catalog ---------------------------------------------------------------------------------------------------
 
-    def _hardware(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _hardware(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(HardwareArgs, arguments, "hardware")
         hw_id = self.kb.resolve_hardware(args.id)
         if hw_id is None:
@@ -396,7 +398,7 @@ class Toolbox:
             return _report_from(side.report, self.expert, f"{where}.report")[0]
         return self.expert.diagnose(side.observations or {})
 
-    def _compare(self, arguments: Mapping[str, Any]) -> ToolResult:
+    def _compare(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(CompareArgs, arguments, "compare")
         assert self.compare is not None  # registered only when the library has it
         result = self.compare(self._side(args.a, "a"), self._side(args.b, "b"))
