@@ -360,3 +360,8 @@ def test_dam_mcp_command_line(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert missing.returncode == 2
     assert "--allow" in missing.stderr and "not a directory" in missing.stderr and "Traceback" not in missing.stderr
+    without_sdk = subprocess.run([sys.executable, "-c", "import sys; sys.modules['mcp'] = None; "
+                                  "from expert.commands import main; sys.exit(main(['mcp']))"],
+                                 capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert without_sdk.returncode == 2
+    assert "pip install 'dam-expert[mcp]'" in without_sdk.stderr and "Traceback" not in without_sdk.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,7 @@ def fake_compare(a: Any, b: Any) -> FakeComparison:
 
 def test_compare_is_a_tool_only_where_expert_compare_exists(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(expert, "compare", raising=False)
+    monkeypatch.setitem(sys.modules, "expert.compare", None)  # as if no module expert/compare existed
     absent = create([TELEMETRY])[0]
     assert "compare" not in absent.tools
     with pytest.raises(ObservationError, match="no such tool"):

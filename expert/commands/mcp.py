@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,8 +46,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("mcp") is None:
-        print("dam mcp: the Model Context Protocol SDK is not installed; install it with "
+    try:
+        import mcp.server.lowlevel  # noqa: F401  (the SDK is an optional extra)
+    except ImportError:
+        print("dam mcp: the Model Context Protocol SDK (mcp >= 2.3) is not installed; install it with "
               "pip install 'dam-expert[mcp]'", file=sys.stderr)
         return 2
     from .._resources import data_dir

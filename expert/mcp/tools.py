@@ -103,9 +103,16 @@ def _session(raw: Mapping[str, Any] | str, expert: Expert) -> Consultation:
 
 def compare_function() -> Callable[..., Any] | None:
     """`expert.compare`, where this version of the library has it (a function, or a module holding one)."""
+    import importlib
+
     import expert
 
     found: Any = getattr(expert, "compare", None)
+    if found is None:
+        try:  # a module expert/compare*, not imported by the package yet
+            found = importlib.import_module("expert.compare")
+        except ImportError:
+            return None
     if isinstance(found, ModuleType):
         found = getattr(found, "compare", None)
     return found if callable(found) else None
