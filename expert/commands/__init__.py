@@ -25,7 +25,7 @@ start here:
   dam consult                               not sure what to measure? answer a few questions
 """
 
-COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult"]
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult", "mcp"]
 
 
 def build_parser() -> argparse.ArgumentParser:
