@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from .compare import compare
 from .consult import Consultation
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 from .expert import Expert
@@ -53,6 +54,7 @@ __all__ = [
     "Observations",
     "Problem",
     "Report",
+    "compare",
     "default_expert",
     "diagnose",
     "ingest",
