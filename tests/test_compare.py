@@ -337,3 +337,25 @@ def test_a_catalog_naming_unknown_things_does_not_load() -> None:
         check(CompareCatalog.model_validate(data), KB, "compare.yaml")
     text = str(err.value)
     assert "num_wrokers" in text and "warp_drive" in text and "'batch'" in text
+
+
+def test_breakdown_from_a_trace_once_the_ingest_carries_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what a trace side reads when `dam ingest --as json` carries time_breakdown (issue 14), simulated: the ingest
+    # of the trace alone gives 0.2 ms of GEMM over the window, the trace with the DCGM log 0.4 ms
+    from expert.ingest import IngestResult
+
+    original = IngestResult.to_observation_file
+
+    def with_breakdown(self: IngestResult) -> dict[str, Any]:
+        data = original(self)
+        gemm = 0.0004 if len(self.files) > 1 else 0.0002
+        data["time_breakdown"] = breakdown(0.0021, {"gemm": gemm, "elementwise": 0.0001}, {})
+        return data
+
+    monkeypatch.setattr(IngestResult, "to_observation_file", with_breakdown)
+    delta = expert.compare(TRACE, [TRACE, FIXTURES / "dcgmi_dmon.txt"]).breakdown_delta
+    rows = {r.class_: r for r in delta.classes}
+    assert delta.basis == "per step"
+    # per step: x step time (1.05 ms) / window length (2.1 ms)
+    assert rows["gemm"].before_s == pytest.approx(0.0001) and rows["gemm"].delta_s == pytest.approx(0.0001)
+    assert rows["elementwise"].delta_s == pytest.approx(0.0)

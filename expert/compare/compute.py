@@ -197,11 +197,19 @@ def _per_step(breakdown: Mapping[str, Any], report: Report) -> float | None:
     return step / ((end - start) / 1e6)
 
 
-def _entries(breakdown: Mapping[str, Any], key: str, name_key: str) -> dict[str, Mapping[str, Any]]:
+def _entries(breakdown: Mapping[str, Any], key: str, *name_keys: str) -> dict[str, Mapping[str, Any]]:
+    """The rows of one list of the breakdown by their name (the first of `name_keys` a row has); rows that are
+    not mappings or have no name are skipped."""
     rows = breakdown.get(key)
     if not isinstance(rows, list):
         return {}
-    return {str(row[name_key]): row for row in rows if isinstance(row, Mapping) and row.get(name_key) is not None}
+    out: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        if isinstance(row, Mapping):
+            name = next((row[k] for k in name_keys if row.get(k) is not None), None)
+            if name is not None:
+                out[str(name)] = row
+    return out
 
 
 def _scaled(value: Any, scale: float | None) -> float | None:
@@ -229,7 +237,8 @@ def breakdown_delta(before: LoadedSide, after: LoadedSide) -> BreakdownDelta:
     notes = [] if per_step else ["a side has no step time or no window: GPU times are window totals, so compare "
                                  "the shares"]
     classes: list[ClassDelta] = []
-    cb, ca = _entries(tb, "classes", "class"), _entries(ta, "classes", "class")
+    # "class" is the name in the JSON (issue 14); a model dumped without aliases may say class_
+    cb, ca = _entries(tb, "classes", "class", "class_"), _entries(ta, "classes", "class", "class_")
     for name in dict.fromkeys([*cb, *ca]):
         b, a = cb.get(name, {}), ca.get(name, {})
         bs, as_ = _scaled(b.get("gpu_time_s"), sb), _scaled(a.get("gpu_time_s"), sa)

@@ -182,6 +182,9 @@ def _breakdown_of(obj: Any) -> dict[str, Any] | None:
     value = getattr(obj, "time_breakdown", None)
     if value is None and hasattr(obj, "to_observation_file") and hasattr(obj, "files"):
         value = obj.to_observation_file().get("time_breakdown")
+        per_file = [b for b in (getattr(f, "time_breakdown", None) for f in obj.files) if b is not None]
+        if value is None and len(per_file) == 1:
+            value = per_file[0]
     return _as_dict(value)
 
 
