@@ -61,7 +61,7 @@ def test_markdown_for_a_pull_request(pair: tuple[str, str], tmp_path: Path) -> N
                      "--fail-if", "step_time_s < -5%"]) == 1
     text = out.read_text(encoding="utf-8")
     assert text.startswith("### dam compare: before → after")
-    assert "**Gate: failed**" in text and "step time 300 ms → 240 ms: 1.25× faster (beyond its noise)" in text
+    assert "**Gate: failed**" in text and "step time 300 ms → 240 ms: 1.25× faster (beyond its noise); MFU" in text
     assert "| `more_dataloader_workers` | **matches** | ≤ 1.67× | 1.25× (37% of it) |" in text
     assert "<details>" in text
 

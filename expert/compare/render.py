@@ -53,8 +53,11 @@ def headline(c: Comparison) -> str:
     word = "faster" if c.speedup > 1 else "slower" if c.speedup < 1 else "the same"
     factor = c.speedup if c.speedup >= 1 else 1 / c.speedup
     noise = "beyond its noise" if step.significant else "within its noise"
-    return (f"step time {_seconds(c.before.step_time_s)} → {_seconds(c.after.step_time_s)}: {factor:.2f}× {word} "
+    text = (f"step time {_seconds(c.before.step_time_s)} → {_seconds(c.after.step_time_s)}: {factor:.2f}× {word} "
             f"({noise})")
+    if c.before.mfu is not None and c.after.mfu is not None:
+        text += f"; MFU {c.before.mfu:.1%} → {c.after.mfu:.1%}"
+    return text
 
 
 def _moved(c: Comparison) -> list[FactChange]:
