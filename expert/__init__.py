@@ -22,6 +22,7 @@ from ._version import __version__
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 
 if TYPE_CHECKING:
+    from .compare.model import Comparison
     from .consult.session import Consultation
     from .expert import Expert
     from .ingest import IngestResult, ingest, ingest_result
@@ -52,17 +53,41 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
+_UNSET = object()
+_DELETED = object()
+
+
+def _subpackage_function(name: str) -> property:
+    """`expert.NAME` as the function NAME of the subpackage expert.NAME, imported on first use.
+
+    Importing the subpackage binds its name on the package; the setter ignores exactly that, and keeps any other
+    assignment (a test's monkeypatch), which the deleter can take back."""
+
+    def get(module: types.ModuleType) -> Any:
+        override = module.__dict__.get("_overrides", {}).get(name, _UNSET)
+        if override is _DELETED:
+            raise AttributeError(f"module 'expert' has no attribute {name!r}")
+        if override is not _UNSET:
+            return override
+        return getattr(importlib.import_module(f"expert.{name}"), name)
+
+    def set_(module: types.ModuleType, value: object) -> None:
+        if isinstance(value, types.ModuleType) and value.__name__ == f"expert.{name}":
+            return  # the import system binding the subpackage; sys.modules still has it
+        module.__dict__.setdefault("_overrides", {})[name] = value
+
+    def delete(module: types.ModuleType) -> None:
+        module.__dict__.setdefault("_overrides", {})[name] = _DELETED
+
+    return property(get, set_, delete)
+
+
 class _Facade(types.ModuleType):
-    """The package module. `expert.ingest` is the ingest *function*, although a subpackage of the same name exists:
-    importing the subpackage binds its name on the package, and this property keeps the function there instead."""
+    """The package module. `expert.ingest` and `expert.compare` are *functions*, although subpackages of the same
+    names exist (see `_subpackage_function`)."""
 
-    @property
-    def ingest(self) -> Callable[..., Observations]:
-        return importlib.import_module("expert.ingest").ingest  # type: ignore[no-any-return]
-
-    @ingest.setter
-    def ingest(self, value: object) -> None:
-        pass  # the import system binding the expert.ingest subpackage; sys.modules still has it
+    ingest: Callable[..., Observations] = _subpackage_function("ingest")  # type: ignore[assignment]
+    compare: Callable[..., Comparison] = _subpackage_function("compare")  # type: ignore[assignment]
 
 
 sys.modules[__name__].__class__ = _Facade
@@ -96,6 +121,7 @@ __all__ = [
     "Problem",
     "Report",
     "__version__",
+    "compare",
     "default_expert",
     "diagnose",
     "ingest",

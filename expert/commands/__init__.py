@@ -25,7 +25,8 @@ start here:
   dam consult                               not sure what to measure? answer a few questions
 """
 
-COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult", "mcp"]
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult", "compare",
+            "mcp"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -119,11 +119,11 @@ def compare_function() -> Callable[..., Any] | None:
 
 
 def _model_of(function: Callable[..., Any]) -> type[BaseModel] | None:
-    """The pydantic model a function is annotated to return, if any."""
-    try:
-        hint = get_type_hints(function).get("return")
-    except Exception:  # an annotation that does not resolve: no schema, the result is still returned
-        return None
+    """The pydantic model a function is annotated to return, if any (a class, or the name of one in the function's
+    module: only the return annotation is resolved, so parameters typed for type checkers alone do not matter)."""
+    hint = getattr(function, "__annotations__", {}).get("return")
+    if isinstance(hint, str):
+        hint = getattr(function, "__globals__", {}).get(hint)
     return hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
 
 

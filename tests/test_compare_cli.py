@@ -1,0 +1,133 @@
+"""`dam compare`: output formats, the names tools bind to, exit codes 0/1/2, and errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+import cli
+import expert
+from expert.compare import Comparison
+
+FIXTURES = Path(__file__).parent / "fixtures" / "telemetry"
+TRACE = str(FIXTURES / "kineto_two_steps.json")
+DCGM = str(FIXTURES / "dcgmi_dmon.txt")
+BEFORE = {"hardware": "h100-sxm", "dtype": "bf16", "workload": "training", "batch_size": 256, "num_workers": 0,
+          "gpu_util": "45%", "host_cpu_util": "30%", "step_time_s": "300 ms", "data_wait_s": "120 ms", "flops": 3.1e12}
+AFTER = {**BEFORE, "num_workers": 8, "data_wait_s": "5 ms", "step_time_s": "240 ms", "gpu_util": "56%"}
+
+
+@pytest.fixture()
+def pair(tmp_path: Path) -> tuple[str, str]:
+    a, b = tmp_path / "before.yaml", tmp_path / "after.yaml"
+    a.write_text(yaml.safe_dump({"observations": BEFORE}), encoding="utf-8")
+    b.write_text(yaml.safe_dump({"observations": AFTER}), encoding="utf-8")
+    return str(a), str(b)
+
+
+def test_json_carries_the_binding_names(pair: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["compare", *pair, "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    for key in ("before", "after", "facts", "findings_new", "findings_cleared", "breakdown_delta", "gate"):
+        assert key in data
+    for side in ("before", "after"):
+        assert {"bottleneck", "axes", "step_time_s"} <= set(data[side])
+    assert data["before"]["bottleneck"] == "input" and data["before"]["step_time_s"] == 0.3
+    assert all({"name", "before", "after", "change", "significant"} <= set(f) for f in data["facts"])
+    assert set(data["gate"]) >= {"passed", "failed"} and data["gate"] == {"passed": True, "failed": [],
+                                                                         "conditions": []}
+    assert Comparison.model_validate_json(out).to_json() + "\n" == out  # lossless
+
+
+def test_a_held_condition_exits_1_with_the_reason(pair: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["compare", *pair, "--format", "json", "--fail-if", "step_time_s > +5%",
+                     "--fail-if", "verdict changed"])
+    captured = capsys.readouterr()
+    assert code == 1
+    gate = json.loads(captured.out)["gate"]
+    assert gate["passed"] is False and len(gate["failed"]) == 1 and gate["failed"][0].startswith("verdict changed")
+    assert "dam compare: gate failed: verdict changed: verdict input →" in captured.err
+    assert cli.main(["compare", *pair, "--fail-if", "step_time_s > +5%"]) == 0
+    assert "regression gate" in capsys.readouterr().out
+
+
+def test_markdown_for_a_pull_request(pair: tuple[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "comment.md"
+    assert cli.main(["compare", *pair, "--format", "markdown", "--output", str(out),
+                     "--fail-if", "step_time_s < -5%"]) == 1
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("### dam compare: before → after")
+    assert "**Gate: failed**" in text and "step time 300 ms → 240 ms: 1.25× faster (beyond its noise); MFU" in text
+    assert "| `more_dataloader_workers` | **matches** | ≤ 1.67× | 1.25× (37% of it) |" in text
+    assert "<details>" in text
+
+
+def test_rich_terminal_by_default(pair: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["compare", *pair]) == 0
+    out = capsys.readouterr().out
+    assert "dam compare: before → after" in out and "1.25× faster" in out
+    assert "more_dataloader_workers (matches)" in out and "data_starved" in out
+
+
+def test_sets_of_files_per_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("batch_size: 512\n", encoding="utf-8")
+    assert cli.main(["compare", "--before", TRACE, DCGM, "--after", TRACE, DCGM, str(extra), "--format",
+                     "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["before"]["source"] == "kineto_two_steps.json, dcgmi_dmon.txt"
+    assert data["before"]["kind"] == "trace"
+    names = {f["name"]: f for f in data["facts"]}
+    assert names["sm_active"]["before"] == names["sm_active"]["after"]  # from the DCGM log
+    assert names["batch_size"]["after"] == 512 and names["batch_size"]["before"] is None
+
+
+def test_a_saved_report_against_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "report.json"
+    assert cli.main(["diagnose", "--from", TRACE, "--format", "json", "--output", str(report)]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", str(report), TRACE, "--format", "json", "--fail-if", "step_time_s changed"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["before"]["kind"] == "report" and data["after"]["kind"] == "trace"
+    assert not any(f["significant"] for f in data["facts"])  # the same run, read two ways
+    step = next(f for f in data["facts"] if f["name"] == "step_time_s")
+    assert step["basis"].startswith("per-step spread, 2 vs 2 steps")  # the report kept the provenance detail
+
+
+@pytest.mark.parametrize(("argv", "needles"), [
+    (["compare", "a.yaml"], ["after: missing"]),
+    (["compare"], ["before: missing"]),
+    (["compare", "nope.yaml", "nope2.yaml"], ["before: nope.yaml: no such file"]),
+    (["compare", "x", "y", "--fail-if", "step_time_s >> 5"], ["invalid --fail-if condition", "column 14"]),
+    (["compare", "x", "y", "--fail-if", "gpu_utilisation < 50%"], ["unknown fact 'gpu_utilisation'"]),
+    (["compare", "x", "--before", "y", "z"], ["before: given twice, as A and with --before"]),
+    (["compare", TRACE, TRACE, "--steps", "9:12"], ["no ProfilerStep spans in the selected range"]),
+])
+def test_bad_input_exits_2_with_a_clear_message(argv: list[str], needles: list[str], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.yaml").write_text("gpu_util: 50%\n", encoding="utf-8")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dam compare: ") and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_help_teaches_the_condition_language(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--help"])
+    out = capsys.readouterr().out
+    for needle in ("step_time_s > +5%", "relative change", "verdict changed", "new finding", "fails closed",
+                   "exit codes: 0 compared", "knowledge_base/compare.yaml"):
+        assert needle in " ".join(out.split()), needle
+
+
+def test_the_library_and_the_command_agree(pair: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["compare", *pair, "--format", "json"]) == 0
+    assert Comparison.model_validate_json(capsys.readouterr().out) == expert.compare(*pair)
