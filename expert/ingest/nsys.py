@@ -868,8 +868,7 @@ class _Analysis:
             r.missing("data_wait_s", "the export has no DataLoader __next__ NVTX ranges (profile with "
                       "torch.autograd.profiler.emit_nvtx(), or the input pipeline is not a torch DataLoader)")
             return
-        loader = union(iv for lst in self.loader_by_proc.values() for iv in lst)
-        waits = [overlap(loader, [w]) for ws in windows.values() for w in ws]
+        waits = [overlap(self._loader_spans(dev), [w]) for dev, ws in windows.items() for w in ws]
         span = sum(total(ws) for ws in windows.values())
         if not waits:
             return
@@ -904,11 +903,16 @@ class _Analysis:
             if dev not in self.devices:
                 continue
             windows = self.device_windows.setdefault(dev, [whole])
-            procs = self.devices[dev]
-            spans = [iv for p in procs for iv in self.loader_by_proc.get(p, [])] or \
-                (self.loader_by_proc.get(-1, []) if procs else [iv for v in self.loader_by_proc.values() for iv in v])
-            self.timelines[dev] = analyse_device(dev, acts, windows, data_spans=union(spans),
+            self.timelines[dev] = analyse_device(dev, acts, windows, data_spans=self._loader_spans(dev),
                                                  kernel_wait_us=self.kernel_wait_us)
+
+    def _loader_spans(self, dev: int) -> list[Interval]:
+        """The DataLoader spans of the processes that drive a device (all of them when processes are unknown)."""
+        procs = self.devices.get(dev, set())
+        spans = [iv for p in procs for iv in self.loader_by_proc.get(p, [])]
+        if not spans and (not procs or set(self.loader_by_proc) <= {-1}):
+            spans = [iv for v in self.loader_by_proc.values() for iv in v]
+        return union(spans)
 
     def _facts(self) -> None:
         r = self.r
