@@ -158,8 +158,15 @@ def analyse_device(device: int, activities: Iterable[GpuActivity], windows: Sequ
             wi += 1
         return out
 
+    w0, w1 = windows[0][0], windows[-1][1]
+
+    def clipped(a: float, b: float) -> float:
+        if nw == 1:
+            return min(b, w1) - max(a, w0)
+        return sum(hi - lo for lo, hi in inside(a, b))
+
     def segment(a: float, b: float) -> None:
-        length = sum(hi - lo for lo, hi in inside(a, b))
+        length = clipped(a, b)
         if length <= 0:
             return
         if counts[0]:
@@ -174,8 +181,12 @@ def analyse_device(device: int, activities: Iterable[GpuActivity], windows: Sequ
             acc["d2h"] += length
 
     def gap(a: float, b: float, kind: str) -> None:
-        pieces = inside(a, b)
-        length = sum(hi - lo for lo, hi in pieces)
+        if nw == 1 and not data_spans:
+            length = min(b, w1) - max(a, w0)
+            pieces = [(max(a, w0), min(b, w1))]
+        else:
+            pieces = inside(a, b)
+            length = sum(hi - lo for lo, hi in pieces)
         if length <= 0:
             return
         tl.gaps += 1
