@@ -363,3 +363,20 @@ def test_ingest_and_diagnose_from_the_command_line(two_steps: Path, capsys: pyte
     assert "step_time_s" in out and "nsys:two_steps.sqlite" in out
     assert cli.main(["diagnose", "--from", str(two_steps), "--step-range", "train_step", "--format", "json"]) == 0
     assert expert.Report.model_validate_json(capsys.readouterr().out).observations["gpu_util"].value > 0
+
+
+def test_forcing_the_nsys_format_on_another_file_says_what_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = Path(__file__).parent / "fixtures" / "telemetry" / "kineto_two_steps.json"
+    assert cli.main(["ingest", str(trace), "--format", "nsys"]) == 2
+    err = capsys.readouterr().err
+    assert "kineto_two_steps.json" in err and "not a SQLite database" in err and "nsys export --type sqlite" in err
+
+
+def test_progress_is_reported_while_rows_stream(tmp_path: Path) -> None:
+    spec = Export(kernels=[Kernel(ELEM, i * 10.0, i * 10.0 + 8, i * 10.0 - 5) for i in range(70_000)])
+    path = write(tmp_path / "progress.sqlite", spec)
+    seen: list[tuple[int, int | None]] = []
+    ingest_result(path, progress=lambda done, size: seen.append((done, size)))
+    size = path.stat().st_size
+    assert len(seen) >= 2 and seen[-1] == (size, size)
+    assert all(done <= size for done, _ in seen)

@@ -531,6 +531,8 @@ def open_export(src: Source, progress: Progress | None = None) -> Iterator[tuple
         if path is not None and path.suffix.lower() in REPORT_SUFFIXES:
             path, note = export_report(src, Path(tmp))
             notes.append(note)
+        elif not src.head().startswith(SQLITE_MAGIC):
+            raise src.problem("not a SQLite database", hint=_HINT)
         elif path is None or src.head()[:16] != _raw_head(path):
             spooled = Path(tmp) / "export.sqlite"
             with src.open(progress) as fh, open(spooled, "wb") as out:
@@ -606,6 +608,7 @@ def analyse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | No
     with open_export(src, progress) as (export, notes):
         result.notes.extend(notes)
         analysis = _Analysis(export, src, kb, result, steps, window, gpus, step_range, kernel_wait_us)
+        analysis.progress = progress
         analysis.run()
         if progress is not None and src.size:
             progress(src.size, src.size)
@@ -635,6 +638,7 @@ class _Analysis:
         self.loader_by_proc: dict[int, list[Interval]] = defaultdict(list)
         self.first = self.last = 0.0
         self.label = "whole export"
+        self.progress: Progress | None = None
 
     def run(self) -> None:
         x, r = self.x, self.r
@@ -899,7 +903,11 @@ class _Analysis:
     def _timelines(self) -> None:
         """Stream each chosen device's activities through the per-device analysis (the one swap point)."""
         whole = self._whole_window()
-        for dev, acts in groupby(self.x.activities(sorted(self.devices)), key=lambda a: a.device):
+        stream: Iterator[GpuActivity] = self.x.activities(sorted(self.devices))
+        if self.progress is not None and self.src.size:
+            stream = _reporting(stream, self.progress, self.src.size, int(self.r.stats.get("kernels", 0))
+                                + int(self.r.stats.get("memcpys", 0)) + int(self.r.stats.get("memsets", 0)))
+        for dev, acts in groupby(stream, key=lambda a: a.device):
             if dev not in self.devices:
                 continue
             windows = self.device_windows.setdefault(dev, [whole])
@@ -1045,6 +1053,15 @@ class _Analysis:
         r.add_hardware(Counter(chosen), self.kb, what="device name", file=self.src.label,
                        method=f"{GPU_T}.name mapped through the hardware catalog's aliases",
                        several="the export lists several device models")
+
+
+def _reporting(stream: Iterator[GpuActivity], progress: Progress, size: int, rows: int) -> Iterator[GpuActivity]:
+    """Pass the activities through, calling progress(bytes, size) in proportion to the rows read."""
+    step = 1 << 16
+    for i, act in enumerate(stream, start=1):
+        if i % step == 0 and rows:
+            progress(min(size, size * i // rows), size)
+        yield act
 
 
 def _in(windows: list[Interval], t: float) -> bool:
