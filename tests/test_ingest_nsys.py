@@ -253,6 +253,8 @@ def test_kernel_classes_and_short_names() -> None:
     assert classify_kernel("vectorized_layer_norm_kernel") == "reduction"
     assert classify_kernel(ELEM) == "elementwise"
     assert classify_kernel("mystery") == "other"
+    assert classify_kernel("void cudnn::cnn::conv2d_grouped_direct_kernel<float>") == "conv"
+    assert classify_kernel("convert_fp32_to_bf16_kernel") != "conv"
     assert short_name(ELEM) == "at::native::vectorized_elementwise_kernel"
 
 

@@ -38,7 +38,7 @@ CLASSES = ("gemm", "conv", "attention", "elementwise", "reduction", "communicati
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((cls, re.compile(rx, re.IGNORECASE)) for cls, rx in (
     ("communication", r"nccl|rccl"),
     ("attention", r"flash|fmha|attention|sdpa|_mha_|mha_fwd|mha_bwd"),
-    ("conv", r"conv|implicit_?gemm|winograd|dgrad|wgrad|fprop"),
+    ("conv", r"conv(?!ert)|implicit_?gemm|winograd|dgrad|wgrad|fprop"),
     ("gemm", r"gemm|nvjet|cublas|cutlass|xmma|matmul|Cijk_|gemv|wgmma"),
     ("triton", r"^triton_|\btriton"),
     ("reduction", r"reduce|reduction|norm|softmax|\bsum\b|\bmean\b|argmax|topk|scan"),

@@ -119,6 +119,7 @@ class NsysExport:
         self.tables: dict[str, set[str]] = {}
         self.missing_columns: dict[str, list[str]] = {}
         self.meta: dict[str, str] = {}
+        self._launch_table: bool | None = None
         try:
             self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0,
                                         check_same_thread=False)
@@ -222,14 +223,28 @@ class NsysExport:
     def activity_tables(self) -> list[str]:
         return [t for t in (KERNEL_T, MEMCPY_T, MEMSET_T) if self.has(t)]
 
+    def _launches(self) -> bool:
+        """Build, once, a temporary table of launch calls keyed by (correlation id, process): one B-tree that every
+        activity table joins against (SQLite would otherwise build an automatic index per statement)."""
+        if self._launch_table is None:
+            self._launch_table = self.has(RUNTIME_T, "correlationId")
+            if self._launch_table:
+                proc = "globalTid >> 24" if self.has(RUNTIME_T, "globalTid") else "-1"
+                with self.guard("indexing the runtime calls"):
+                    self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_launch (c INTEGER NOT NULL, p INTEGER NOT "
+                                      "NULL, s INTEGER, PRIMARY KEY (c, p)) WITHOUT ROWID")
+                    self.conn.execute(f"INSERT OR IGNORE INTO temp.dam_launch SELECT correlationId, {proc}, start "
+                                      f"FROM {RUNTIME_T} WHERE correlationId IS NOT NULL")
+        return self._launch_table
+
     def _launch_join(self, table: str) -> tuple[str, str]:
-        """(launch-time expression, LEFT JOIN clause) matching an activity to its runtime call."""
-        if not (self.has(table, "correlationId") and self.has(RUNTIME_T, "correlationId")):
+        """(launch-time expression, LEFT JOIN clause) matching an activity to its runtime call (r.c, r.p, r.s)."""
+        if not self.has(table, "correlationId") or not self._launches():
             return "NULL", ""
-        cond = "r.correlationId = a.correlationId"
+        cond = "r.c = a.correlationId"
         if self.has(table, "globalPid") and self.has(RUNTIME_T, "globalTid"):
-            cond += " AND (r.globalTid >> 24) = (a.globalPid >> 24)"
-        return "r.start", f" LEFT JOIN {RUNTIME_T} r ON {cond}"
+            cond += " AND r.p = (a.globalPid >> 24)"
+        return "r.s", f" LEFT JOIN temp.dam_launch r ON {cond}"
 
     def kernel_name_column(self) -> str | None:
         for col in ("demangledName", "shortName", "mangledName", "name"):
@@ -417,7 +432,7 @@ class NsysExport:
         """(step key, device) -> end (us) of the last GPU activity launched inside the step, computed in SQLite
         (a temporary table of steps, and each launch call mapped to the step it began in)."""
         out: dict[tuple[int, int], float] = {}
-        if not self.has(RUNTIME_T, "correlationId") or not self.has(RUNTIME_T, "globalTid"):
+        if not self.has(RUNTIME_T, "globalTid") or not self._launches():
             return out
         with self.guard("projecting steps onto the GPU"):
             self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_steps (p INTEGER, s INTEGER, e INTEGER, "
@@ -433,9 +448,9 @@ class NsysExport:
                 _, join = self._launch_join(table)
                 dev = self._col(table, "deviceId", "a", "0")
                 sql = (f"SELECT st.k, {dev}, max(a.\"end\") FROM {table} a{join.replace('LEFT JOIN', 'JOIN')} "
-                       "JOIN temp.dam_steps st ON st.p = (r.globalTid >> 24) AND st.s = (SELECT max(x.s) FROM "
-                       "temp.dam_steps x WHERE x.p = (r.globalTid >> 24) AND x.s <= r.start) "
-                       "WHERE r.start < st.e GROUP BY 1, 2")
+                       "JOIN temp.dam_steps st ON st.p = r.p AND st.s = (SELECT max(x.s) FROM "
+                       "temp.dam_steps x WHERE x.p = r.p AND x.s <= r.s) "
+                       "WHERE r.s < st.e GROUP BY 1, 2")
                 for k, d, end in self.conn.execute(sql):
                     key = (int(k), int(d))
                     out[key] = max(out.get(key, -math.inf), end / 1000.0)
@@ -639,6 +654,7 @@ class _Analysis:
         self.first = self.last = 0.0
         self.label = "whole export"
         self.progress: Progress | None = None
+        self._scan: tuple[list[Range], list[Range], int] | None = None
 
     def run(self) -> None:
         x, r = self.x, self.r
@@ -661,8 +677,8 @@ class _Analysis:
                 if fact not in ("hardware", "step_time_s", "data_wait_s", "num_workers", "workload"):
                     r.missing(fact, reason)
             self._hardware(set())
-            self._loader_and_workload({}, [])
             if extent is None:
+                self._loader_and_workload({}, self._nvtx()[1])
                 for fact in ("step_time_s", "data_wait_s"):
                     r.missing(fact, reason)
                 return
@@ -701,7 +717,7 @@ class _Analysis:
         self.first, self.last = extent
         self.label = self._whole_label(self._whole_window())
         steps_by_proc = self._steps()
-        loader = list(x.ranges(prefixes=_LOADER))
+        loader = self._nvtx()[1]
         self._loader_and_workload(steps_by_proc, loader)
         for rg in loader:
             if rg.name.endswith("__next__"):
@@ -771,7 +787,7 @@ class _Analysis:
         x, r = self.x, self.r
         if self.step_range:
             name = self.step_range.strip()
-            found = [rg for rg in x.ranges(prefixes=(name,)) if step_base(rg.name)[0] == name or rg.name == name]
+            found = self._nvtx()[0]
             if not found:
                 shown = ", ".join(f"{n!r} ×{c}" for n, c in x.range_names())
                 raise self.src.problem(f"--step-range {name}: no NVTX range of that name in the export"
@@ -781,7 +797,7 @@ class _Analysis:
             base = name
         else:
             candidates: dict[str, list[Range]] = defaultdict(list)
-            for rg in x.ranges(likes=("%step%", "%iter%", "%batch%")):
+            for rg in self._nvtx()[0]:
                 b, _ = step_base(rg.name)
                 if looks_like_step(b):
                     candidates[b].append(rg)
@@ -845,6 +861,29 @@ class _Analysis:
                                    if available else "")
         return out
 
+    def _nvtx(self) -> tuple[list[Range], list[Range], int]:
+        """One scan of NVTX_EVENTS, kept: (step ranges: the named one, or candidates named like steps; DataLoader
+        ranges; the number of backward/optimizer ranges)."""
+        if self._scan is None:
+            named = self.step_range.strip() if self.step_range else None
+            steps: list[Range] = []
+            loader: list[Range] = []
+            training = 0
+            for rg in self.x.ranges(prefixes=(*_LOADER, *_TRAINING, *((named,) if named else ())),
+                                    likes=() if named else ("%step%", "%iter%", "%batch%")):
+                name = rg.name
+                if named is not None:
+                    if name == named or step_base(name)[0] == named:
+                        steps.append(rg)
+                elif not name.startswith(_LOADER) and not name.startswith(_TRAINING):
+                    steps.append(rg)
+                if name.startswith(_LOADER):
+                    loader.append(rg)
+                elif name.startswith(_TRAINING):
+                    training += 1
+            self._scan = (steps, loader, training)
+        return self._scan
+
     @staticmethod
     def _all_numbers(by_proc: dict[int, list[Range]]) -> Iterator[int]:
         for lst in by_proc.values():
@@ -891,7 +930,7 @@ class _Analysis:
         else:
             r.missing("num_workers", f"the DataLoader uses {', '.join(sorted(iters))}; the export does not record "
                       "how many workers")
-        training = sum(1 for _ in self.x.ranges(prefixes=_TRAINING))
+        training = self._nvtx()[2]
         if training:
             r.add("workload", "training", method=f"{training} backward/optimizer NVTX ranges in the export",
                   file=self.src.label)
