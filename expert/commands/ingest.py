@@ -12,6 +12,7 @@ from typing import Any
 EPILOG = """\
 inputs (--format auto tells them apart):
   kineto           PyTorch profiler trace, .json or .json.gz (prof.export_chrome_trace / tensorboard_trace_handler)
+  nsys             Nsight Systems export: nsys export --type sqlite report.nsys-rep (a .nsys-rep needs nsys on PATH)
   nvidia-smi       nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu --format=csv -l 1
   nvidia-smi-dmon  nvidia-smi dmon -s u
   dcgmi            dcgmi dmon -e 203,1002,1004,1005
@@ -22,6 +23,7 @@ examples:
   dam ingest trace.json.gz dcgm.txt --as yaml --output run.yaml ; dam diagnose run.yaml
   dam ingest trace.json.gz --steps 3:8             keep ProfilerStep#3 ... #8
   dam ingest smi.csv --window 60:300               seconds 60 to 300 of the log
+  dam ingest run.sqlite --step-range train_step    NVTX range train_step marks one step (nsys exports)
   dam diagnose --from trace.json.gz dcgm.txt       ingest and diagnose in one go
 
 Several files merge (a trace plus a DCGM log of the same run); when two measure the same fact the trace wins over
@@ -39,6 +41,9 @@ def add_input_options(p: argparse.ArgumentParser, *, format_flag: str = "--forma
     p.add_argument(format_flag, dest="input_format", choices=["auto", *FORMATS], default="auto",
                    help="input format (default: auto-detect)")
     p.add_argument("--steps", metavar="A:B", help="ProfilerStep numbers to keep, inclusive (traces): 2:5, 3:, :8, 7")
+    p.add_argument("--step-range", metavar="NAME",
+                   help="NVTX range that marks one step in an Nsight Systems export (default: a repeating range "
+                        "named like a step: step, iteration, train_step, ProfilerStep#N)")
     p.add_argument("--window", metavar="A:B", help="seconds from the start of the recording to keep: 10:70")
     p.add_argument("--samples", metavar="A:B", help="sample numbers to keep in telemetry logs (1-based): 5:60")
     p.add_argument("--gpu", metavar="N[,N]", help="device indices to keep (default: all, averaged)")
@@ -48,7 +53,8 @@ def add_input_options(p: argparse.ArgumentParser, *, format_flag: str = "--forma
 
 def register(sub: Any) -> None:
     p = sub.add_parser("ingest", help="turn profiler traces and GPU telemetry into observations",
-                       description="Read PyTorch profiler traces, nvidia-smi, dcgmi dmon or dcgm-exporter output and "
+                       description="Read PyTorch profiler traces, Nsight Systems exports, nvidia-smi, dcgmi dmon or "
+                                   "dcgm-exporter output and "
                                    "print the facts they give, where each came from, and what could not be derived.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", metavar="FILE", help="trace or telemetry file (- reads standard input)")
@@ -105,7 +111,8 @@ def ingest_args(args: argparse.Namespace, files: list[str], kb: Any = None) -> A
     columns = [c.strip() for c in args.columns.split(",")] if getattr(args, "columns", None) else None
     with progress_bar(files) as progress:
         return ingest_result(sources, format=args.input_format, steps=args.steps, window=args.window,
-                             samples=args.samples, gpus=_gpus(args.gpu), columns=columns, progress=progress, kb=kb)
+                             samples=args.samples, gpus=_gpus(args.gpu), columns=columns, progress=progress, kb=kb,
+                             step_range=getattr(args, "step_range", None))
 
 
 def ingested_observations(args: argparse.Namespace, files: list[str], kb: Any) -> tuple[dict[str, Any], Any]:

@@ -1,4 +1,5 @@
-"""Facts from real telemetry: PyTorch profiler (Kineto) traces, nvidia-smi, dcgmi dmon and dcgm-exporter text.
+"""Facts from real telemetry: PyTorch profiler (Kineto) traces, Nsight Systems exports, nvidia-smi, dcgmi dmon and
+dcgm-exporter text.
 
 >>> import expert
 >>> obs = expert.ingest("trace.json.gz")                      # doctest: +SKIP
@@ -82,12 +83,27 @@ def _as_range(value: StepRange | TimeWindow, what: str, *, integer: bool) -> tup
 
 def _read_one(obj: SourceLike, kb: KnowledgeBase, *, format: str, steps: tuple[float | None, float | None] | None,
               window: tuple[float | None, float | None] | None, samples: tuple[float | None, float | None] | None,
-              gpus: Sequence[int] | None, columns: Sequence[str] | None, progress: Progress | None) -> FileResult:
+              gpus: Sequence[int] | None, columns: Sequence[str] | None, progress: Progress | None,
+              nvtx_range: str | None = None) -> FileResult:
     src = Source(obj)
     fmt = sniff(src) if format == "auto" else format
     if fmt not in FORMATS:
         raise ObservationError([Problem(f"--format {format}", "unknown format", "one of auto, " + ", ".join(FORMATS))],
                                title="cannot read telemetry")
+    if fmt == "nsys":
+        from . import nsys
+
+        step_numbers = None if steps is None else (None if steps[0] is None else int(steps[0]),
+                                                   None if steps[1] is None else int(steps[1]))
+        result = nsys.parse(src, kb, steps=step_numbers, window=window, gpus=gpus, step_range=nvtx_range,
+                            progress=progress)
+        if samples is not None:
+            result.notes.append("--samples applies to telemetry logs; ignored for this export")
+        return result
+    if nvtx_range:
+        raise ObservationError([Problem(f"--step-range {nvtx_range}", f"applies to Nsight Systems exports; "
+                                        f"{src.label} is {FORMAT_TITLES.get(fmt, fmt)}",
+                                        "select Kineto steps with --steps A:B")], title="invalid option")
     if fmt == "kineto":
         from . import kineto
 
@@ -116,10 +132,13 @@ def _read_one(obj: SourceLike, kb: KnowledgeBase, *, format: str, steps: tuple[f
 def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "auto", steps: StepRange = None,
                   window: TimeWindow = None, samples: StepRange = None, gpus: Sequence[int] | None = None,
                   columns: Sequence[str] | None = None, progress: Progress | None = None,
-                  kb: KnowledgeBase | None = None) -> IngestResult:
+                  kb: KnowledgeBase | None = None, step_range: str | None = None) -> IngestResult:
     """Read one or more traces/logs and merge them into validated observations, with what could not be derived.
 
-    steps:   ProfilerStep numbers to keep, inclusive: "2:5", "3:", ":8", "7" or a (lo, hi) pair (traces only).
+    steps:   ProfilerStep numbers to keep, inclusive: "2:5", "3:", ":8", "7" or a (lo, hi) pair (traces only; in an
+             Nsight Systems export, the numbers of its NVTX step ranges, or their order from 1).
+    step_range: the NVTX range that marks one step in an Nsight Systems export ("train_step"); by default a
+             repeating range named like a step (step, iteration, train_step, ProfilerStep#N) is used.
     window:  seconds from the start of the recording, inclusive: "10:70" (traces and timestamped logs).
     samples: sample numbers to keep (1-based, inclusive) in telemetry logs: "5:60".
     gpus:    device indices to keep (default: all devices with activity, averaged).
@@ -131,11 +150,12 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     items: list[SourceLike] = (list(sources) if isinstance(sources, (list, tuple)) else [sources])  # type: ignore[list-item]
     if not items:
         raise ObservationError([Problem("ingest", "no input files given")], title="cannot read telemetry")
-    step_range = _as_range(steps, "--steps", integer=True)
+    nvtx_step = step_range.strip() if isinstance(step_range, str) and step_range.strip() else None
+    step_numbers = _as_range(steps, "--steps", integer=True)
     time_window = _as_range(window, "--window", integer=False)
     sample_range = _as_range(samples, "--samples", integer=True)
-    files = [_read_one(obj, kb, format=format, steps=step_range, window=time_window, samples=sample_range,
-                       gpus=gpus, columns=columns, progress=progress) for obj in items]
+    files = [_read_one(obj, kb, format=format, steps=step_numbers, window=time_window, samples=sample_range,
+                       gpus=gpus, columns=columns, progress=progress, nvtx_range=nvtx_step) for obj in items]
     raw, not_derived, notes = merge(files)
     observations = normalise(kb, raw)
     return IngestResult(observations=observations, files=files, not_derived=not_derived, notes=notes)
@@ -144,8 +164,8 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
 def ingest(path_or_stream: SourceLike | Sequence[SourceLike], *, format: str = "auto", steps: StepRange = None,
            window: TimeWindow = None, samples: StepRange = None, gpus: Sequence[int] | None = None,
            columns: Sequence[str] | None = None, progress: Progress | None = None,
-           kb: KnowledgeBase | None = None) -> Observations:
+           kb: KnowledgeBase | None = None, step_range: str | None = None) -> Observations:
     """Observations from a profiler trace or a GPU telemetry log (or several, merged). See `ingest_result`."""
     return ingest_result(path_or_stream, format=format, steps=steps, window=window, samples=samples, gpus=gpus,
-                         columns=columns, progress=progress, kb=kb).observations
+                         columns=columns, progress=progress, kb=kb, step_range=step_range).observations
 

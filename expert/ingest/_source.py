@@ -14,10 +14,11 @@ from typing import IO, Any, Literal
 
 from ..errors import ObservationError, Problem
 
-Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus"]
-FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus")
+Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys"]
+FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys")
 FORMAT_TITLES: dict[str, str] = {
     "kineto": "PyTorch profiler / Kineto trace (JSON, .json.gz)",
+    "nsys": "Nsight Systems export (nsys export --type sqlite; .nsys-rep with nsys on PATH)",
     "nvidia-smi": "nvidia-smi --query-gpu=... --format=csv",
     "nvidia-smi-dmon": "nvidia-smi dmon",
     "dcgmi": "dcgmi dmon -e ...",
@@ -249,14 +250,21 @@ _PROM_SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+")
 _SMI_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 
 
-_WHAT = "give a Kineto .json/.json.gz trace, nvidia-smi/dcgmi output or Prometheus text"
+_WHAT = ("give a Kineto .json/.json.gz trace, an Nsight Systems .sqlite export, nvidia-smi/dcgmi output or "
+         "Prometheus text")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_NSYS_REPORTS = (".nsys-rep", ".qdrep")
 
 
 def sniff(src: Source) -> Format:
-    """Tell the format of an input from its first bytes."""
+    """Tell the format of an input from its first bytes (an Nsight Systems report also by its .nsys-rep name)."""
+    if src.path is not None and src.path.suffix.lower() in _NSYS_REPORTS:
+        return "nsys"
     head = src.head()
     if not head.strip():
         raise src.problem("the file is empty", hint="give a profiler trace or a telemetry log")
+    if head.startswith(_SQLITE_MAGIC):
+        return "nsys"
     if b"\x00" in head:
         raise src.problem("binary data, not a profiler trace or telemetry text", hint=_WHAT)
     try:

@@ -1,0 +1,200 @@
+"""Nsight Systems export ingestion benchmark: dam-expert against nsys-ai reading the same files.
+
+    python bench/bench_nsys.py [--repeat 3] [--no-nsys-ai] [--no-big] [--big-size-gb 1.0] [--src DIR]
+
+Files: the real exports in ../shared/traces/nsys/ (2.7 MB and 2.4 MB two-GPU jobs, two small ones) and a synthetic
+export of --big-size-gb grown from mfu_2gpu_before.sqlite by bench/make_big_nsys.py (rows replicated, timestamps and
+correlation ids shifted; bench/data/, not committed).
+
+Each measurement runs in its own child process through a wrapper that reads getrusage(RUSAGE_CHILDREN), so the peak
+RSS is that child's, interpreter and imports included. The ratios compare whole-process wall time (nsys-ai has no
+separate load call): dam-expert `expert.ingest_result(FILE)` (every fact, per-device timelines, NVTX steps) against
+`nsys-ai summary FILE` (per-GPU span, busy, idle, top kernels, NCCL share: the closest analysis it has). The best of
+--repeat runs is kept for the real files, one run each for the big file.
+
+- nsys-ai is installed into its own virtual environment, bench/.venv-nsys-ai (created on first use), never into the
+  project's: its wheel ships a top-level sitecustomize.py, and it pulls duckdb, pyarrow and textual. DuckDB's sqlite
+  extension, which nsys-ai would download at run time, comes from the duckdb-ext-sqlite package (duckdb pinned to
+  its 1.4.4), found through a HOME whose ~/.duckdb/extensions points into that venv.
+- nsys-ai builds a Parquet cache beside the profile on first use (FILE.nsys-cache/). "cold" removes it before each
+  run (what a first look at a profile costs); "warm" keeps it (a later query on the same profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT.parent / "shared" / "traces" / "nsys"
+BIG = ROOT / "bench" / "data" / "big_nsys.sqlite"
+VENV = ROOT / "bench" / ".venv-nsys-ai"
+
+OURS = """
+import json, sys, time
+t0 = time.perf_counter()
+import expert
+from expert.ingest import _default_kb
+t1 = time.perf_counter()
+_default_kb()
+result = expert.ingest_result(sys.argv[1])
+t2 = time.perf_counter()
+util = {n.split(':')[0]: n.split('busy ')[1].split('%')[0] for n in result.notes if n.startswith('device ')}
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "facts": len(result.observations), "util": util,
+                  "rows": sum(v for k, v in result.files[0].stats.items() if k in ("kernels", "memcpys", "memsets",
+                              "runtime_calls", "sync_records", "nvtx_events"))}))
+"""
+
+
+def measure(argv: list[str], env: dict[str, str] | None) -> None:
+    """Wrapper mode: run argv, then print its last JSON line (if any), wall time and the peak RSS of it."""
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    lines = proc.stdout.strip().splitlines()
+    try:
+        data = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    except json.JSONDecodeError:
+        data = {}
+    data.update(rc=proc.returncode, wall_s=wall, peak_rss_mb=peak_kib / 1024, stderr=proc.stderr[-2000:],
+                stdout=proc.stdout[-20000:] if not data else "")
+    print(json.dumps(data))
+
+
+def run_child(argv: list[str], repeat: int, env: dict[str, str] | None = None,
+              before: Any = None) -> dict[str, Any]:
+    """Best (fastest wall) of `repeat` runs, each in a fresh wrapper process; peak RSS is the largest seen."""
+    best: dict[str, Any] | None = None
+    peak = 0.0
+    failures: list[int] = []
+    runs = 0
+    while runs < repeat:
+        if before is not None:
+            before()
+        wrapper = [sys.executable, __file__, "--_measure", json.dumps(env) if env else "", "--", *argv]
+        out = subprocess.run(wrapper, capture_output=True, text=True, check=True)
+        data = json.loads(out.stdout.strip().splitlines()[-1])
+        if data["rc"] != 0:  # seen once from nsys-ai (no output): retried, and counted in the row
+            failures.append(data["rc"])
+            if len(failures) > 2:
+                raise SystemExit(f"benchmark child failed ({' '.join(argv[:3])} ...), exit codes {failures}:\n"
+                                 f"{data['stderr']}")
+            continue
+        runs += 1
+        peak = max(peak, data["peak_rss_mb"])
+        if best is None or data["wall_s"] < best["wall_s"]:
+            best = data
+    assert best is not None
+    best["peak_rss_mb"] = peak
+    best["failures"] = failures
+    return best
+
+
+def ensure_nsys_ai() -> tuple[Path, dict[str, str]]:
+    """The nsys-ai executable in its own venv, and the environment that lets DuckDB find its sqlite extension."""
+    exe = VENV / "bin" / "nsys-ai"
+    if not exe.exists():
+        print(f"creating {VENV} (pip install nsys-ai duckdb==1.4.4 duckdb-ext-sqlite) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "nsys-ai", "duckdb==1.4.4",
+                        "duckdb-ext-sqlite"], check=True)
+    ext = next(VENV.glob("lib/python*/site-packages/duckdb_ext/extensions"), None)
+    home = ROOT / "bench" / "data" / "nsys-ai-home"
+    (home / ".duckdb").mkdir(parents=True, exist_ok=True)
+    link = home / ".duckdb" / "extensions"
+    if ext is not None and not link.exists():
+        link.symlink_to(ext)
+    env = dict(os.environ, HOME=str(home))
+    return exe, env
+
+
+def drop_cache(profile: Path) -> None:
+    for p in profile.parent.glob(profile.stem + ".nsys-cache*"):
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+_UTIL = re.compile(r"GPU (\d+):\s*\n\s*Span:.*?Util: ([0-9.]+)%")
+
+
+def row(label: str, data: dict[str, Any], mb: float) -> str:
+    load = f"{data['load_s']:8.3f} s" if "load_s" in data else f"{'':10s}"
+    failed = f"   (exited {data['failures']} on earlier tries, retried)" if data.get("failures") else ""
+    return (f"{label:38s} {load} {data['wall_s']:8.2f} s {mb / data['wall_s']:8.1f} MB/s {data['peak_rss_mb']:9.1f} MB"
+            + failed)
+
+
+def compare(name: str, path: Path, mb: float, repeat: int, python: str, nsys_ai: tuple[Path, dict[str, str]] | None,
+            ) -> list[str]:
+    lines = []
+    ours = run_child([python, "-c", OURS, str(path)], repeat)
+    print(row("dam-expert ingest", ours, mb) + f"   ({ours['rows']:,} rows, {ours['facts']} facts)", flush=True)
+    if nsys_ai is None:
+        return lines
+    exe, env = nsys_ai
+    cold = run_child([str(exe), "summary", str(path)], repeat, env, before=lambda: drop_cache(path))
+    print(row("nsys-ai summary (cold: builds its cache)", cold, mb), flush=True)
+    warm = run_child([str(exe), "summary", str(path)], repeat, env)
+    print(row("nsys-ai summary (warm: cache built)", warm, mb), flush=True)
+    theirs = {f"device {d}": u for d, u in _UTIL.findall(cold["stdout"])}
+    agree = ", ".join(f"{d} {ours['util'].get(d, '?')}% vs {u}%" for d, u in theirs.items())
+    for label, other in (("cold", cold), ("warm", warm)):
+        lines.append(f"  {name} vs nsys-ai ({label}): {other['wall_s'] / ours['wall_s']:.1f}x faster, peak RSS "
+                     f"{ours['peak_rss_mb'] / other['peak_rss_mb']:.2f} of nsys-ai's")
+    lines.append(f"  busy share, ours (kernels+copies over the export) vs nsys-ai (kernels over each GPU's span): "
+                 f"{agree}")
+    drop_cache(path)
+    return lines
+
+
+def main() -> int:
+    if len(sys.argv) > 3 and sys.argv[1] == "--_measure":
+        measure(sys.argv[4:], json.loads(sys.argv[2]) if sys.argv[2] else None)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-nsys-ai", action="store_true", help="skip the nsys-ai comparison")
+    parser.add_argument("--no-big", action="store_true", help="skip the synthetic 1 GB export")
+    parser.add_argument("--big-size-gb", type=float, default=1.0)
+    parser.add_argument("--src", type=Path, default=REAL, help="folder of the real exports")
+    args = parser.parse_args()
+    real = sorted(args.src.glob("*.sqlite")) if args.src.is_dir() else []
+    if not real:
+        print(f"bench_nsys: the real exports are missing ({args.src})", file=sys.stderr)
+        return 2
+    python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
+    nsys_ai = None if args.no_nsys_ai else ensure_nsys_ai()
+    print(f"cpus {os.cpu_count()}; {'':22s} {'load':>10s} {'process':>10s} {'MB/s':>13s} {'peak RSS':>12s}")
+    summary: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:
+        for src in real:  # nsys-ai writes its cache beside the profile: work on copies
+            path = Path(tmp) / src.name
+            shutil.copyfile(src, path)
+            mb = path.stat().st_size / 1e6
+            print(f"{src.name}: {mb:.2f} MB")
+            summary += compare(src.name, path, mb, args.repeat, python, nsys_ai)
+    if not args.no_big:
+        big = BIG
+        if not big.exists() or big.stat().st_size < args.big_size_gb * 1e9:
+            subprocess.run([sys.executable, str(ROOT / "bench" / "make_big_nsys.py"), "--size-gb",
+                            str(args.big_size_gb), "--src", str(args.src / "mfu_2gpu_before.sqlite"), "--out",
+                            str(big)], check=True)
+        mb = big.stat().st_size / 1e6
+        print(f"{big.name} (synthetic): {mb:.0f} MB")
+        summary += compare(big.name, big, mb, 1, python, nsys_ai)
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
