@@ -35,7 +35,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from ..knowledge import KnowledgeBase
+from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._source import Progress, Source
 from .device_analysis import KERNEL_WAIT_US, DeviceTimeline, analyse_device, short_name
