@@ -296,3 +296,26 @@ def sniff(src: Source) -> Format:
 def is_header_cell(cell: str) -> bool:
     """True for an nvidia-smi CSV header cell such as `utilization.gpu [%]`."""
     return bool(_SMI_FIELD.match(cell.strip()))
+
+
+_ASCII_INDEX = re.compile(r"[0-9]{1,9}", re.ASCII)
+_ASCII_FLOAT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?", re.ASCII)
+
+
+def ascii_index(text: str) -> int | None:
+    """A device or entity index in the ASCII digits the formats print ("0".."999999999"); anything else is None.
+
+    `str.isdigit()` accepts "²" and other Unicode digits that `int()` then refuses, and Python's `int()` accepts
+    "1_0" and full-width digits: telemetry formats use neither."""
+    text = text.strip()
+    return int(text) if _ASCII_INDEX.fullmatch(text) else None
+
+
+def ascii_float(text: str) -> float | None:
+    """A finite number written in ASCII as the formats print it (no underscores, no Unicode digits, no "inf"/"nan",
+    no 400-digit exponents); anything else is None."""
+    text = text.strip()
+    if len(text) > 64 or not _ASCII_FLOAT.fullmatch(text):
+        return None
+    value = float(text)
+    return value if value == value and abs(value) != float("inf") else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
-from ._source import Progress, Source
+from ._source import Progress, Source, ascii_float, ascii_index
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,10 @@ def parse_dmon(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, fl
         if header is None:
             raise src.problem("a data row before the `#Entity ...` header line", line=number,
                               hint="give the whole dcgmi dmon output, header included")
-        if len(tokens) < 2 or not tokens[1].isdigit():
+        entity_index = ascii_index(tokens[1]) if len(tokens) >= 2 else None
+        if entity_index is None:
             raise src.problem(f"expected an entity such as `GPU 0` or `GPU-I 1`, got {stripped[:30]!r}", line=number)
-        kind, index, values = tokens[0], int(tokens[1]), tokens[2:]
+        kind, index, values = tokens[0], entity_index, tokens[2:]
         if len(values) != len(header):
             raise src.problem(f"expected {len(header)} values ({' '.join(tags)}), got {len(values)}", line=number)
         rows += 1
@@ -184,11 +185,11 @@ def _dmon_row(src: Source, number: int, kind: str, index: int, values: list[str]
         if cell.upper() in ("N/A", "N/S", "-"):
             fields.none(f)
             continue
-        try:
-            value = float(cell)
-        except ValueError:
+        parsed = ascii_float(cell)
+        if parsed is None:
             raise src.problem(f"field {f.id} ({f.tag}): {cell!r} is not a number", line=number,
-                              hint="values are numbers or N/A") from None
+                              hint="values are numbers or N/A")
+        value = parsed
         if _no_data(f, value):
             fields.none(f)
             continue
@@ -242,15 +243,20 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
         dcgm_lines += 1
         seen.add(f.id)
         labels = _labels(src, number, label_text) if label_text else {}
-        try:
-            value = float(value_text)
-        except ValueError:
-            raise src.problem(f"{metric}: {value_text!r} is not a number", line=number) from None
+        parsed = ascii_float(value_text)
+        if parsed is None:
+            raise src.problem(f"{metric}: {value_text!r} is not a finite number", line=number)
+        value = parsed
         gpu_text = labels.get("gpu", "0")
-        if not gpu_text.isdigit():
-            raise src.problem(f"{metric}: label gpu={gpu_text!r} is not a GPU index", line=number)
-        gpu = int(gpu_text)
+        label_gpu = ascii_index(gpu_text)
+        if label_gpu is None:
+            raise src.problem(f"{metric}: label gpu={gpu_text!r} is not a GPU index", line=number,
+                              hint="dcgm-exporter labels GPUs with ASCII digits: gpu=\"0\"")
+        gpu = label_gpu
         entity = f"GPU {gpu}" + (f"/GPU-I {labels['GPU_I_ID']}" if labels.get("GPU_I_ID") else "")
+        if stamp and not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 16):
+            raise src.problem(f"{metric}: timestamp {stamp!r} is not milliseconds since the epoch", line=number,
+                              hint="the exposition format's optional timestamp is an integer of milliseconds")
         t = int(stamp) / 1000.0 if stamp else None
         timestamps = timestamps or t is not None
         if not selector.keep(f"{metric} {entity}", gpu, t, device=entity):

@@ -14,7 +14,7 @@ from datetime import datetime
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
-from ._source import Progress, Source, is_header_cell
+from ._source import Progress, Source, ascii_float, ascii_index, is_header_cell
 
 FACTS = ("gpu_util", "hardware")
 MISSING = frozenset({"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]",
@@ -34,15 +34,19 @@ def _number(src: Source, line: int, column: str, text: str) -> float | None:
     if not match:
         raise src.problem(f"column {column}: {cell!r} is not a number", line=line,
                           hint="expected values such as 62 or 62 %, or [N/A]")
-    return float(match.group(1))
+    value = ascii_float(match.group(1))
+    if value is None:
+        raise src.problem(f"column {column}: {cell!r} is not a finite number", line=line,
+                          hint="expected values such as 62 or 62 %, or [N/A]")
+    return value
 
 
 def _plain_number(src: Source, line: int, column: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
+    value = ascii_float(text)
+    if value is None:
         raise src.problem(f"column {column}: {text!r} is not a number", line=line,
-                          hint="dmon prints numbers, or - for no data") from None
+                          hint="dmon prints numbers, or - for no data")
+    return value
 
 
 def _timestamp(src: Source, line: int, text: str) -> float | None:
@@ -116,7 +120,7 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
         rows += 1
         t = _timestamp(src, number, row["timestamp"]) if "timestamp" in row else None
         index_text = row.get("index", "0").strip()
-        gpu = int(index_text) if index_text.isdigit() else None
+        gpu = ascii_index(index_text)
         if "index" in row and gpu is None:
             raise src.problem(f"column index: {index_text!r} is not a GPU index", line=number)
         if not selector.keep(f"GPU {gpu if gpu is not None else 0}", gpu if gpu is not None else 0, t):
@@ -180,9 +184,11 @@ def parse_dmon(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, fl
             except ValueError as exc:
                 raise src.problem(f"date/time {row['date']} {row['time']!r} is not YYYYMMDD HH:MM:SS",
                                   line=number) from exc
-        if not row.get("gpu", "").isdigit():
-            raise src.problem(f"column gpu: {row.get('gpu')!r} is not a GPU index", line=number)
-        gpu = int(row["gpu"])
+        dmon_gpu = ascii_index(row.get("gpu", ""))
+        if dmon_gpu is None:
+            raise src.problem(f"column gpu: {row.get('gpu')!r} is not a GPU index", line=number,
+                              hint="dmon prints the GPU index in ASCII digits: 0, 1, ...")
+        gpu = dmon_gpu
         if not selector.keep(f"GPU {gpu}", gpu, t):
             continue
         if "sm" in row:

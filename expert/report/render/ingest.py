@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ...ingest import IngestResult
@@ -41,21 +42,22 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
     for name, obs in result.observations.facts.items():
         detail = dict(obs.detail)
         span = _range(detail, name, kb)
-        value = _value(name, obs.value, kb) + (f"\n[dim]{span}[/dim]" if span else "")
+        # values, device names and file names come from the input: printed as text, never as rich markup
+        value = escape(_value(name, obs.value, kb)) + (f"\n[dim]{escape(span)}[/dim]" if span else "")
         how = " · ".join(str(x) for x in (detail.get("method"), detail.get("window"), obs.source) if x)
-        facts.add_row(name, value, how)
+        facts.add_row(escape(name), value, escape(how))
     console.print(facts)
     if result.not_derived:
         missing = Table(title="Not derived", box=box.SIMPLE, title_justify="left")
         missing.add_column("fact", style="yellow")
         missing.add_column("why", overflow="fold")
         for name, reason in result.not_derived.items():
-            missing.add_row(name, reason)
+            missing.add_row(escape(name), escape(reason))
         console.print(missing)
     for note in result.notes:
-        console.print(f"[dim]note:[/dim] {note}")
+        console.print(f"[dim]note:[/dim] {escape(note)}")
     for f in result.files:
         stats = ", ".join(f"{k} {v}" for k, v in f.stats.items())
-        console.print(f"[dim]{f.name} ({f.format}): {stats}[/dim]")
+        console.print(f"[dim]{escape(f.name)} ({f.format}): {escape(stats)}[/dim]")
     console.print("[dim]save with --as yaml --output FILE, then: dam diagnose FILE "
                   "(or run dam diagnose --from FILE... directly)[/dim]")
