@@ -245,7 +245,8 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
         labels = _labels(src, number, label_text) if label_text else {}
         parsed = ascii_float(value_text)
         if parsed is None:
-            raise src.problem(f"{metric}: {value_text!r} is not a finite number", line=number)
+            raise src.problem(f"{metric}: {value_text!r} is not a number", line=number,
+                              hint="a finite number in ASCII digits, such as 0.42")
         value = parsed
         gpu_text = labels.get("gpu", "0")
         label_gpu = ascii_index(gpu_text)
