@@ -12,25 +12,94 @@ from .errors import KnowledgeBaseError, Problem
 
 M = TypeVar("M", bound=BaseModel)
 
-try:  # the C loader is ~10x faster; both are safe loaders (no arbitrary objects)
-    _Loader: Any = yaml.CSafeLoader
+try:  # the C parser is ~10x faster; both are safe loaders (no arbitrary objects)
+    _Base: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - libyaml missing
-    _Loader = yaml.SafeLoader
+    _Base = yaml.SafeLoader
+
+# Limits on what a small input may cost. Every file this project reads is far below them.
+MAX_FILE_BYTES = 32 * 2**20  # a YAML or JSON input file
+MAX_NODES = 1_000_000  # values after alias expansion ("billion laughs": 600 bytes that expand to 10^9 values)
+MAX_DEPTH = 200  # nesting of mappings and lists
+
+
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping names the same key twice (YAML's last-wins would silently drop the first)."""
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    """A safe loader that refuses duplicate and non-string mapping keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str):
+                raise DuplicateKeyError(None, None, f"the key {key!r} is not a name (quote it if it is meant as text)",
+                                        key_node.start_mark)
+            if key in seen:
+                raise DuplicateKeyError(None, None, f"duplicate key {key!r} (also on line "
+                                        f"{seen[key].start_mark.line + 1}); each key may appear once",
+                                        key_node.start_mark)
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+
+
+def read_text(path: Path, error: type[KnowledgeBaseError] | Any = KnowledgeBaseError) -> str:
+    """A text file's content (UTF-8, a byte-order mark allowed), refusing what is not a bounded regular file."""
+    try:
+        if not path.is_file():
+            what = "a directory" if path.is_dir() else ("not found" if not path.exists() else "not a regular file")
+            raise error([Problem(str(path), f"cannot read: {what}", "give a YAML or JSON file")])
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise error([Problem(str(path), f"the file is {size / 2**20:.0f} MiB; at most "
+                                 f"{MAX_FILE_BYTES // 2**20} MiB is read", "is this the right file?")])
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error([Problem(str(path), f"not UTF-8 text (byte {exc.start})", "save it as UTF-8")]) from None
+    except OSError as exc:
+        raise error([Problem(str(path), f"cannot read: {exc.strerror or exc}")]) from None
+
+
+def check_size(data: Any, where: str, error: type[KnowledgeBaseError] | Any = KnowledgeBaseError) -> None:
+    """Refuse data that expands past MAX_NODES values or MAX_DEPTH levels (shared aliases count every time)."""
+    budget = MAX_NODES
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise error([Problem(where, f"the data expands to more than {MAX_NODES:,} values (aliases repeat "
+                                 "what they point to)", "write it out without deeply nested aliases")])
+        if depth > MAX_DEPTH:
+            raise error([Problem(where, f"nested more than {MAX_DEPTH} levels deep")])
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
 
 
 def load_yaml(path: Path) -> Any:
-    """Parse a YAML file safely; syntax errors become a KnowledgeBaseError naming file and line."""
+    """Parse a YAML file safely; syntax errors, duplicate or non-name keys, oversize, over-deep or alias-bomb
+    input become a KnowledgeBaseError naming file and line."""
+    text = read_text(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KnowledgeBaseError([Problem(str(path), f"cannot read file: {exc}")]) from exc
-    try:
-        return yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise KnowledgeBaseError([Problem(where, f"invalid YAML: {problem}")]) from exc
+        raise KnowledgeBaseError([Problem(where, f"invalid YAML: {problem}")]) from None
+    except RecursionError:
+        raise KnowledgeBaseError([Problem(str(path), "nested too deeply to read")]) from None
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit conversion limit
+        raise KnowledgeBaseError([Problem(str(path), f"invalid value: {exc}")]) from None
+    check_size(data, str(path))
+    return data
 
 
 def _entry_name(data: Any, loc: tuple[int | str, ...]) -> str:

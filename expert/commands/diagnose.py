@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import ObservationError, Problem
 from ._common import example_path, parse_sets, write_text
 
 EPILOG = """\
@@ -49,7 +50,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def gather(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
+def gather(args: argparse.Namespace, origins: dict[str, str] | None = None) -> tuple[dict[str, Any], str | None]:
     """The raw observations named on the command line (file or example, then --set), and a description."""
     from ..observations.file import read_observation_file
 
@@ -66,8 +67,20 @@ def gather(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         obs_file = read_observation_file(path)
         raw.update(obs_file.observations)
         description = obs_file.description or description
-    raw.update(parse_sets(args.set))
+        if origins is not None:
+            origins.update(dict.fromkeys(obs_file.observations, str(path)))
+    sets = parse_sets(args.set)
+    raw.update(sets)
+    if origins is not None:
+        origins.update(dict.fromkeys(sets, "--set"))
     return raw, description
+
+
+def _placed(exc: ObservationError, origins: dict[str, str]) -> ObservationError:
+    """The same problems, each prefixed with where its fact came from (a file, or --set)."""
+    problems = [Problem(f"{origins[p.where]}: {p.where}", p.message, p.hint) if p.where in origins else p
+                for p in exc.problems]
+    return ObservationError(problems, title=exc.title)
 
 
 def make_expert(args: argparse.Namespace) -> Any:
@@ -108,12 +121,16 @@ def emit(report: Any, fmt: str, output: str | None, description: str | None = No
 
 
 def run(args: argparse.Namespace) -> int:
-    raw, description = gather(args)
+    origins: dict[str, str] = {}
+    raw, description = gather(args, origins)
     if not raw:
         print("dam diagnose: nothing to diagnose; give an observation FILE, --example NAME or --set NAME=VALUE "
               "(see dam diagnose --help)", file=sys.stderr)
         return 2
-    report = make_expert(args).diagnose(raw)
+    try:
+        report = make_expert(args).diagnose(raw)
+    except ObservationError as exc:
+        raise _placed(exc, origins) from None
     if args.export:
         from ..report.render import export, write
 

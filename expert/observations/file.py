@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .._yaml import load_yaml
+from .._yaml import check_size, load_yaml, read_text
 from ..errors import KnowledgeBaseError, ObservationError, Problem
 
 
@@ -21,17 +21,38 @@ class ObservationFile(BaseModel):
     observations: dict[str, Any]
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def read_observation_file(path: Path) -> ObservationFile:
     """Read an observation file; every failure is an ObservationError naming the file (and line where known)."""
-    if not path.is_file():
+    if not path.exists():
         raise ObservationError([Problem(str(path), "no such file")])
     if path.suffix.lower() == ".json":
+        text = read_text(path, ObservationError)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ObservationError([Problem(str(path), "not a text file", "expected JSON")]) from exc
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
-            raise ObservationError([Problem(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}")]) from exc
+            raise ObservationError([Problem(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}")]) from None
+        except _DuplicateKey as exc:
+            raise ObservationError([Problem(str(path), f"duplicate key {exc.key!r}",
+                                            "each fact may appear once")]) from None
+        except RecursionError:
+            raise ObservationError([Problem(str(path), "nested too deeply to read")]) from None
+        except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
+            raise ObservationError([Problem(str(path), f"invalid value: {exc}")]) from None
+        check_size(data, str(path), ObservationError)
     else:
         try:
             data = load_yaml(path)

@@ -89,7 +89,10 @@ def _number(raw: object, spec: FactSpec, kb: KnowledgeBase) -> float:
     if isinstance(raw, bool):
         raise ValueError("a true/false value is not a number")
     if isinstance(raw, (int, float)):
-        value = float(raw)
+        try:
+            value = float(raw)
+        except OverflowError:  # an integer of hundreds of digits
+            raise ValueError(f"a {len(str(abs(raw)))}-digit number is not a measurement") from None
     elif isinstance(raw, str):
         text = raw
         if "," in raw:

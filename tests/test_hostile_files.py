@@ -1,0 +1,87 @@
+"""Hostile observation, rule and knowledge-base files (issue 21): each is read right or refused with a message naming
+the file (and the line where there is one) and what is accepted; never a traceback, never a hang, never a silently
+different value. Every case runs the real CLI in a subprocess with a time limit. Extend the table."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DAM = shutil.which("dam", path=str(Path(sys.executable).parent)) or shutil.which("dam")
+pytestmark = pytest.mark.skipif(DAM is None, reason="the dam console script is not installed (pip install -e .)")
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+LAUGHS += "gpu_util: *i\n"
+
+# (file name, content, words the error must contain)
+REFUSED: list[tuple[str, str | bytes, list[str]]] = [
+    ("dup.yaml", "gpu_util: 0.5\nstep_time_s: 0.3\ngpu_util: 0.9\n", ["duplicate key 'gpu_util'", "dup.yaml:3"]),
+    ("dup.json", '{"gpu_util": 0.5, "gpu_util": 0.9}', ["duplicate key 'gpu_util'"]),
+    ("nullkey.yaml", "~: 0.5\n", ["is not a name"]),
+    ("intkey.yaml", "42: 0.5\n", ["the key 42 is not a name"]),
+    ("laughs.yaml", LAUGHS, ["expands to more than"]),
+    ("deep.yaml", "gpu_util: " + "[" * 5000 + "]" * 5000 + "\n", ["nest"]),
+    ("deep.json", '{"gpu_util": ' + "[" * 100000 + "]" * 100000 + "}", ["nested"]),
+    ("digits.yaml", "batch_size: " + "9" * 400 + "\n", ["400-digit number"]),
+    ("limit.yaml", "batch_size: " + "9" * 5000 + "\n", ["invalid value"]),
+    ("utf16.json", '{"gpu_util": 0.5}'.encode("utf-16"), ["not UTF-8"]),
+]
+
+
+def _dam(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert DAM is not None
+    return subprocess.run([DAM, *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+@pytest.mark.parametrize(("name", "content", "needles"), REFUSED, ids=[c[0] for c in REFUSED])
+def test_hostile_observation_files_are_refused_clearly(tmp_path: Path, name: str, content: str | bytes,
+                                                       needles: list[str]) -> None:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    result = _dam("diagnose", name, "--format", "json", cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout[:300], result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    assert name in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    (tmp_path / "bom.yaml").write_bytes("\ufeffgpu_util: 45%\ndata_wait_s: 120 ms\nstep_time_s: 300 ms\n".encode())
+    result = _dam("diagnose", "bom.yaml", "--format", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert '"bottleneck": "input"' in result.stdout
+
+
+@pytest.mark.parametrize("target", [".", "missing.yaml"])
+def test_a_directory_or_a_missing_file_says_what_it_is(tmp_path: Path, target: str) -> None:
+    result = _dam("diagnose", target, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert ("directory" if target == "." else "no such file") in result.stderr
+
+
+def test_an_oversized_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    with path.open("w") as fh:
+        fh.write("gpu_util: 0.5\nnotes:\n")
+        line = "  - " + "x" * 1000 + "\n"
+        fh.write(line * (33 * 1024))  # 33 MiB
+    result = _dam("diagnose", "big.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "MiB" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_duplicate_key_in_a_rule_file_is_refused(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "r.yaml").write_text("schema_version: 1\nrules: []\nrules: []\n")
+    result = _dam("diagnose", "--set", "gpu_util=50%", "--rules-dir", str(rules), cwd=tmp_path)
+    assert result.returncode == 2 and "duplicate key 'rules'" in result.stderr and "Traceback" not in result.stderr
