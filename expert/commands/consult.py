@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import json
 import os
+import secrets
+import signal
 import sys
+import tempfile
+import threading
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,29 +93,112 @@ def register(sub: Any) -> None:
 
 
 def default_session_path() -> Path:
-    """A new session file under $XDG_STATE_HOME/dam-expert (default ~/.local/state/dam-expert)."""
+    """A new session file under $XDG_STATE_HOME/dam-expert (default ~/.local/state/dam-expert), reserved with
+    O_EXCL under a name no other run can pick (time to the microsecond, process id, random suffix)."""
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dam-expert"
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = base / f"consult-{stamp}.json"
-    n = 1
-    while path.exists():
-        n += 1
-        path = base / f"consult-{stamp}-{n}.json"
-    return path
+    base.mkdir(parents=True, exist_ok=True)
+    while True:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        path = base / f"consult-{stamp}-{os.getpid()}-{secrets.token_hex(3)}.json"
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o600))
+        except FileExistsError:  # pragma: no cover - a clash of all three
+            continue
+        return path
 
 
 def save(consultation: Consultation, path: Path) -> None:
-    """Write the session atomically (a crash mid-write never leaves a truncated file)."""
+    """Write the session atomically and durably: a fresh temporary file beside it (O_EXCL, random name, so a
+    planted `<file>.tmp` symlink is never followed), fsync, then rename over the file."""
     from ..errors import ObservationError, Problem
 
+    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(consultation.to_json() + "\n", encoding="utf-8")
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(consultation.to_json() + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         raise ObservationError([Problem(str(path), f"cannot save the session: {exc.strerror}",
                                         "choose another file with --save FILE")]) from exc
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def interrupts_deferred(pending: bool = False) -> Iterator[None]:
+    """While an answer is recorded and saved, Ctrl-C waits: it takes effect (KeyboardInterrupt) right after, so an
+    answer the user submitted is never lost. `pending`: a Ctrl-C already arrived. Outside the main thread this only
+    honours `pending`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        if pending:
+            raise KeyboardInterrupt
+        return
+    arrived: list[int] = [signal.SIGINT] if pending else []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if arrived:
+        raise KeyboardInterrupt
+
+
+class TerminalReader:
+    """Lines typed at a terminal, read so that Ctrl-C never loses a line the user submitted.
+
+    A terminal throws typed input away on Ctrl-C, and Python's input() can be interrupted after it has read a line
+    but before it returns it, so "Enter, then Ctrl-C at once" could lose a submitted answer. Here the terminal's
+    flush is switched off (NOFLSH) while waiting, Ctrl-C only sets a flag, and the reader waits with select():
+    a complete line is read and returned (with the flag, so the caller records it and then stops); at an empty
+    prompt Ctrl-C interrupts within a tenth of a second, and whatever was half typed is discarded as usual.
+    Anything else (a pipe, another thread, no termios) reads with input()."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def read(self, prompt: str) -> tuple[str, bool]:
+        fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+        if fd is None or threading.current_thread() is not threading.main_thread():
+            return input(prompt), False
+        try:
+            import select
+            import termios
+        except ImportError:  # pragma: no cover - not a POSIX terminal
+            return input(prompt), False
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        arrived: list[int] = []
+        saved = termios.tcgetattr(fd)
+        changed = list(saved)
+        changed[3] = changed[3] | termios.NOFLSH
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, changed)
+            while b"\n" not in self.buffer:
+                ready, _, _ = select.select([fd], [], [], 0.1)
+                if ready:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:  # Ctrl-D at an empty prompt
+                        if self.buffer:
+                            break
+                        raise EOFError
+                    self.buffer += chunk
+                elif arrived:
+                    termios.tcflush(fd, termios.TCIFLUSH)
+                    raise KeyboardInterrupt
+        finally:
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+            signal.signal(signal.SIGINT, previous)
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode("utf-8", errors="replace").rstrip("\r"), bool(arrived)
 
 
 def load(path: Path) -> Consultation:
@@ -185,6 +274,8 @@ class _Session:
         self.path = path
         self.console = console
         self.interactive = interactive
+        self.interrupted = False  # Ctrl-C came while the last answer was being read
+        self.reader = TerminalReader()
 
     def say(self, text: str, style: str | None = None) -> None:
         self.console.print(text, style=style, markup=False, highlight=False, soft_wrap=not self.interactive)
@@ -207,7 +298,7 @@ class _Session:
 
     def ask(self, q: Question) -> str:
         """Read one line; EOFError and KeyboardInterrupt propagate to the caller."""
-        line = input("> ")
+        line, self.interrupted = self.reader.read("> ")
         if not self.interactive:
             self.say(line)
         return line
@@ -280,7 +371,9 @@ class _Session:
                 return "finished"
             self.show_question(q)
             while True:
-                outcome = self.handle(q, self.ask(q))
+                line = self.ask(q)
+                with interrupts_deferred(pending=self.interrupted):
+                    outcome = self.handle(q, line)
                 if outcome == "again":
                     continue
                 if outcome in ("quit", "done"):

@@ -1,0 +1,88 @@
+"""Consultation sessions under hostile conditions (issue 21): concurrent runs, Ctrl-C right after Enter, a planted
+symlink. No submitted answer is lost and no write follows a symlink the user did not name."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from expert import Consultation
+from expert.commands.consult import default_session_path, interrupts_deferred, save
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _state_env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "COLUMNS": "200"}
+
+
+def test_a_planted_tmp_symlink_is_never_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    session = tmp_path / "s.json"
+    for name in (session.name + ".tmp", f".{session.name}.tmp"):
+        (tmp_path / name).symlink_to(victim)
+    c = Consultation()
+    c.answer("workload", "training")
+    save(c, session)
+    assert victim.read_text() == "precious\n"
+    assert Consultation.from_json(session.read_text()).answers == {"workload": "training"}
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]
+
+
+def test_default_session_paths_never_collide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    with ThreadPoolExecutor(8) as pool:
+        paths = list(pool.map(lambda _: default_session_path(), range(400)))
+    assert len(set(paths)) == 400 and all(p.exists() for p in paths)
+
+
+def test_concurrent_consultations_keep_their_own_answers(tmp_path: Path) -> None:
+    env = _state_env(tmp_path)
+    jobs = ["training", "inference", "llm-decode", "llm-prefill"]
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "consult"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in jobs]
+    for proc, job in zip(procs, jobs, strict=True):
+        assert proc.stdin is not None
+        proc.stdin.write(f"{job}\nquit\n")
+        proc.stdin.close()
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    files = sorted((tmp_path / "state" / "dam-expert").glob("consult-*.json"))
+    assert len(files) == 4
+    kinds = sorted(Consultation.from_json(f.read_text()).answers.get("workload", "?") for f in files)
+    assert kinds == sorted(["training", "inference", "inference", "inference"])  # decode/prefill are inference
+
+
+def test_ctrl_c_while_an_answer_is_recorded_waits_until_it_is_saved(tmp_path: Path) -> None:
+    session = tmp_path / "s.json"
+    c = Consultation()
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
+        os.kill(os.getpid(), signal.SIGINT)  # arrives mid-recording
+        c.answer("workload", "training")
+        save(c, session)
+    assert Consultation.from_json(session.read_text()).answers == {"workload": "training"}
+
+
+def test_enter_then_ctrl_c_keeps_the_submitted_answer(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    env = _state_env(tmp_path)
+    for attempt in range(6):
+        session = tmp_path / f"s{attempt}.json"
+        child = pexpect.spawn(sys.executable, [str(ROOT / "cli.py"), "consult", "--save", str(session)],
+                              env=env, encoding="utf-8", timeout=60)
+        try:
+            child.expect("> ")
+            child.sendline("training")
+            child.sendintr()  # Ctrl-C in the same instant
+            child.expect(pexpect.EOF)
+        finally:
+            child.close()
+        answers = Consultation.from_json(session.read_text()).answers
+        assert answers == {"workload": "training"}, f"attempt {attempt}: {answers}"
