@@ -4,6 +4,7 @@ different value. Every case runs the real CLI in a subprocess with a time limit.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -85,3 +86,40 @@ def test_a_duplicate_key_in_a_rule_file_is_refused(tmp_path: Path) -> None:
     (rules / "r.yaml").write_text("schema_version: 1\nrules: []\nrules: []\n")
     result = _dam("diagnose", "--set", "gpu_util=50%", "--rules-dir", str(rules), cwd=tmp_path)
     assert result.returncode == 2 and "duplicate key 'rules'" in result.stderr and "Traceback" not in result.stderr
+
+
+HOSTILE_RULES = """schema_version: 1
+rules:
+  - id: team-hostile-text
+    title: "Title <img src=x onerror=alert(1)> [/x]"
+    source: "<script>alert(1)</script>"
+    rationale: r
+    severity: warning
+    when: {fact: gpu_util, lt: 0.5}
+    then: {finding: {id: hostile, message: "[/x] <script>alert(2)</script> [bold]loud[/bold]"}}
+"""
+
+
+def test_rule_text_is_text_in_every_format(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "team.yaml").write_text(HOSTILE_RULES)
+    base = ("diagnose", "--set", "gpu_util=40%", "--rules-dir", str(rules))
+    terminal = _dam(*base, cwd=tmp_path)
+    assert terminal.returncode == 0, terminal.stderr  # "[/x]" used to crash the terminal view (MarkupError)
+    assert "[/x]" in terminal.stdout and "[bold]loud[/bold]" in terminal.stdout
+    markdown = _dam(*base, "--format", "markdown", cwd=tmp_path)
+    assert markdown.returncode == 0, markdown.stderr
+    prose = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1$", "", markdown.stdout)  # code blocks show text as is
+    assert "<script>" not in prose and "<img" not in prose
+    assert "&lt;script>alert(2)" in prose
+    html = _dam(*base, "--export", "html", cwd=tmp_path)
+    assert html.returncode == 0, html.stderr
+    assert "<script>alert" not in html.stdout and "<img src=x" not in html.stdout
+
+
+def test_an_example_name_is_never_a_path(tmp_path: Path) -> None:
+    for name in ("/etc/passwd", "../examples/healthy_training", "healthy_training/../../x"):
+        result = _dam("diagnose", "--example", name, cwd=tmp_path)
+        assert result.returncode == 2 and "no such bundled example" in result.stderr
+        assert "root:" not in result.stdout

@@ -11,11 +11,12 @@ def example_path(name: str) -> Path:
     from ..errors import ObservationError, Problem
 
     directory = examples_dir()
-    for candidate in (directory / name, directory / f"{name}.yaml"):
-        if candidate.is_file():
-            return candidate
     names = sorted(p.stem for p in directory.glob("*.yaml"))
-    raise ObservationError([Problem(f"--example {name}", "no such bundled example", f"one of: {', '.join(names)}")])
+    stem = name.removesuffix(".yaml")
+    if stem in names:  # only a bundled example's own name: never a path (--example /etc/passwd)
+        return directory / f"{stem}.yaml"
+    raise ObservationError([Problem(f"--example {name}", "no such bundled example", f"one of: {', '.join(names)}")],
+                           title="unknown example")
 
 
 def parse_sets(pairs: list[str]) -> dict[str, str]:

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import re
+
 from ..explain import gain_text, why
 from ..model import Report
 from .graph import to_mermaid
 
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def _text(text: object) -> str:
+    """Text from the report as Markdown prose, with anything that could open an HTML tag escaped: rule files,
+    traces and observation files can put any string here (a `<script>` in a rule message stays text on every
+    renderer), while "x < 2" reads as written."""
+    return _TAG.sub("&lt;", str(text))
+
+
+def _fenced(text: str, info: str = "") -> list[str]:
+    """A code block whose fence is longer than any backtick run inside, so the content cannot close it early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text.rstrip("\n"), fence]
+
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", "<br>")
+    return _text(text).replace("|", "\\|").replace("\n", "<br>")
 
 
 def _fmt(value: object) -> str:
@@ -23,7 +41,7 @@ def _pct(value: float | None) -> str:
 
 def postmortem(report: Report, title: str | None = None) -> str:
     """The whole report as Markdown, with the provenance graph as a Mermaid diagram (renders on GitHub/GitLab)."""
-    lines = [f"# {title or 'Postmortem: why the job was slow (D·A·M diagnosis)'}", ""]
+    lines = [f"# {_text(title or 'Postmortem: why the job was slow (D·A·M diagnosis)')}", ""]
     lines += _verdict(report)
     lines += _evidence(report)
     lines += _iron_law(report)
@@ -91,9 +109,9 @@ def _findings(report: Report) -> list[str]:
     if not report.findings:
         return [*lines, "No finding on this evidence.", ""]
     for f in report.findings:
-        lines += [f"### {f.severity}: {f.title}", "", f"{f.message}", "",
-                  f"Rule `{f.rule_id}` — {f.source}", "", "Why (from the observations to the finding):", "", "```text",
-                  why(report, f"finding:{f.id}").text(), "```", ""]
+        lines += [f"### {f.severity}: {_text(f.title)}", "", _text(f.message), "",
+                  f"Rule `{f.rule_id}` — {_text(f.source)}", "", "Why (from the observations to the finding):", "",
+                  *_fenced(why(report, f"finding:{f.id}").text(), "text"), ""]
     return lines
 
 
@@ -138,8 +156,8 @@ def _measurements(report: Report) -> list[str]:
     if not report.next_measurements:
         lines.append("None suggested.")
     for m in report.next_measurements:
-        lines.append(f"- **{m.fact or m.axis + ' axis'}** with {m.tool}: `{m.how}` — {m.why}")
+        lines.append(f"- **{m.fact or m.axis + ' axis'}** with {_text(m.tool)}: `{m.how}` — {_text(m.why)}")
     if report.missing:
         lines += ["", "Missing evidence (would sharpen or decide the diagnosis):", ""]
-        lines += [f"- `{item.fact}`: {item.question} ({item.why})" for item in report.missing]
+        lines += [f"- `{item.fact}`: {_text(item.question)} ({_text(item.why)})" for item in report.missing]
     return [*lines, ""]

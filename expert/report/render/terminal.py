@@ -94,8 +94,9 @@ def findings_table(report: Report) -> Table | None:
     table.add_column("evidence")
     for f in report.findings:
         evidence = "\n".join(e.test for e in f.evidence)
-        table.add_row(Text(f.severity, style=_SEVERITY_STYLE[f.severity]), f"{f.message}\n[dim]{f.rule_id}[/dim]",
-                      evidence)
+        finding = Text(f.message)  # rule text is printed as text: "[/x]" in a message is not rich markup
+        finding.append(f"\n{f.rule_id}", style="dim")
+        table.add_row(Text(f.severity, style=_SEVERITY_STYLE[f.severity]), finding, Text(evidence))
     return table
 
 
@@ -109,7 +110,9 @@ def optimizations_table(report: Report) -> Table | None:
     table.add_column("max gain", justify="right")
     for i, rec in enumerate(report.recommended, 1):
         gain = f"≤ {rec.expected_gain.max_speedup:.2f}x" if rec.expected_gain else "unknown"
-        table.add_row(str(i), Text(rec.title, style="green"), f"{rec.why}\n[dim]{rec.how}[/dim]", gain)
+        why = Text(rec.why)
+        why.append(f"\n{rec.how}", style="dim")
+        table.add_row(str(i), Text(rec.title, style="green"), why, gain)
     for w in report.wasted:
         table.add_row("✗", Text(w.title, style="red strike"), Text(w.reason, style="red"), "wasted")
     return table
@@ -121,7 +124,7 @@ def scorecard_table(report: Report) -> Table:
         table.add_column(col)
     for row in report.scorecard:
         value = "?" if row.value is None else f"{row.value:.1%}"
-        table.add_row(row.axis, row.title, value, Text(row.band, style=_BAND_STYLE[row.band]), row.bands)
+        table.add_row(row.axis, Text(row.title), value, Text(row.band, style=_BAND_STYLE[row.band]), Text(row.bands))
     return table
 
 
@@ -132,7 +135,7 @@ def measurements_table(report: Report) -> Table | None:
     for col in ("fact", "tool", "how", "why"):
         table.add_column(col)
     for m in report.next_measurements:
-        table.add_row(m.fact or f"({m.axis} axis)", m.tool, m.how, m.why)
+        table.add_row(m.fact or f"({m.axis} axis)", Text(m.tool), Text(m.how), Text(m.why))
     return table
 
 
@@ -144,7 +147,7 @@ def missing_table(report: Report, limit: int = 8) -> Table | None:
     table.add_column("fact")
     table.add_column("question")
     for m in report.missing[:limit]:
-        table.add_row(m.fact, m.question)
+        table.add_row(m.fact, Text(m.question))
     if len(report.missing) > limit:
         table.caption = f"and {len(report.missing) - limit} more (see --format json)"
     return table
