@@ -8,6 +8,7 @@ Traversal
     ``ConditionVisitor[R]``  ``visit(node, *args)`` calls the hook for the node's type: ``fact``, ``all_of`` /
         ``any_of`` (both default to ``group``), ``not_of``, ``ref``, ``finding``; every hook defaults to ``default``,
         which raises TypeError. Subclasses override the hooks they need, with their own extra arguments.
+    ``LeafVisitor[T]``  yields from ``fact`` / ``finding`` / ``ref`` hooks for every leaf, in order, with its YAML path.
     ``children(node)``, ``walk(node)``, ``walk_paths(node, path)`` (with YAML paths; refs are not entered),
     ``fact_tests``, ``fact_tests_at``, ``finding_refs_at``, ``condition_refs_at``, ``conjunctions``,
     ``facts_used``, ``findings_used``, ``finding_uses`` and ``refs_used`` (through named conditions),
@@ -121,6 +122,31 @@ def walk_paths(node: Condition, path: YamlPath = ()) -> Iterator[tuple[Condition
             yield from walk_paths(child, (*path, "any", i))
     elif isinstance(node, NotOf):
         yield from walk_paths(node.not_, (*path, "not"))
+
+
+class LeafVisitor(ConditionVisitor[Iterator[T]]):
+    """Visits the leaves (fact tests, finding references, named-condition references) of a tree in order, each with
+    its YAML path; the `fact`, `finding` and `ref` hooks yield items (nothing unless overridden)."""
+
+    def leaves(self, node: Condition, path: YamlPath = ()) -> Iterator[T]:
+        return self.visit(node, path)
+
+    def fact(self, node: FactTest, path: YamlPath) -> Iterator[T]:
+        return iter(())
+
+    def finding(self, node: FindingRef, path: YamlPath) -> Iterator[T]:
+        return iter(())
+
+    def ref(self, node: ConditionRef, path: YamlPath) -> Iterator[T]:
+        return iter(())
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, path: YamlPath) -> Iterator[T]:
+        key = "all" if conjunctive else "any"
+        for i, child in enumerate(parts):
+            yield from self.visit(child, (*path, key, i))
+
+    def not_of(self, node: NotOf, path: YamlPath) -> Iterator[T]:
+        return self.visit(node.not_, (*path, "not"))
 
 
 def fact_tests(node: Condition) -> Iterator[FactTest]:
