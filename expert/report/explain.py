@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..derive.formulas import DERIVATIONS, derive
 from ..errors import ExpertError, ObservationError, Problem
+from ..rules.conclusions import describe_conclusions
 from ..rules.evaluate import LeafTrace, Outcome
 from .model import Candidate, GraphNode, NodeKind, Report, RuleEvaluation
 
@@ -634,21 +635,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _describe_then(ev: RuleEvaluation) -> str:
-    c = ev.concludes
-    parts = []
-    if c.finding:
-        parts.append(f"finding {c.finding}")
-    if c.bottleneck:
-        parts.append(f"bottleneck {c.bottleneck} ({c.strength})")
-    if c.axis:
-        parts.append(f"axis {c.axis}")
-    if c.recommend:
-        parts.append(f"recommend {', '.join(c.recommend)}")
-    if c.waste:
-        parts.append(f"waste {', '.join(c.waste)}")
-    if c.measure and not parts:
-        parts.append(f"measure {', '.join(c.measure)}")
-    return "; ".join(parts) or "nothing recorded"
+    return describe_conclusions(ev.concludes)
 
 
 def _why_not_regime(report: Report, regime: str, depth: int, seen: set[str]) -> WhyNot:

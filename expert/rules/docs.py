@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kb.knowledge import FactSpec, KnowledgeBase
+from .conclusions import DOCS, conclusion_phrases
 from .logic import OPERATORS, ConditionVisitor, findings_used, format_constant
 from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
 from .ruleset import LoadedRule, RuleSet
@@ -145,23 +146,8 @@ def _yaml_value(value: Any) -> str:
 
 
 def _concludes(lr: LoadedRule, kb: KnowledgeBase) -> list[str]:
-    then = lr.rule.then
-    out = []
-    if then.finding:
-        out.append(f"- finding `{then.finding.id}`: \"{then.finding.message}\"")
-    if then.bottleneck:
-        title = kb.regimes.regimes[then.bottleneck.regime].title if then.bottleneck.regime in kb.regimes.regimes \
-            else then.bottleneck.regime
-        out.append(f"- bottleneck **{then.bottleneck.regime}** ({title}), strength {then.bottleneck.strength}")
-    if then.axis:
-        out.append(f"- D·A·M axis **{then.axis.axis}**, strength {then.axis.strength}")
-    for rec in then.recommend:
-        out.append(f"- recommends `{rec.id}`: {rec.why}")
-    for w in then.waste:
-        out.append(f"- marks `{w.id}` wasted: {w.reason}")
-    if then.measure:
-        out.append("- asks to measure " + ", ".join(f"`{m}`" for m in then.measure))
-    return out
+    titles = {name: regime.title for name, regime in kb.regimes.regimes.items()}
+    return conclusion_phrases(lr.rule.then, DOCS, titles)
 
 
 def _relative(path: Path, roots: Iterable[Path]) -> str:
