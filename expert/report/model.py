@@ -293,7 +293,7 @@ class Report(_Model):
     def evaluation(self, rule_id: str) -> RuleEvaluation | None:
         return next((e for e in self.evaluations if e.rule_id == rule_id), None)
 
-    # ---- explanations (expert/explain.py) ----
+    # ---- explanations (expert/report/explain/) ----
 
     def why(self, conclusion_id: str) -> Why:
         """The chain from the observations through derivations and rules to a conclusion (finding, regime, ...)."""
