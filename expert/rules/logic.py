@@ -19,7 +19,8 @@ Three-valued (Kleene) logic
     (a planner's view of partial knowledge).
 Operators
     ``Operator``, ``OPERATORS`` (lt, le, gt, ge, eq, ne, in, not_in, known: symbol, words, negation), ``SYMBOLS``,
-    ``negate_op``, ``negate_test``, ``compare(op, value, constant)`` and ``comparator(op, constant)``.
+    ``ORDERED`` (the operators that compare numbers), ``negate_op``, ``negate_test``, ``compare(op, value, constant)``
+    and ``comparator(op, constant)`` (the same test built once, for compiled conditions).
 Negation normal form
     ``NnfFold[T]``: a fold that sees only leaves ``(fact, op, constant)``, findings ``(id, positive)``, ``conj`` and
     ``disj`` (``not`` pushed to the leaves); ``finding_branches(node, leaf, conj, disj)``: the condition as
@@ -29,7 +30,8 @@ Constraint boxes
     ``Span.narrow(op, constant, domain)`` (a span intersected with one test; None when empty), ``Span.contains``;
     ``Box`` (spans per fact plus findings), ``BoxAlgebra`` (a condition as a union of boxes, findings optionally
     expanded into the conditions of the rules concluding them), ``TooComplex``, ``Unresolvable``;
-    ``Witness``: fact constraints (``dict[str, Span]``) under which a condition is true, or false.
+    ``Witness``: fact constraints (``Constraints = dict[str, Span]``) under which a condition is true, or false;
+    hooks ``settled`` (a known fact's outcome), ``concluded`` and ``through`` (findings) adapt it to a planner.
 Formatting
     ``format_constant(value, precision)``, ``condition_text(node)``.
 """
@@ -49,6 +51,15 @@ Value = int | float | str
 YamlPath = tuple[str | int, ...]
 R = TypeVar("R")
 T = TypeVar("T")
+
+__all__ = [
+    "FLIP", "OPERATORS", "ORDERED", "OUTCOMES", "SYMBOLS", "Box", "BoxAlgebra", "ConditionVisitor", "Constraints",
+    "FindingBranch", "LeafVisitor", "NnfFold", "Operator", "Outcome", "Span", "TooComplex", "Unresolvable", "Value",
+    "Witness", "YamlPath", "and3", "children", "comparator", "compare", "condition_refs_at", "condition_text",
+    "conjunctions", "fact_tests", "fact_tests_at", "facts_used", "finding_branches", "finding_refs_at",
+    "finding_uses", "findings_used", "format_constant", "kleene_and", "kleene_not", "kleene_or", "negate_op",
+    "negate_test", "or3", "possible", "refs_used", "resolve", "span_of", "walk", "walk_paths",
+]
 
 # ---- traversal ----------------------------------------------------------------------------------------------------
 
