@@ -13,6 +13,7 @@ from typing import Literal
 
 from .logic import (
     FLIP,
+    NEGATION,
     SYMBOLS,
     ConditionVisitor,
     Outcome,
@@ -61,7 +62,7 @@ class LeafTrace:
         if self.op == "known":
             want = bool(self.threshold) != self.negated
             return f"{self.name} {'is known' if want else 'is unknown'}"
-        op = SYMBOLS[negate_op(self.op) if self.negated else self.op]
+        op = SYMBOLS[NEGATION[self.op] if self.negated else self.op]
         return f"{self.name} {format_constant(self.value)} {op} {format_constant(self.threshold)}"
 
     def describe(self) -> str:

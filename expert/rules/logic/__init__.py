@@ -21,8 +21,9 @@ Three-valued (Kleene) logic
     (a planner's view of partial knowledge).
 Operators
     ``Operator``, ``OPERATORS`` (lt, le, gt, ge, eq, ne, in, not_in, known: symbol, words, negation), ``SYMBOLS``,
-    ``ORDERED`` (the operators that compare numbers), ``negate_op``, ``negate_test``, ``compare(op, value, constant)``
-    and ``comparator(op, constant)`` (the same test built once, for compiled conditions).
+    ``NEGATION`` (op -> its negation), ``ORDERED`` (the operators that compare numbers), ``negate_op``,
+    ``negate_test``, ``compare(op, value, constant)`` and ``comparator(op, constant)`` (the same test built once,
+    for compiled conditions).
 Negation normal form
     ``NnfFold[T]``: a fold that sees only leaves ``(fact, op, constant)``, findings ``(id, positive)``, ``conj`` and
     ``disj`` (``not`` pushed to the leaves); ``finding_branches(node, leaf, conj, disj)``: the condition as
@@ -63,6 +64,7 @@ from ._tree import (
 )
 from ._values import (
     FLIP,
+    NEGATION,
     OPERATORS,
     ORDERED,
     OUTCOMES,
@@ -84,10 +86,10 @@ from ._values import (
 )
 
 __all__ = [
-    "FLIP", "OPERATORS", "ORDERED", "OUTCOMES", "SYMBOLS", "Box", "BoxAlgebra", "ConditionVisitor", "Constraints",
-    "FindingBranch", "LeafVisitor", "NnfFold", "Operator", "Outcome", "Span", "TooComplex", "Unresolvable", "Value",
-    "Witness", "YamlPath", "and3", "children", "comparator", "compare", "condition_refs_at", "condition_text",
-    "conjunctions", "fact_tests", "fact_tests_at", "facts_used", "finding_branches", "finding_refs_at",
-    "finding_uses", "findings_used", "format_constant", "kleene_and", "kleene_not", "kleene_or", "negate_op",
-    "negate_test", "or3", "possible", "refs_used", "resolve", "span_of", "walk", "walk_paths",
+    "FLIP", "NEGATION", "OPERATORS", "ORDERED", "OUTCOMES", "SYMBOLS", "Box", "BoxAlgebra", "ConditionVisitor",
+    "Constraints", "FindingBranch", "LeafVisitor", "NnfFold", "Operator", "Outcome", "Span", "TooComplex",
+    "Unresolvable", "Value", "Witness", "YamlPath", "and3", "children", "comparator", "compare", "condition_refs_at",
+    "condition_text", "conjunctions", "fact_tests", "fact_tests_at", "facts_used", "finding_branches",
+    "finding_refs_at", "finding_uses", "findings_used", "format_constant", "kleene_and", "kleene_not", "kleene_or",
+    "negate_op", "negate_test", "or3", "possible", "refs_used", "resolve", "span_of", "walk", "walk_paths",
 ]

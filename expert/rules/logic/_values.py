@@ -102,6 +102,7 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in (
 )}
 assert tuple(OPERATORS)[:len(OPS)] == OPS, "the operator table follows the schema's operators"
 SYMBOLS: dict[str, str] = {name: OPERATORS[name].symbol for name in OPS}
+NEGATION: dict[str, str] = {name: op.negation for name, op in OPERATORS.items()}  # negate_op as a table
 ORDERED = frozenset(name for name, op in OPERATORS.items() if op.ordered)
 
 
@@ -166,7 +167,7 @@ def comparator(op: str, constant: object) -> Callable[[Value], bool]:
 def format_constant(value: object, precision: int = 4) -> str:
     """A constant or value as text: floats to `precision` significant digits, lists bracketed, None as unknown."""
     if isinstance(value, float):
-        return f"{value:.{precision}g}"
+        return f"{value:.4g}" if precision == 4 else f"{value:.{precision}g}"  # the common case, without a nested spec
     if isinstance(value, list):
         return "[" + ", ".join(format_constant(v, precision) for v in value) + "]"
     return "unknown" if value is None else str(value)
