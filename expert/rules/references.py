@@ -8,7 +8,6 @@ either is None where only the other reports it.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -31,6 +30,8 @@ class ReferenceProblem:
 
 def suggest(name: str, choices: Iterable[str]) -> str:
     """ "did you mean ...?" for close matches, or ""."""
+    import difflib
+
     close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
     return f"did you mean {', '.join(close)}?" if close else ""
 

@@ -41,8 +41,9 @@ Formatting
 
 from __future__ import annotations
 
-from ._boxes import Box, BoxAlgebra, Constraints, Span, TooComplex, Unresolvable, Witness, span_of
-from ._nnf import FindingBranch, NnfFold, finding_branches
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._tree import (
     ConditionVisitor,
     LeafVisitor,
@@ -84,6 +85,29 @@ from ._values import (
     or3,
     possible,
 )
+
+if TYPE_CHECKING:
+    from ._boxes import Box, BoxAlgebra, Constraints, Span, TooComplex, Unresolvable, Witness, span_of
+    from ._nnf import FindingBranch, NnfFold, finding_branches
+
+# normal forms and boxes load on first use: diagnosing with the pure engine needs neither
+_LAZY = {**dict.fromkeys(("Box", "BoxAlgebra", "Constraints", "Span", "TooComplex", "Unresolvable", "Witness",
+                          "span_of"), "._boxes"),
+         **dict.fromkeys(("FindingBranch", "NnfFold", "finding_branches"), "._nnf")}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "FLIP", "NEGATION", "OPERATORS", "ORDERED", "OUTCOMES", "SYMBOLS", "Box", "BoxAlgebra", "ConditionVisitor",
