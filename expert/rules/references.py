@@ -9,15 +9,14 @@ either is None where only the other reports it.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..kb.knowledge import KnowledgeBase
 from .logic import ORDERED, LeafVisitor, YamlPath
 from .model import Condition, FactTest, FindingRef, RegimeTable, Then
 
 
-@dataclass(frozen=True)
-class ReferenceProblem:
+class ReferenceProblem(NamedTuple):
     """One unknown name (or contradiction), located by a YAML path relative to what was checked."""
 
     lint: str  # DAM004, DAM005, DAM008, DAM009 or DAM010

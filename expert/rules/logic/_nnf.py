@@ -74,13 +74,14 @@ class FindingBranch(Generic[T]):
     neg: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Part(Generic[T]):
-    expr: T | None  # the folded expression of a fact-only part
-    branches: list[FindingBranch[T]]  # the alternatives of a part that reads findings
+# a part of a condition, folded: (the expression of a fact-only part, None) or (None, the alternatives of a part
+# that reads findings)
+_Part = tuple[T | None, list[FindingBranch[T]]]
 
-    def alternatives(self) -> list[FindingBranch[T]]:
-        return self.branches if self.expr is None else [FindingBranch([self.expr])]
+
+def _alternatives(part: _Part[T]) -> list[FindingBranch[T]]:
+    expr, branches = part
+    return branches if expr is None else [FindingBranch([expr])]
 
 
 class _Branches(NnfFold[_Part[T]]):
@@ -89,30 +90,30 @@ class _Branches(NnfFold[_Part[T]]):
         self.on_leaf, self.on_conj, self.on_disj = leaf, conj, disj
 
     def leaf(self, fact: str, op: str, constant: Any) -> _Part[T]:
-        return _Part(self.on_leaf(fact, op, constant), [])
+        return self.on_leaf(fact, op, constant), []
 
     def found(self, finding: str, positive: bool) -> _Part[T]:
-        return _Part(None, [FindingBranch(pos=[finding]) if positive else FindingBranch(neg=[finding])])
+        return None, [FindingBranch(pos=[finding]) if positive else FindingBranch(neg=[finding])]
 
     def _fact_only(self, parts: list[_Part[T]]) -> list[T] | None:
-        exprs = [p.expr for p in parts]
+        exprs = [p[0] for p in parts]
         return None if any(e is None for e in exprs) else exprs  # type: ignore[return-value]
 
     def conj(self, parts: list[_Part[T]]) -> _Part[T]:
         exprs = self._fact_only(parts)
         if exprs is not None:
-            return _Part(self.on_conj(exprs), [])
+            return self.on_conj(exprs), []
         branches: list[FindingBranch[T]] = [FindingBranch()]
         for part in parts:
             branches = [FindingBranch(a.facts + b.facts, a.pos + b.pos, a.neg + b.neg)
-                        for a in branches for b in part.alternatives()]
-        return _Part(None, branches)
+                        for a in branches for b in _alternatives(part)]
+        return None, branches
 
     def disj(self, parts: list[_Part[T]]) -> _Part[T]:
         exprs = self._fact_only(parts)
         if exprs is not None:
-            return _Part(self.on_disj(exprs), [])
-        return _Part(None, [b for part in parts for b in part.alternatives()])
+            return self.on_disj(exprs), []
+        return None, [b for part in parts for b in _alternatives(part)]
 
 
 def finding_branches(node: Condition, leaf: Callable[[str, str, Any], T], conj: Callable[[list[T]], T],
@@ -120,4 +121,4 @@ def finding_branches(node: Condition, leaf: Callable[[str, str, Any], T], conj: 
     """A resolved condition as alternative branches (disjunctive normal form over its findings only): each branch
     holds fact-only sub-expressions, in negation normal form folded with `leaf`/`conj`/`disj`, and the findings it
     needs concluded or absent. A condition that reads no finding is one branch of one expression."""
-    return _Branches(leaf, conj, disj).fold(node).alternatives()
+    return _alternatives(_Branches(leaf, conj, disj).fold(node))

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..model import OPS, AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
 from ._tree import ConditionVisitor, Value
@@ -77,8 +76,7 @@ def possible(node: Condition, fact: Callable[[FactTest], frozenset[Outcome]],
 # ---- operators ----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Operator:
+class Operator(NamedTuple):
     """One operator of a fact test: its symbol, its words, and the operator true exactly when it is false."""
 
     name: str
