@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EngineError
-from ..rules.logic import facts_used
-from ..rules.model import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
+from ..rules.logic import facts_used, finding_branches
 from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
 
@@ -44,66 +43,8 @@ def available() -> tuple[bool, str | None]:
 
 
 # ---- compiling conditions -----------------------------------------------------------------------------------------
-# Negation normal form: ("leaf", fact, op, constant) | ("find", id, positive) | ("and", [..]) | ("or", [..])
-
-_NEG_OP = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq", "in": "not_in", "not_in": "in"}
-NNF = tuple[Any, ...]
-
-
-def _nnf(node: Condition, negated: bool = False) -> NNF:
-    if isinstance(node, FactTest):
-        leaves: list[NNF] = []
-        if node.known is not None:
-            leaves.append(("leaf", node.fact, "known", node.known != negated))
-        for op, constant in node.ops():
-            leaves.append(("leaf", node.fact, _NEG_OP[op] if negated else op, constant))
-        if len(leaves) == 1:
-            return leaves[0]
-        return ("or" if negated else "and", leaves)
-    if isinstance(node, FindingRef):
-        return ("find", node.finding, not negated)
-    if isinstance(node, AllOf):
-        return ("or" if negated else "and", [_nnf(c, negated) for c in node.all])
-    if isinstance(node, AnyOf):
-        return ("and" if negated else "or", [_nnf(c, negated) for c in node.any])
-    if isinstance(node, NotOf):
-        return _nnf(node.not_, not negated)
-    raise TypeError(f"unresolved condition node {node!r}")
-
-
-def _obs_only(n: NNF) -> bool:
-    if n[0] == "leaf":
-        return True
-    if n[0] == "find":
-        return False
-    return all(_obs_only(c) for c in n[1])
-
-
-@dataclass
-class _Branch:
-    obs: list[NNF] = field(default_factory=list)
-    pos: list[str] = field(default_factory=list)
-    neg: list[str] = field(default_factory=list)
-
-
-def _dnf(n: NNF) -> list[_Branch]:
-    """Split a condition into alternative branches: an observation expression plus finding joins."""
-    if _obs_only(n):
-        return [_Branch(obs=[n])]
-    if n[0] == "find":
-        return [_Branch(pos=[n[1]])] if n[2] else [_Branch(neg=[n[1]])]
-    if n[0] == "or":
-        return [b for c in n[1] for b in _dnf(c)]
-    branches = [_Branch()]
-    for child in n[1]:
-        branches = [
-            # one finding fact joins once: durable-rules matches each pattern of a rule against a *distinct* fact,
-            # so a finding named twice in one conjunction would need two copies of it and never match
-            _Branch(a.obs + b.obs, list(dict.fromkeys(a.pos + b.pos)), list(dict.fromkeys(a.neg + b.neg)))
-            for a in branches for b in _dnf(child)
-        ]
-    return [b for b in branches if not set(b.pos) & set(b.neg)]  # "f and not f" can never hold
-
+# Each rule becomes one durable-rules rule per alternative branch of its condition (rules.logic.finding_branches):
+# a pattern on the observation fact (the fact-only parts, in negation normal form) plus joins on finding facts.
 
 def durable_number(value: float | int) -> float | int:
     """Make a number durable-rules' JSON parser accepts (it needs a fraction before an exponent)."""
@@ -124,12 +65,7 @@ def _const(value: Any) -> Any:
     return value if isinstance(value, str) else durable_number(value)
 
 
-def _expr(n: NNF) -> dict[str, Any]:
-    if n[0] == "and":
-        return {"$and": [_expr(c) for c in n[1]]}
-    if n[0] == "or":
-        return {"$or": [_expr(c) for c in n[1]]}
-    _, fact, op, constant = n
+def _leaf(fact: str, op: str, constant: Any) -> dict[str, Any]:
     exists = {"$ex": {fact: 1}}
     if op == "known":
         return exists if constant else {"$nex": {fact: 1}}
@@ -143,6 +79,14 @@ def _expr(n: NNF) -> dict[str, Any]:
         return {"$and": [exists, *({"$neq": {fact: _const(v)}} for v in constant)]}
     dr_op = {"lt": "$lt", "le": "$lte", "gt": "$gt", "ge": "$gte"}[op]
     return {dr_op: {fact: _const(constant)}}
+
+
+def _and(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"$and": parts}
+
+
+def _or(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"$or": parts}
 
 
 class _QuietHost(_dr.Host if _dr is not None else object):  # type: ignore[misc]
@@ -187,11 +131,11 @@ class DurableEngine:
         for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
             finding = lr.rule.then.finding.id if lr.rule.then.finding else None
             action = self._action(lr.id, finding, assert_back=finding in consumed)
-            for k, branch in enumerate(_dnf(_nnf(lr.condition))):
+            for k, branch in enumerate(finding_branches(lr.condition, _leaf, _and, _or)):
                 patterns: list[dict[str, Any]] = []
                 if lr.stratum > 0 and branch.neg:
                     patterns.append({"ph": {"$and": [{"t": "phase"}, {"n": lr.stratum}]}})
-                obs = [{"t": "obs"}, *(_expr(n) for n in branch.obs)]
+                obs = [{"t": "obs"}, *branch.facts]
                 patterns.append({"o": {"$and": obs}})
                 for j, fid in enumerate(branch.pos):
                     patterns.append({f"f{j}": {"$and": [{"t": "finding"}, {"id": fid}]}})

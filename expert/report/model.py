@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,14 +14,40 @@ from ..observations.normalise import Observation
 from ..rules.evaluate import LeafTrace, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import networkx as nx
 
     from ..expert import Expert
     from .explain import Counterfactuals, How, WhatIf, Why, WhyNot
 
 Value = int | float | str
+
+
+class Explanations(NamedTuple):
+    """The functions behind Report.why / how / why_not / what_if / counterfactuals. The explanations sit above this
+    model in the layering (they read reports; what-ifs re-diagnose), so they are bound here by the expert.report
+    package when it is imported (always, before this module) instead of being imported from below."""
+
+    why: Callable[[Report, str], Why]
+    how: Callable[[Report, str], How]
+    why_not: Callable[[Report, str], WhyNot]
+    what_if: Callable[[Report, Mapping[str, Any], Expert | None], WhatIf]
+    counterfactuals: Callable[[Report, Expert | None, int | None], Counterfactuals]
+
+
+_bound: list[Explanations] = []
+
+
+def bind_explanations(explanations: Explanations) -> None:
+    """Set the implementation of the Report's explanation methods (called once, by expert/report/__init__.py)."""
+    _bound[:] = [explanations]
+
+
+def _explanations() -> Explanations:
+    if not _bound:  # pragma: no cover - expert/report/__init__.py binds them before this module is usable
+        raise RuntimeError("the report explanations are not bound: import expert.report")
+    return _bound[0]
+
+
 Band = Literal["fail", "marginal", "pass", "n/a"]
 NodeKind = Literal["observation", "derived", "rule", "finding", "bottleneck", "recommendation", "wasted", "measurement"]
 EdgeRelation = Literal["used", "derived-from", "concluded", "ruled-out", "needs"]
@@ -293,34 +320,24 @@ class Report(_Model):
     def evaluation(self, rule_id: str) -> RuleEvaluation | None:
         return next((e for e in self.evaluations if e.rule_id == rule_id), None)
 
-    # ---- explanations (expert/explain.py) ----
+    # ---- explanations: implemented in expert/report/explain/, bound by the expert.report package on import ----
 
     def why(self, conclusion_id: str) -> Why:
         """The chain from the observations through derivations and rules to a conclusion (finding, regime, ...)."""
-        from .explain import why
-
-        return why(self, conclusion_id)
+        return _explanations().why(self, conclusion_id)
 
     def how(self, fact_name: str) -> How:
         """How a fact got its value: observation source, or formula, inputs and hardware figures."""
-        from .explain import how
-
-        return how(self, fact_name)
+        return _explanations().how(self, fact_name)
 
     def why_not(self, ident: str) -> WhyNot:
         """Why a bottleneck, finding, optimization or rule was not concluded, rule by rule."""
-        from .explain import why_not
-
-        return why_not(self, ident)
+        return _explanations().why_not(self, ident)
 
     def what_if(self, changes: Mapping[str, Any], expert: Expert | None = None) -> WhatIf:
         """Re-diagnose with some facts changed and return the differences."""
-        from .explain import what_if
-
-        return what_if(self, changes, expert)
+        return _explanations().what_if(self, changes, expert)
 
     def counterfactuals(self, expert: Expert | None = None, limit: int | None = None) -> Counterfactuals:
         """The smallest single-fact changes that flip the verdict, each verified by re-diagnosis."""
-        from .explain import counterfactuals
-
-        return counterfactuals(self, expert, limit)
+        return _explanations().counterfactuals(self, expert, limit)

@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from ..kb.knowledge import FactSpec, KnowledgeBase
+from .conclusions import DOCS, conclusion_phrases
+from .logic import OPERATORS, ConditionVisitor, findings_used, format_constant
 from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
 from .ruleset import LoadedRule, RuleSet
 from .testing import RuleTestCase, RuleTestFile
 
-_WORDS = {"lt": "is below", "le": "is at most", "gt": "is above", "ge": "is at least", "eq": "is", "ne": "is not",
-          "in": "is one of", "not_in": "is none of"}
 GENERATED_BY = "dam rules docs --output docs/rules.md"
 
 
 def _number(value: float) -> str:
-    return f"{value:g}"
+    return format_constant(float(value), 6)
 
 
 def value_text(spec: FactSpec | None, value: Any) -> str:
@@ -43,51 +43,74 @@ def leaf_text(node: FactTest, kb: KnowledgeBase) -> str:
     parts = []
     if node.known is not None:
         parts.append("is known" if node.known else "is not known (not measured)")
-    parts += [f"{_WORDS[op]} {value_text(spec, value)}" for op, value in node.ops()]
+    parts += [f"{OPERATORS[op].words} {value_text(spec, value)}" for op, value in node.ops()]
     return f"`{node.fact}` " + " and ".join(parts)
 
 
-class _Describer:
+class _Describer(ConditionVisitor[list[str]]):
+    """Markdown list lines for a condition, one item per node, named conditions expanded with their description."""
+
     def __init__(self, kb: KnowledgeBase, ruleset: RuleSet) -> None:
         self.kb = kb
         self.ruleset = ruleset
 
     def lines(self, node: Condition, depth: int = 0) -> list[str]:
-        pad = "  " * depth
-        if isinstance(node, FactTest):
-            return [f"{pad}- {leaf_text(node, self.kb)}"]
-        if isinstance(node, FindingRef):
-            producers = self.ruleset.producers.get(node.finding, [])
-            by = f" (by {', '.join(f'`{p}`' for p in producers)})" if producers else ""
-            return [f"{pad}- the finding `{node.finding}` was concluded{by}"]
-        if isinstance(node, ConditionRef):
-            named = self.ruleset.conditions.get(node.ref)
-            if named is None:
-                return [f"{pad}- the named condition `{node.ref}`"]
-            inner = named[1].when
-            head = f"{pad}- `{node.ref}` — {named[1].description.rstrip('.')}"
-            if isinstance(inner, FactTest):
-                return [f"{head}: {leaf_text(inner, self.kb)}"]
-            if isinstance(inner, (AllOf, AnyOf)):
-                word = "all" if isinstance(inner, AllOf) else "any"
-                children = inner.all if isinstance(inner, AllOf) else inner.any
-                return [f"{head}; {word} of:", *[x for c in children for x in self.lines(c, depth + 1)]]
-            return [f"{head}:", *self.lines(inner, depth + 1)]
-        if isinstance(node, NotOf):
-            return [f"{pad}- not:", *self.lines(node.not_, depth + 1)]
-        if isinstance(node, AllOf):
-            return [f"{pad}- all of:", *[x for c in node.all for x in self.lines(c, depth + 1)]]
-        if isinstance(node, AnyOf):
-            return [f"{pad}- any of:", *[x for c in node.any for x in self.lines(c, depth + 1)]]
-        raise TypeError(f"not a condition: {node!r}")
+        return self.visit(node, depth)
+
+    def fact(self, node: FactTest, depth: int) -> list[str]:
+        return [f"{'  ' * depth}- {leaf_text(node, self.kb)}"]
+
+    def finding(self, node: FindingRef, depth: int) -> list[str]:
+        producers = self.ruleset.producers.get(node.finding, [])
+        by = f" (by {', '.join(f'`{p}`' for p in producers)})" if producers else ""
+        return [f"{'  ' * depth}- the finding `{node.finding}` was concluded{by}"]
+
+    def ref(self, node: ConditionRef, depth: int) -> list[str]:
+        named = self.ruleset.conditions.get(node.ref)
+        if named is None:
+            return [f"{'  ' * depth}- the named condition `{node.ref}`"]
+        head = f"{'  ' * depth}- `{node.ref}` — {named[1].description.rstrip('.')}"
+        return _NamedBody(self, head).visit(named[1].when, depth)
+
+    def not_of(self, node: NotOf, depth: int) -> list[str]:
+        return [f"{'  ' * depth}- not:", *self.lines(node.not_, depth + 1)]
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, depth: int) -> list[str]:
+        head = "all of:" if conjunctive else "any of:"
+        return [f"{'  ' * depth}- {head}", *[x for c in parts for x in self.lines(c, depth + 1)]]
 
     def top(self, node: Condition) -> list[str]:
         """The rule's condition: a top-level `all` as a flat list ("all of these hold")."""
-        if isinstance(node, AllOf):
-            return ["All of these hold:", "", *[x for c in node.all for x in self.lines(c)]]
-        if isinstance(node, AnyOf):
-            return ["Any of these holds:", "", *[x for c in node.any for x in self.lines(c)]]
-        return ["When:", "", *self.lines(node)]
+        return _Top(self).visit(node)
+
+
+class _NamedBody(ConditionVisitor[list[str]]):
+    """A named condition after its head: a fact test on the same line, the parts of an `all`/`any` below it."""
+
+    def __init__(self, describer: _Describer, head: str) -> None:
+        self.describer, self.head = describer, head
+
+    def fact(self, node: FactTest, depth: int) -> list[str]:
+        return [f"{self.head}: {leaf_text(node, self.describer.kb)}"]
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, depth: int) -> list[str]:
+        word = "all" if conjunctive else "any"
+        return [f"{self.head}; {word} of:", *[x for c in parts for x in self.describer.lines(c, depth + 1)]]
+
+    def default(self, node: Condition, depth: int) -> list[str]:
+        return [f"{self.head}:", *self.describer.lines(node, depth + 1)]
+
+
+class _Top(ConditionVisitor[list[str]]):
+    def __init__(self, describer: _Describer) -> None:
+        self.describer = describer
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool) -> list[str]:
+        head = "All of these hold:" if conjunctive else "Any of these holds:"
+        return [head, "", *[x for c in parts for x in self.describer.lines(c)]]
+
+    def default(self, node: Condition) -> list[str]:
+        return ["When:", "", *self.describer.lines(node)]
 
 
 def describe_condition(node: Condition, kb: KnowledgeBase, ruleset: RuleSet) -> list[str]:
@@ -111,8 +134,6 @@ def firing_example(rule_id: str, cases: list[tuple[Path, RuleTestCase]]) -> Rule
 
 def consumers(ruleset: RuleSet, finding: str) -> list[str]:
     """Rules whose condition reads a finding."""
-    from .logic import findings_used
-
     return sorted(lr.id for lr in ruleset.rules.values() if finding in set().union(*findings_used(lr.condition)))
 
 
@@ -125,23 +146,8 @@ def _yaml_value(value: Any) -> str:
 
 
 def _concludes(lr: LoadedRule, kb: KnowledgeBase) -> list[str]:
-    then = lr.rule.then
-    out = []
-    if then.finding:
-        out.append(f"- finding `{then.finding.id}`: \"{then.finding.message}\"")
-    if then.bottleneck:
-        title = kb.regimes.regimes[then.bottleneck.regime].title if then.bottleneck.regime in kb.regimes.regimes \
-            else then.bottleneck.regime
-        out.append(f"- bottleneck **{then.bottleneck.regime}** ({title}), strength {then.bottleneck.strength}")
-    if then.axis:
-        out.append(f"- D·A·M axis **{then.axis.axis}**, strength {then.axis.strength}")
-    for rec in then.recommend:
-        out.append(f"- recommends `{rec.id}`: {rec.why}")
-    for w in then.waste:
-        out.append(f"- marks `{w.id}` wasted: {w.reason}")
-    if then.measure:
-        out.append("- asks to measure " + ", ".join(f"`{m}`" for m in then.measure))
-    return out
+    titles = {name: regime.title for name, regime in kb.regimes.regimes.items()}
+    return conclusion_phrases(lr.rule.then, DOCS, titles)
 
 
 def _relative(path: Path, roots: Iterable[Path]) -> str:

@@ -11,13 +11,23 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from .model import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
+from .logic import (
+    FLIP,
+    NEGATION,
+    SYMBOLS,
+    ConditionVisitor,
+    Outcome,
+    comparator,
+    compare,
+    format_constant,
+    kleene_and,
+    kleene_or,
+    negate_op,
+)
+from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
 
-Outcome = Literal["true", "false", "unknown"]
 Value = int | float | str
-
-_SYMBOL = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "in": "in", "not_in": "not in"}
-_NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq", "in": "not_in", "not_in": "in"}
+__all__ = ["Evaluator", "LeafTrace", "Outcome", "Value", "compile_condition", "evaluate", "negate_op"]
 
 
 @dataclass
@@ -52,9 +62,8 @@ class LeafTrace:
         if self.op == "known":
             want = bool(self.threshold) != self.negated
             return f"{self.name} {'is known' if want else 'is unknown'}"
-        op = _SYMBOL[_NEGATED[self.op] if self.negated else self.op]
-        shown = "unknown" if self.value is None else _fmt(self.value)
-        return f"{self.name} {shown} {op} {_fmt(self.threshold)}"
+        op = SYMBOLS[NEGATION[self.op] if self.negated else self.op]
+        return f"{self.name} {format_constant(self.value)} {op} {format_constant(self.threshold)}"
 
     def describe(self) -> str:
         """The comparison and whether it held: "gpu_util 0.55 < 0.8 (holds)"."""
@@ -62,42 +71,50 @@ class LeafTrace:
         return f"{self.comparison()} ({state})"
 
 
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
+class _Interpreter(ConditionVisitor[Outcome]):
+    """Evaluates a resolved condition node by node; appends every leaf to `trace` when one is given."""
+
+    def fact(self, node: FactTest, facts: Mapping[str, Value], findings: Collection[str],
+             trace: list[LeafTrace] | None, negated: bool) -> Outcome:
+        value = facts.get(node.fact)
+        results: list[Outcome] = []
+        if node.known is not None:
+            present = value is not None
+            outcome: Outcome = "true" if present == node.known else "false"
+            results.append(outcome)
+            if trace is not None:
+                trace.append(LeafTrace(kind="fact", name=node.fact, op="known", threshold=node.known,
+                                       value=value, outcome=outcome, negated=negated))
+        for op, constant in node.ops():
+            outcome = "unknown" if value is None else ("true" if compare(op, value, constant) else "false")
+            results.append(outcome)
+            if trace is not None:
+                trace.append(LeafTrace(kind="fact", name=node.fact, op=op, threshold=constant,
+                                       value=value, outcome=outcome, negated=negated))
+        return kleene_and(results)
+
+    def finding(self, node: FindingRef, facts: Mapping[str, Value], findings: Collection[str],
+                trace: list[LeafTrace] | None, negated: bool) -> Outcome:
+        outcome: Outcome = "true" if node.finding in findings else "false"
+        if trace is not None:
+            trace.append(LeafTrace(kind="finding", name=node.finding, op="concluded", threshold=None,
+                                   value=None, outcome=outcome, negated=negated))
+        return outcome
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, facts: Mapping[str, Value],
+              findings: Collection[str], trace: list[LeafTrace] | None, negated: bool) -> Outcome:
+        outcomes = [self.visit(c, facts, findings, trace, negated) for c in parts]
+        return kleene_and(outcomes) if conjunctive else kleene_or(outcomes)
+
+    def not_of(self, node: NotOf, facts: Mapping[str, Value], findings: Collection[str],
+               trace: list[LeafTrace] | None, negated: bool) -> Outcome:
+        return FLIP[self.visit(node.not_, facts, findings, trace, not negated)]
+
+    def ref(self, node: ConditionRef, *args: object, **kwargs: object) -> Outcome:
+        raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time
 
 
-def _compare(op: str, value: Value, constant: object) -> bool:
-    if op in ("in", "not_in"):
-        inside = value in constant  # type: ignore[operator]
-        return inside if op == "in" else not inside
-    if op == "eq":
-        return value == constant
-    if op == "ne":
-        return value != constant
-    if isinstance(value, str) or isinstance(constant, str):
-        return False
-    number = float(value)
-    limit = float(constant)  # type: ignore[arg-type]
-    return {"lt": number < limit, "le": number <= limit, "gt": number > limit, "ge": number >= limit}[op]
-
-
-def _and(outcomes: list[Outcome]) -> Outcome:
-    if "false" in outcomes:
-        return "false"
-    return "unknown" if "unknown" in outcomes else "true"
-
-
-def _or(outcomes: list[Outcome]) -> Outcome:
-    if "true" in outcomes:
-        return "true"
-    return "unknown" if "unknown" in outcomes else "false"
-
-
-_FLIP: dict[Outcome, Outcome] = {"true": "false", "false": "true", "unknown": "unknown"}
+_INTERPRETER = _Interpreter()
 
 
 def evaluate(
@@ -108,74 +125,19 @@ def evaluate(
     negated: bool = False,
 ) -> Outcome:
     """Evaluate a resolved condition; when `trace` is given, append every leaf (no short-circuit)."""
-    if isinstance(node, FactTest):
-        value = facts.get(node.fact)
-        results: list[Outcome] = []
-        if node.known is not None:
-            present = value is not None
-            outcome: Outcome = "true" if present == node.known else "false"
-            results.append(outcome)
-            if trace is not None:
-                trace.append(LeafTrace(kind="fact", name=node.fact, op="known", threshold=node.known,
-                                                       value=value, outcome=outcome, negated=negated))
-        for op, constant in node.ops():
-            outcome = "unknown" if value is None else ("true" if _compare(op, value, constant) else "false")
-            results.append(outcome)
-            if trace is not None:
-                trace.append(LeafTrace(kind="fact", name=node.fact, op=op, threshold=constant,
-                                                       value=value, outcome=outcome, negated=negated))
-        return _and(results)
-    if isinstance(node, FindingRef):
-        outcome = "true" if node.finding in findings else "false"
-        if trace is not None:
-            trace.append(LeafTrace(kind="finding", name=node.finding, op="concluded", threshold=None,
-                                                   value=None, outcome=outcome, negated=negated))
-        return outcome
-    if isinstance(node, AllOf):
-        return _and([evaluate(c, facts, findings, trace, negated) for c in node.all])
-    if isinstance(node, AnyOf):
-        return _or([evaluate(c, facts, findings, trace, negated) for c in node.any])
-    if isinstance(node, NotOf):
-        return _FLIP[evaluate(node.not_, facts, findings, trace, not negated)]
-    raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time
-
-
-def negate_op(op: str) -> str:
-    """The comparison that is true exactly when `op` is false (for a known value)."""
-    return _NEGATED[op]
+    return _INTERPRETER.visit(node, facts, findings, trace, negated)
 
 
 # ---- compiled evaluation --------------------------------------------------------------------------------------
-# The same semantics as `evaluate`, compiled once per rule into closures (no isinstance dispatch per node).
+# The same semantics as `evaluate`, compiled once per rule into closures (no dispatch per node at run time).
 
 Evaluator = Callable[[Mapping[str, Value], Collection[str], "list[LeafTrace] | None", bool], Outcome]
 
 
-def _comparator(op: str, constant: object) -> Callable[[Value], bool]:
-    if op in ("in", "not_in"):
-        members = list(constant)  # type: ignore[call-overload]
-        return (lambda v: v in members) if op == "in" else (lambda v: v not in members)
-    if op == "eq":
-        return lambda v: v == constant
-    if op == "ne":
-        return lambda v: v != constant
-    if isinstance(constant, str):
-        return lambda v: False
-    limit = float(constant)  # type: ignore[arg-type]
-    if op == "lt":
-        return lambda v: not isinstance(v, str) and v < limit
-    if op == "le":
-        return lambda v: not isinstance(v, str) and v <= limit
-    if op == "gt":
-        return lambda v: not isinstance(v, str) and v > limit
-    return lambda v: not isinstance(v, str) and v >= limit
-
-
-def compile_condition(node: Condition) -> Evaluator:
-    """Compile a resolved condition into a function with `evaluate`'s signature and results."""
-    if isinstance(node, FactTest):
+class _Compiler(ConditionVisitor[Evaluator]):
+    def fact(self, node: FactTest) -> Evaluator:
         fact, known = node.fact, node.known
-        tests = [(op, constant, _comparator(op, constant)) for op, constant in node.ops()]
+        tests = [(op, constant, comparator(op, constant)) for op, constant in node.ops()]
 
         def fact_test(facts: Mapping[str, Value], findings: Collection[str], trace: list[LeafTrace] | None,
                       negated: bool) -> Outcome:
@@ -207,7 +169,8 @@ def compile_condition(node: Condition) -> Evaluator:
             return result
 
         return fact_test
-    if isinstance(node, FindingRef):
+
+    def finding(self, node: FindingRef) -> Evaluator:
         finding = node.finding
 
         def finding_ref(facts: Mapping[str, Value], findings: Collection[str], trace: list[LeafTrace] | None,
@@ -218,19 +181,21 @@ def compile_condition(node: Condition) -> Evaluator:
             return outcome
 
         return finding_ref
-    if isinstance(node, NotOf):
-        inner = compile_condition(node.not_)
+
+    def not_of(self, node: NotOf) -> Evaluator:
+        inner = self.visit(node.not_)
 
         def not_of(facts: Mapping[str, Value], findings: Collection[str], trace: list[LeafTrace] | None,
                    negated: bool) -> Outcome:
-            return _FLIP[inner(facts, findings, trace, not negated)]
+            return FLIP[inner(facts, findings, trace, not negated)]
 
         return not_of
-    if isinstance(node, (AllOf, AnyOf)):
-        children = [compile_condition(c) for c in (node.all if isinstance(node, AllOf) else node.any)]
-        combine = _and if isinstance(node, AllOf) else _or
-        decisive: Outcome = "false" if isinstance(node, AllOf) else "true"
-        neutral: Outcome = "true" if isinstance(node, AllOf) else "false"
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool) -> Evaluator:
+        children = [self.visit(c) for c in parts]
+        combine = kleene_and if conjunctive else kleene_or
+        decisive: Outcome = "false" if conjunctive else "true"
+        neutral: Outcome = "true" if conjunctive else "false"
 
         def group(facts: Mapping[str, Value], findings: Collection[str], trace: list[LeafTrace] | None,
                   negated: bool) -> Outcome:
@@ -246,4 +211,11 @@ def compile_condition(node: Condition) -> Evaluator:
             return result
 
         return group
-    raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time
+
+    def ref(self, node: ConditionRef, *args: object, **kwargs: object) -> Evaluator:
+        raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time
+
+
+def compile_condition(node: Condition) -> Evaluator:
+    """Compile a resolved condition into a function with `evaluate`'s signature and results."""
+    return _Compiler().visit(node)

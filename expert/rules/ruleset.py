@@ -10,20 +10,9 @@ from .._yaml import load_yaml, validate
 from ..errors import KnowledgeBaseError, Problem
 from ..kb.knowledge import KnowledgeBase
 from .evaluate import compile_condition
-from .logic import findings_used, walk
-from .model import (
-    AllOf,
-    AnyOf,
-    Condition,
-    ConditionRef,
-    FactTest,
-    FindingRef,
-    NamedCondition,
-    NotOf,
-    RegimeTable,
-    Rule,
-    RuleFile,
-)
+from .logic import findings_used, resolve
+from .model import Condition, ConditionRef, NamedCondition, RegimeTable, Rule, RuleFile
+from .references import condition_problems, table_problems, then_problems
 
 
 class LoadedRule:
@@ -81,7 +70,7 @@ class RuleSet:
                                             f"duplicate rule id (also in {self.rules[rule.id].path})"))
                     continue
                 try:
-                    resolved = self._resolve(rule.when, path, rule.id, ())
+                    resolved = self._resolve(rule.when, path, rule.id)
                 except KnowledgeBaseError as exc:
                     problems.extend(exc.problems)
                     continue
@@ -117,68 +106,32 @@ class RuleSet:
             raise KnowledgeBaseError(problems, title="some rule files are invalid")
         return cls(files, kb)
 
-    def _resolve(self, node: Condition, path: Path, rule_id: str, stack: tuple[str, ...]) -> Condition:
+    def _resolve(self, node: Condition, path: Path, rule_id: str) -> Condition:
         where = f"{path}: rule {rule_id}: when"
-        if isinstance(node, ConditionRef):
-            if node.ref in stack:
+
+        def lookup(ref: ConditionRef, inside: tuple[str, ...]) -> Condition:
+            if ref.ref in inside:
                 raise KnowledgeBaseError([Problem(where, f"named conditions refer to each other in a cycle: "
-                                                  f"{' -> '.join((*stack, node.ref))}")])
-            if node.ref not in self.conditions:
-                raise KnowledgeBaseError([Problem(where, f"unknown named condition {node.ref!r}")])
-            return self._resolve(self.conditions[node.ref][1].when, path, rule_id, (*stack, node.ref))
-        if isinstance(node, AllOf):
-            return AllOf(all=[self._resolve(c, path, rule_id, stack) for c in node.all])
-        if isinstance(node, AnyOf):
-            return AnyOf(any=[self._resolve(c, path, rule_id, stack) for c in node.any])
-        if isinstance(node, NotOf):
-            return NotOf(not_=self._resolve(node.not_, path, rule_id, stack))
-        return node
+                                                  f"{' -> '.join((*inside, ref.ref))}")])
+            if ref.ref not in self.conditions:
+                raise KnowledgeBaseError([Problem(where, f"unknown named condition {ref.ref!r}")])
+            return self.conditions[ref.ref][1].when
+
+        return resolve(node, lookup)
 
     def _check_references(self) -> list[Problem]:
+        """The reference checks `dam rules lint` reports as DAM004/005/008/009/010, in the loader's words."""
         kb = self.kb
         problems: list[Problem] = []
         concluded = {lr.rule.then.finding.id for lr in self.rules.values() if lr.rule.then.finding}
         for lr in self.rules.values():
             where = f"{lr.path}: rule {lr.id}"
-            for n in walk(lr.condition):
-                if isinstance(n, FactTest):
-                    spec = kb.facts.get(n.fact)
-                    if spec is None:
-                        problems.append(Problem(f"{where}: when", f"unknown fact {n.fact!r}"))
-                    elif spec.type in ("enum", "hardware"):
-                        for op, value in n.ops():
-                            if op in ("lt", "le", "gt", "ge"):
-                                problems.append(Problem(f"{where}: when",
-                                                        f"{n.fact} is not numeric; {op} is meaningless"))
-                            values = value if isinstance(value, list) else [value]
-                            allowed = spec.choices if spec.type == "enum" else list(kb.hardware)
-                            for v in values:
-                                if v not in (allowed or []):
-                                    problems.append(Problem(f"{where}: when", f"{v!r} is not a value of {n.fact}"))
-                elif isinstance(n, FindingRef) and n.finding not in concluded:
-                    problems.append(Problem(f"{where}: when", f"no rule concludes finding {n.finding!r}"))
-            then = lr.rule.then
-            if then.bottleneck and then.bottleneck.regime not in kb.regimes.regimes:
-                problems.append(Problem(f"{where}: then.bottleneck", f"unknown regime {then.bottleneck.regime!r}"))
-            if then.axis and then.axis.axis not in kb.regimes.axes:
-                problems.append(Problem(f"{where}: then.axis", f"unknown axis {then.axis.axis!r}",
-                                        f"knowledge_base/regimes.yaml `axes` defines: {', '.join(kb.regimes.axes)}"))
-            for opt_id in [*(r.id for r in then.recommend), *(w.id for w in then.waste)]:
-                if opt_id not in kb.optimizations:
-                    problems.append(Problem(f"{where}: then", f"unknown optimization {opt_id!r}"))
-            for fact in then.measure:
-                if fact not in kb.facts:
-                    problems.append(Problem(f"{where}: then.measure", f"unknown fact {fact!r}"))
+            for p in [*condition_problems(lr.condition, kb, concluded), *then_problems(lr.rule.then, kb)]:
+                if p.loader is not None:
+                    problems.append(Problem(f"{where}: {p.loader_at}", p.loader))
         for regime, (path, table) in self.tables.items():
-            where = f"{path}: table {regime}"
-            if regime not in kb.regimes.regimes:
-                problems.append(Problem(where, f"unknown regime {regime!r}"))
-            for opt in [*table.effective, *(w.id for w in table.wasted)]:
-                if opt not in kb.optimizations:
-                    problems.append(Problem(where, f"unknown optimization {opt!r}"))
-            both = set(table.effective) & {w.id for w in table.wasted}
-            if both:
-                problems.append(Problem(where, f"listed as both effective and wasted: {', '.join(sorted(both))}"))
+            problems += [Problem(f"{path}: table {regime}", p.loader) for p in table_problems(table, kb)
+                         if p.loader is not None]
         return problems
 
     def _producers(self) -> dict[str, list[str]]:

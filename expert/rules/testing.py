@@ -35,7 +35,8 @@ from .._yaml import load_yaml, validate
 from ..errors import ExpertError
 from ..report.model import Report
 from .evaluate import evaluate
-from .model import AllOf, AnyOf, Condition, ConditionRef, NotOf
+from .logic import ConditionVisitor, children
+from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
 
 if TYPE_CHECKING:
     from .model import NamedCondition
@@ -247,26 +248,39 @@ class BranchKey(NamedTuple):
     child: Condition  # the resolved branch
 
 
+class _AnyBranches(ConditionVisitor[None]):
+    """Walks a rule as written (entering named conditions) beside its resolved tree, collecting `any` branches."""
+
+    def __init__(self, conditions: dict[str, tuple[Path, NamedCondition]]) -> None:
+        self.conditions = conditions
+        self.out: list[BranchKey] = []
+
+    def ref(self, raw: ConditionRef, resolved: Condition, owner: str | None, where: str, negated: bool) -> None:
+        self.visit(self.conditions[raw.ref][1].when, resolved, raw.ref, "when", negated)
+
+    def group(self, raw: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, resolved: Condition,
+              owner: str | None, where: str, negated: bool) -> None:
+        key = "all" if conjunctive else "any"
+        for i, (r, c) in enumerate(zip(parts, children(resolved), strict=True)):
+            if not conjunctive:
+                self.out.append(BranchKey(owner, f"{where}.any[{i}]", negated, c))
+            self.visit(r, c, owner, f"{where}.{key}[{i}]", negated)
+
+    def not_of(self, raw: NotOf, resolved: Condition, owner: str | None, where: str, negated: bool) -> None:
+        self.visit(raw.not_, children(resolved)[0], owner, f"{where}.not", not negated)
+
+    def fact(self, raw: FactTest, *args: object) -> None:
+        return None
+
+    def finding(self, raw: FindingRef, *args: object) -> None:
+        return None
+
+
 def any_branches(rule: LoadedRule, conditions: dict[str, tuple[Path, NamedCondition]]) -> list[BranchKey]:
     """Every branch of every `any` in a rule, located in the YAML it is written in (the rule or a named condition)."""
-    out: list[BranchKey] = []
-
-    def visit(raw: Condition, resolved: Condition, owner: str | None, where: str, negated: bool) -> None:
-        while isinstance(raw, ConditionRef):
-            owner, where = raw.ref, "when"
-            raw = conditions[raw.ref][1].when
-        if isinstance(raw, AnyOf) and isinstance(resolved, AnyOf):
-            for i, (r, c) in enumerate(zip(raw.any, resolved.any, strict=True)):
-                out.append(BranchKey(owner, f"{where}.any[{i}]", negated, c))
-                visit(r, c, owner, f"{where}.any[{i}]", negated)
-        elif isinstance(raw, AllOf) and isinstance(resolved, AllOf):
-            for i, (r, c) in enumerate(zip(raw.all, resolved.all, strict=True)):
-                visit(r, c, owner, f"{where}.all[{i}]", negated)
-        elif isinstance(raw, NotOf) and isinstance(resolved, NotOf):
-            visit(raw.not_, resolved.not_, owner, f"{where}.not", not negated)
-
-    visit(rule.rule.when, rule.condition, None, "when", False)
-    return out
+    visitor = _AnyBranches(conditions)
+    visitor.visit(rule.rule.when, rule.condition, None, "when", False)
+    return visitor.out
 
 
 def _exercised(key: BranchKey, report: Report, fired: bool) -> bool:

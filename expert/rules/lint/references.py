@@ -1,0 +1,143 @@
+"""Lints of names that must exist: facts, values, named conditions, findings, regimes and optimizations
+(the checks the loader makes too, from expert/rules/references.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from ..logic import condition_refs_at
+from ..references import condition_problems, table_problems, then_problems
+from .context import LintContext
+from .core import Diagnostic, Lint, _suggest
+
+
+class UnknownFact(Lint):
+    id = "DAM004"
+    name = "unknown-fact"
+    severity = "error"
+    summary = "A condition or `measure` names a fact that knowledge_base/facts.yaml does not define."
+    docs = """
+**Why it matters.** Facts are the vocabulary observations, parsers and rules share; a misspelt fact is never known,
+so the rule can never fire, and the loader refuses it.
+
+**Example.** `{fact: gpu_utilization, lt: 0.8}` (the fact is `gpu_util`).
+
+**Fix.** Use a name from knowledge_base/facts.yaml, or add the fact there first (with its type, unit, range and the
+question to ask for it).
+"""
+
+    def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
+        yield from _condition_problems(ctx, self.__class__)
+        yield from _then_problems(ctx, self.__class__)
+
+
+class InvalidFactValue(Lint):
+    id = "DAM005"
+    name = "invalid-fact-value"
+    severity = "error"
+    summary = "An ordered comparison on a non-numeric fact, or a value that is not one of an enum fact's choices."
+    docs = """
+**Why it matters.** `dtype` or `hardware` have no order, and a value outside an enum's choices can never be
+observed (observations are validated against the same choices); the loader refuses both.
+
+**Example.** `{fact: dtype, eq: bfloat16}` (choices: fp32, tf32, bf16, fp16, fp8, int8); `{fact: phase, gt: 1}`.
+
+**Fix.** Use one of the values the message lists; for hardware, a catalog id from `dam hardware list`.
+"""
+
+    def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
+        return _condition_problems(ctx, self.__class__)
+
+
+class UnknownCondition(Lint):
+    id = "DAM006"
+    name = "unknown-condition"
+    severity = "error"
+    summary = "A `ref` names a named condition that no rule file defines (a dangling reference)."
+    docs = """
+**Why it matters.** The loader cannot inline the condition, so it refuses the rules.
+
+**Example.** `ref: compute_bussy` when rules/conditions.yaml defines `compute_busy`.
+
+**Fix.** Correct the name, or define the condition under `conditions:` in a rule file (usually conditions.yaml).
+"""
+
+    def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
+        for file, root, cond, subject in ctx.condition_roots():
+            for node, path in condition_refs_at(cond, root):
+                if node.ref not in ctx.conditions:
+                    yield ctx.diag(self.__class__, file, (*path, "ref"), f"unknown named condition {node.ref!r}",
+                                   subject=subject, hint=_suggest(node.ref, ctx.conditions))
+
+
+class UnknownFinding(Lint):
+    id = "DAM008"
+    name = "unknown-finding"
+    severity = "error"
+    summary = "A `finding` condition names a finding that no rule concludes."
+    docs = """
+**Why it matters.** The condition can never be true, so the rule never fires; the loader refuses it.
+
+**Example.** `{finding: data_starvation}` when the rule that detects it concludes `data_starved`.
+
+**Fix.** Use the id a rule concludes (`dam rules show RULE`), or add the rule that concludes it.
+"""
+
+    def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
+        return _condition_problems(ctx, self.__class__)
+
+
+class UnknownReference(Lint):
+    id = "DAM009"
+    name = "unknown-reference"
+    severity = "error"
+    summary = "A conclusion or regime table names a regime or an optimization the knowledge base does not define."
+    docs = """
+**Why it matters.** Regimes come from knowledge_base/regimes.yaml and optimizations from
+knowledge_base/optimizations.yaml (with their how-to and source); the loader refuses anything else.
+
+**Fix.** Use an id from those files, or add the optimization/regime there first.
+"""
+
+    def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
+        yield from _then_problems(ctx, self.__class__)
+        yield from _table_problems(ctx, self.__class__)
+
+
+class EffectiveAndWasted(Lint):
+    id = "DAM010"
+    name = "effective-and-wasted"
+    severity = "error"
+    summary = "A regime table lists an optimization as both effective and wasted."
+    docs = """
+**Why it matters.** The table is the answer to "what helps when the job is X-bound"; saying both is no answer, and
+the loader refuses it.
+
+**Fix.** Decide: keep it in one list (a rule with a narrower condition can still mark it wasted with `waste`).
+"""
+
+    def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
+        return _table_problems(ctx, self.__class__)
+
+
+def _condition_problems(ctx: LintContext, lint: type[Lint]) -> Iterator[Diagnostic]:
+    """The shared reference check of every rule's and named condition's `when`, as diagnostics of one lint."""
+    for file, root, cond, subject in ctx.condition_roots():
+        for p in condition_problems(cond, ctx.kb, ctx.producers, root):
+            if p.lint == lint.id and p.message is not None:
+                yield ctx.diag(lint, file, p.path, p.message, subject=subject, hint=p.hint)
+
+
+def _then_problems(ctx: LintContext, lint: type[Lint]) -> Iterator[Diagnostic]:
+    for site in ctx.rules:
+        for p in then_problems(site.rule.then, ctx.kb, (*site.path, "then")):
+            if p.lint == lint.id and p.message is not None:
+                yield ctx.diag(lint, site.file, p.path, p.message, subject=site.rule.id, hint=p.hint)
+
+
+def _table_problems(ctx: LintContext, lint: type[Lint]) -> Iterator[Diagnostic]:
+    for ts in ctx.table_sites:
+        for p in table_problems(ts.table, ctx.kb):
+            if p.lint == lint.id and p.message is not None:
+                yield ctx.diag(lint, ts.file, (*ts.path, *p.path), p.message,
+                               subject=f"table/{ts.table.regime}", hint=p.hint)
