@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .derive import DerivedValue
 from .evaluate import LeafTrace, Outcome
-from .observations import Observation
+from .observations import Observation, RankFigures
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -243,6 +243,15 @@ class ClusterSection(_Model):
     coordination_overhead: float | None = None
     optimal_coordination_overhead: float | None = None
     excess_coordination_overhead: float | None = None
+    # from the traces of every rank (expert/ingest/ranks.py) and nccl-tests
+    world_size: int | None = None
+    ranks: list[RankFigures] = Field(default_factory=list)  # one row per traced rank
+    straggler_rank: int | None = None  # the rank the others wait for, when rule ranks-straggler finds one
+    step_time_skew: float | None = None  # slowest rank's step time / median - 1
+    compute_skew: float | None = None
+    slow_link: bool | None = None  # every rank's collectives slow (rule ranks-slow-link); null: no per-rank evidence
+    nccl_bus_bandwidth: float | None = None  # GB/s measured by nccl-tests
+    nccl_bw_util: float | None = None
 
 
 class Report(_Model):

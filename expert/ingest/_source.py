@@ -14,14 +14,15 @@ from typing import IO, Any, Literal
 
 from ..errors import ObservationError, Problem
 
-Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus"]
-FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus")
+Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nccl-tests"]
+FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nccl-tests")
 FORMAT_TITLES: dict[str, str] = {
     "kineto": "PyTorch profiler / Kineto trace (JSON, .json.gz)",
     "nvidia-smi": "nvidia-smi --query-gpu=... --format=csv",
     "nvidia-smi-dmon": "nvidia-smi dmon",
     "dcgmi": "dcgmi dmon -e ...",
     "prometheus": "dcgm-exporter Prometheus text",
+    "nccl-tests": "nccl-tests output (all_reduce_perf and friends: size, algbw, busbw)",
 }
 
 Progress = Callable[[int, int | None], None]
@@ -249,7 +250,7 @@ _PROM_SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+")
 _SMI_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 
 
-_WHAT = "give a Kineto .json/.json.gz trace, nvidia-smi/dcgmi output or Prometheus text"
+_WHAT = "give a Kineto .json/.json.gz trace, nvidia-smi/dcgmi output, Prometheus text or nccl-tests output"
 
 
 def sniff(src: Source) -> Format:
@@ -270,6 +271,10 @@ def sniff(src: Source) -> Format:
         return "kineto"
     lines = [ln.strip() for ln in stripped.splitlines() if ln.strip()][:20]
     first = lines[0]
+    from .nccl_tests import looks_like
+
+    if looks_like(lines):
+        return "nccl-tests"
     if _DCGMI_HEADER.match(first):
         return "dcgmi"
     if _DMON_HEADER.match(first):
