@@ -267,14 +267,14 @@ def sniff(src: Source) -> Format:
             raise src.problem("not UTF-8 text (binary data?)", hint=_WHAT) from exc
         text = head[: exc.start].decode("utf-8")
     stripped = text.lstrip("\ufeff \t\r\n")
+    from .nccl_tests import looks_like
+
+    if looks_like(stripped):  # before JSON: mpirun --tag-output lines start with "[1,0]<stdout>:"
+        return "nccl-tests"
     if stripped[:1] in ("{", "["):
         return "kineto"
     lines = [ln.strip() for ln in stripped.splitlines() if ln.strip()][:20]
     first = lines[0]
-    from .nccl_tests import looks_like
-
-    if looks_like(lines):
-        return "nccl-tests"
     if _DCGMI_HEADER.match(first):
         return "dcgmi"
     if _DMON_HEADER.match(first):

@@ -21,12 +21,16 @@ _TEST = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
                      r"\[[^\]]*\]\s+(.+?)\s*$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
+_START = re.compile(r"^(?:\[\d+,\d+\]<stdout>:)?#\s*(?:nThread\s+\d+\s+nGpus\s+\d+|Collective test starting:)",
+                    re.MULTILINE)
 _HINT = "the text nccl-tests prints (all_reduce_perf -b 8 -e 8G -f 2 -g 1 > allreduce.txt)"
 
 
-def looks_like(lines: list[str]) -> bool:
-    """Whether the first lines of a text are nccl-tests output."""
-    return any(re.match(r"^#\s*nThread\s+\d+\s+nGpus\s+\d+", ln) or _TEST.match(ln) for ln in lines[:20])
+def looks_like(text: str) -> bool:
+    """Whether the head of a text is nccl-tests output (its `# nThread N nGpus M` or `# Collective test starting`
+    line, possibly after NCCL's INFO lines and with mpirun's [rank,0]<stdout>: tags)."""
+    return _START.search(text) is not None
 
 
 def parse(src: Source, kb: KnowledgeBase, *, progress: Progress | None = None) -> FileResult:
@@ -42,7 +46,7 @@ def parse(src: Source, kb: KnowledgeBase, *, progress: Progress | None = None) -
     rows: list[tuple[int, float, int, float, str]] = []  # (size B, busbw GB/s, line, time us, placement)
     average: float | None = None
     for number, line in src.lines(progress):
-        text = line.strip()
+        text = _MPI_PREFIX.sub("", line.strip(), count=1).strip()
         if not text:
             continue
         if text.startswith("#"):

@@ -37,24 +37,26 @@ def job_table(result: IngestResult) -> Table | None:
         return None
 
     def sec(value: float | None) -> str:
-        return "?" if value is None else (f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s")
+        return "?" if value is None else (f"{value * 1e3:.3g}ms" if value < 1 else f"{value:.3g}s")
 
     def share(value: float | None) -> str:
         return "?" if value is None else f"{value:.0%}"
 
     of = f" of {job.world_size}" if job.world_size else ""
     table = Table(title=f"Ranks ({len(job.ranks)} traced{of}, {job.mode}; per step)", box=box.SIMPLE_HEAVY,
-                  title_justify="left")
-    for name in ("rank", "file", "step", "compute", "comm", "exposed comm", "idle", "overlap", "waits"):
-        table.add_column(name, justify="left" if name == "file" else "right")
+                  title_justify="left", collapse_padding=True, pad_edge=False)
+    for name in ("rank", "file", "step", "compute", "comm", "exposed", "idle", "overlap", "wait"):
+        table.add_column(name, justify="left" if name == "file" else "right", no_wrap=True,
+                         overflow="ellipsis", min_width=8 if name == "file" else None)
     for r in job.ranks:
         slowest = r.rank == job.slowest_rank
-        table.add_row(f"{r.rank}{' ◀ waited for' if slowest else ''}", Path(r.file).name, sec(r.step_time_s),
+        table.add_row(f"{r.rank}{' ◀' if slowest else ''}", Path(r.file).name, sec(r.step_time_s),
                       sec(r.compute_s), sec(r.comm_s), share(r.exposed_comm_frac), share(r.idle_frac),
                       share(r.comm_overlap_frac), sec(r.sync_wait_s), style="bold" if slowest else None)
     parts = []
     if job.slowest_rank is not None and job.sync_wait_s is not None:
-        parts.append(f"the others wait {sec(job.sync_wait_s)} per step for rank {job.slowest_rank}")
+        parts.append(f"◀ rank {job.slowest_rank}, the one the others wait for ({sec(job.sync_wait_s)} per step "
+                     "inside collectives)")
     if job.compute_skew is not None:
         parts.append(f"its compute is {job.compute_skew:.0%} longer than the median rank's")
     if job.step_time_skew is not None:

@@ -90,7 +90,7 @@ def cluster_table(report: Report) -> Table | None:
 def _seconds(value: float | None) -> str:
     if value is None:
         return "?"
-    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+    return f"{value * 1e3:.3g}ms" if value < 1 else f"{value:.3g}s"
 
 
 def _share(value: float | None) -> str:
@@ -105,19 +105,18 @@ def ranks_table(report: Report) -> Table | None:
         return None
     of = f" of {cluster.world_size}" if cluster.world_size else ""
     table = Table(title=f"Ranks ({len(cluster.ranks)} traced{of}; per step)", box=box.SIMPLE_HEAD,
-                  title_justify="left")
-    for name, justify in (("rank", "right"), ("file", "left"), ("step", "right"), ("compute", "right"),
-                          ("comm", "right"), ("exposed comm", "right"), ("idle", "right"), ("overlap", "right"),
-                          ("waits", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+                  title_justify="left", collapse_padding=True, pad_edge=False)
+    for name in ("rank", "file", "step", "compute", "comm", "exposed", "idle", "overlap", "wait"):
+        table.add_column(name, justify="left" if name == "file" else "right", no_wrap=True,
+                         overflow="ellipsis", min_width=8 if name == "file" else None)
     for r in cluster.ranks:
         straggler = r.rank == cluster.straggler_rank
-        table.add_row(f"{r.rank}{' ◀ straggler' if straggler else ''}", Path(r.file).name, _seconds(r.step_time_s),
+        table.add_row(f"{r.rank}{' ◀' if straggler else ''}", Path(r.file).name, _seconds(r.step_time_s),
                       _seconds(r.compute_s), _seconds(r.comm_s), _share(r.exposed_comm_frac), _share(r.idle_frac),
                       _share(r.comm_overlap_frac), _seconds(r.sync_wait_s), style="bold red" if straggler else None)
     notes = []
     if cluster.straggler_rank is not None:
-        notes.append(f"straggler: rank {cluster.straggler_rank} (the others wait {_share(cluster.sync_wait_frac)} of "
+        notes.append(f"◀ straggler: rank {cluster.straggler_rank} (the others wait {_share(cluster.sync_wait_frac)} of "
                      "each step inside collectives for it)")
     elif len(cluster.ranks) > 1 and cluster.sync_wait_frac is not None:
         notes.append(f"no straggler: the ranks wait {_share(cluster.sync_wait_frac)} of the step for one another")
