@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import CONTROL  # ../shared (or $DAM_SHARED)/traces/hta/trace_diff_control_control.json.gz
 
 import cli
 import expert
@@ -23,11 +24,6 @@ from expert.ingest import ingest_result, rank_trace, ranks
 from expert.ingest._source import Source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "telemetry"
-CONTROL = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "hta" / "trace_diff_control_control.json.gz"
-if not CONTROL.is_file():  # the same place the session fixtures read (conftest.py: $DAM_SHARED or ../shared)
-    import os
-
-    CONTROL = Path(os.environ.get("DAM_SHARED", "/nonexistent")) / "traces" / "hta" / CONTROL.name
 
 
 def _by_rank(result: expert.IngestResult) -> dict[int, expert.observations.RankFigures]:

@@ -142,7 +142,6 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     """
     from . import ranks
 
-    kb_given = kb is not None
     kb = kb or _default_kb()
     items: list[SourceLike] = (list(sources) if isinstance(sources, (list, tuple)) else [sources])  # type: ignore[list-item]
     if not items:
@@ -162,8 +161,7 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     job_result = None
     rank_files: list[FileResult] = []
     if multi:
-        pairs = ranks.read_all(traces, kb, opts, workers=workers, progress=progress, job_progress=job_progress,
-                               default_kb=not kb_given)
+        pairs = ranks.read_all(traces, kb, opts, workers=workers, progress=progress, job_progress=job_progress)
         found = [t for _, t in pairs]
         chosen = ranks.choose(ranks.group(found), found, job)
         rank_files = [pairs[i][0] for i in chosen]

@@ -3,8 +3,9 @@
     python tests/gen_traces/make_gpu_ranks.py OUT_DIR --ranks 4 [--slow-rank 2 --slow-factor 1.5]
                                               [--link-factor 1.0] [--source TRACE] [--layout kineto|compact]
 
-The source (default ../shared/traces/hta/ or $DAM_SHARED/traces/hta/trace_diff_control_control.json.gz: rank 3 of an 8-GPU NCCL job on
-A100s, 6 ProfilerSteps, 60 NCCL kernels) is a real PyTorch profiler trace. Every rank written is a copy of it with:
+The source (default traces/hta/trace_diff_control_control.json.gz in ../shared, or in $DAM_SHARED: rank 3 of an
+8-GPU NCCL job on A100s, 6 ProfilerSteps, 60 NCCL kernels) is a real PyTorch profiler trace. Every rank written is a
+copy of it with:
 
 1. its identity: distributedInfo {backend nccl, rank r, world_size N}; its GPU events on device r (pid and
    args.device), so each file is what rank r of an N-rank job would write;
