@@ -236,12 +236,13 @@ def test_nccl_tests_output_gives_the_measured_bus_bandwidth() -> None:
     values = healthy.observations.values()
     assert values["nccl_bus_bandwidth"] == pytest.approx(472.32) and values["hardware"] == "h100-sxm"
     assert healthy.files[0].stats["ranks"] == 8 and healthy.files[0].stats["test"] == "all_reduce_perf"
-    report = expert.diagnose({**values, "interconnect": "nvlink"})
+    report = expert.diagnose({**values, "interconnect": "nvlink", "num_gpus": 8, "comm_frac": 0.2})
     assert "link_below_rated" not in {f.id for f in report.findings}
     assert report.cluster is not None and report.cluster.nccl_bw_util == pytest.approx(472.32 / 450)
     tagged = ingest_result(FIXTURES / "nccl_tests_mpi_two_nodes.txt")  # mpirun --tag-output prefixes every line
     assert tagged.files[0].format == "nccl-tests" and tagged.files[0].stats["hosts"] == 2
-    slow = expert.diagnose({**tagged.observations.values(), "interconnect": "ethernet"})
+    slow = expert.diagnose({**tagged.observations.values(), "interconnect": "ethernet", "num_gpus": 2,
+                            "comm_frac": 0.2})
     assert "link_below_rated" in {f.id for f in slow.findings}
 
 
