@@ -1,6 +1,6 @@
 """Multi-rank benchmark: dam-expert's rank analysis against Holistic Trace Analysis (HTA) on the same rank folders.
 
-    python bench/bench_ranks.py [--ranks 2 4 8] [--repeat 1] [--no-hta]
+    python bench/bench_ranks.py [--ranks 2 4 8] [--repeat 1] [--no-hta] [--workers N] [--big-ranks 2 4]
 
 For each rank count N, a folder of N rank traces is built from the real A100 rank trace in ../shared/traces (or
 $DAM_SHARED/traces) by tests/gen_traces/make_gpu_ranks.py (rank N-1 computes 1.3x as long and the others wait for
@@ -13,6 +13,10 @@ getrusage's largest single process):
   are the temporal breakdown (idle, compute, non-compute shares of the step windows) and the communication /
   computation overlap in HTA's definition;
 - HTA: `TraceAnalysis(trace_dir=folder)` (its parser pool), `get_temporal_breakdown()` and `get_comm_comp_overlap()`.
+
+With --big-ranks 2 4, it also reads N ranks of about 1 GB of JSON each (the synthetic trace of
+bench/make_big_trace.py, hard-linked as rank0.json ... so the ranks come from the file names) and prints dam-expert's
+peak memory, which the worker count bounds: it must not grow with N.
 
 It prints, per N, the largest per-rank difference of each figure in percentage points (HTA measures from the first
 to the last kernel before the last ProfilerStep; dam-expert over the ProfilerStep windows, here the same steps), and
@@ -159,6 +163,22 @@ def ensure_ranks(n: int) -> Path:
     return folder
 
 
+def ensure_big_ranks(n: int) -> Path:
+    """N hard links to the ~1 GB synthetic trace (bench/make_big_trace.py), named rank0.json ... rank{N-1}.json."""
+    big = DATA / "big_trace.json"
+    if not big.is_file():
+        print(f"building {big} (~1 GB) from the real resnet50 traces ...", flush=True)
+        subprocess.run([sys.executable, str(ROOT / "bench" / "make_big_trace.py"), "--size-gb", "1.0", "--out",
+                        str(big)], check=True)
+    folder = DATA / f"big-ranks-{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in range(n):
+        link = folder / f"rank{r}.json"
+        if not link.exists():
+            os.link(big, link)
+    return folder
+
+
 def hta_steps(folder: Path) -> str:
     """The ProfilerSteps HTA analyses by default: all but the last (it drops the last profiler step)."""
     import gzip
@@ -178,6 +198,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-hta", action="store_true", help="skip the HTA comparison")
     parser.add_argument("--workers", help="dam-expert's worker processes (default: its own choice)")
+    parser.add_argument("--big-ranks", type=int, nargs="*", default=[],
+                        help="also read N ranks of ~1 GB each (dam-expert only), e.g. --big-ranks 2 4")
     args = parser.parse_args()
     if not SOURCE.is_file():
         print(f"bench_ranks: the real rank trace is missing ({SOURCE}); set DAM_SHARED", file=sys.stderr)
@@ -213,6 +235,13 @@ def main() -> int:
               + " | HTA " + ", ".join(f"{k} {v:.1%}" for k, v in hta["ranks"][example].items()))
         print(f"  ratios: HTA wall / dam-expert wall {hta['wall_s'] / ours['wall_s']:.1f}x; dam-expert peak RSS / "
               f"HTA peak RSS {ours['peak_rss_mb'] / hta['peak_rss_mb']:.2f}")
+    for n in args.big_ranks:
+        folder = ensure_big_ranks(n)
+        size = sum(p.stat().st_size for p in folder.glob("rank*.json")) / 1e9
+        big = run_child([python, "-c", OURS, str(folder), "-", args.workers or "-"], 1)
+        print(f"\n{n} ranks of ~1 GB ({size:.1f} GB of JSON): dam-expert wall {big['wall_s']:.1f} s, peak RSS "
+              f"{big['peak_rss_mb']:.0f} MB (largest process {big['largest_process_mb']:.0f} MB); "
+              f"{big['peak_rss_mb'] / (size * 1e3):.2f} MB of memory per MB of JSON")
     print("\nfigures agree with HTA" if ok else "\nsome figures differ from HTA by more than 3 points")
     return 0 if ok else 1
 

@@ -46,6 +46,7 @@ class RankFigures(BaseModel):
     sync_wait_s: float | None = None
     comm_overlap_frac: float | None = None  # Holistic Trace Analysis's communication/computation overlap
     steps: int | None = None
+    idle_causes: dict[str, float] = Field(default_factory=dict)  # share of the step per cause of GPU idle time
 
 
 class Observations(BaseModel):

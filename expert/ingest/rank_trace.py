@@ -241,10 +241,11 @@ class _Collected:
     c_ts: array[float] = field(default_factory=lambda: array("d"))
     c_end: array[float] = field(default_factory=lambda: array("d"))
     c_coll: array[int] = field(default_factory=lambda: array("q"))
-    c_tids: set[Any] = field(default_factory=set)
+    c_tids: set[int] = field(default_factory=set)  # thread codes (see `tids`) of the collective spans
     o_ts: array[float] = field(default_factory=lambda: array("d"))
     o_end: array[float] = field(default_factory=lambda: array("d"))
-    o_tid: list[Any] = field(default_factory=list)
+    o_tid: array[int] = field(default_factory=lambda: array("q"))
+    tids: dict[Any, int] = field(default_factory=dict)  # thread id (int or str) -> small code
     keep_cpu: bool = True
 
 
@@ -431,12 +432,12 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected, cat: Catalog) -> No
                 c.c_ts.append(ts)
                 c.c_end.append(end)
                 c.c_coll.append(len(c.colls))
-                c.c_tids.add(ev.tid)
+                c.c_tids.add(c.tids.setdefault(ev.tid, len(c.tids)))
                 c.colls.append((cat.kind(name.split(":", 1)[1]), _span_size(cat, args), -1))
             elif kind == _CPU and c.keep_cpu and not name.startswith(comm_ops):
                 c.o_ts.append(ts)
                 c.o_end.append(end)
-                c.o_tid.append(ev.tid)
+                c.o_tid.append(c.tids.setdefault(ev.tid, len(c.tids)))
     c.events += count
 
 

@@ -123,12 +123,13 @@ def _worker_kb() -> KnowledgeBase:
 
 def read_one(src: Source, kb: KnowledgeBase, options: dict[str, Any],
              progress: Callable[[int], None] | None = None) -> tuple[FileResult, RankTrace]:
-    """Both readings of one rank's trace: the per-file facts and the per-step figures. progress(bytes so far)."""
+    """Both readings of one rank's trace: the per-file facts and the per-step figures. progress(bytes so far), each
+    reading counting for half of the file."""
     from . import kineto
 
     size = src.size or 0
-    first: Progress | None = (lambda done, total: progress(done)) if progress else None
-    second: Progress | None = (lambda done, total: progress(size + done)) if progress else None
+    first: Progress | None = (lambda done, total: progress(done // 2)) if progress else None
+    second: Progress | None = (lambda done, total: progress((size + done) // 2)) if progress else None
     result = kineto.parse(src, kb, steps=options.get("steps"), window=options.get("window"),
                           gpus=options.get("gpus"), progress=first)
     again = Source(src.path) if src.path is not None else src
@@ -148,7 +149,7 @@ def _task(path: str, index: int, options: dict[str, Any]) -> tuple[FileResult, R
 
     out = read_one(Source(path), _worker_kb(), options, report)
     if q is not None:
-        q.put((index, 2 * (Path(path).stat().st_size)))
+        q.put((index, Path(path).stat().st_size))
     return out
 
 
@@ -212,7 +213,7 @@ def read_all(sources: Sequence[Source], kb: KnowledgeBase, options: dict[str, An
              job_progress: JobProgress | None = None) -> list[tuple[FileResult, RankTrace]]:
     """Read every rank trace (in worker processes when there is enough to read); results in the order given."""
     labels = _provisional_jobs(sources)
-    sizes = [2 * (s.size or 0) for s in sources]
+    sizes = [s.size or 0 for s in sources]
     totals: dict[str, int] = Counter()
     for label, size in zip(labels, sizes, strict=True):
         totals[label] += size
@@ -499,6 +500,11 @@ def analyse(traces: Sequence[RankTrace], files: Sequence[FileResult]) -> JobResu
     wait_us, common, how = waits(traces)
     figures = [_figures(r, t, wait_us[i] if wait_us else None) for i, (r, t) in enumerate(zip(ranks, traces,
                                                                                                strict=True))]
+    for fig, fr in zip(figures, files, strict=True):
+        idle = fr.measured.get("gpu_idle_gap_frac")
+        if idle is not None:  # the per-file idle breakdown (HTA's causes) of this rank's GPU
+            fig.idle_causes = {k.removeprefix("idle_"): float(v) for k, v in idle.detail.items()
+                               if k.startswith("idle_") and isinstance(v, (int, float))}
     label = describe(traces)
     where = os.path.commonpath([str(Path(t.path).parent) for t in traces]) if all(
         Path(t.path).is_absolute() == Path(traces[0].path).is_absolute() for t in traces) else traces[0].path
