@@ -52,11 +52,12 @@ workers = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "-" else None
 result = expert.ingest_result(sys.argv[1], steps=steps, workers=workers)
 t2 = time.perf_counter()
 ranks = {}
-for r in result.job.ranks:
+for r in (result.job.ranks if result.job else []):  # one file alone (no distributedInfo) is a single-GPU trace
     compute = r.compute_s / r.step_time_s
     ranks[r.rank] = {"idle": r.idle_frac, "compute": compute, "non_compute": 1 - r.idle_frac - compute,
                      "overlap": r.comm_overlap_frac}
-print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": ranks, "slowest_rank": result.job.slowest_rank}))
+slowest = result.job.slowest_rank if result.job else None
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": ranks, "slowest_rank": slowest}))
 """
 
 HTA = """
@@ -168,8 +169,11 @@ def ensure_big_ranks(n: int) -> Path:
     big = DATA / "big_trace.json"
     if not big.is_file():
         print(f"building {big} (~1 GB) from the real resnet50 traces ...", flush=True)
-        subprocess.run([sys.executable, str(ROOT / "bench" / "make_big_trace.py"), "--size-gb", "1.0", "--out",
-                        str(big)], check=True)
+        sys.path.insert(0, str(ROOT / "bench"))
+        import make_big_trace  # the real resnet50 traces laid end to end
+
+        make_big_trace.SOURCES = [SHARED / "traces" / "kineto-resnet50" / p.name for p in make_big_trace.SOURCES]
+        make_big_trace.build(big, int(1e9))
     folder = DATA / f"big-ranks-{n}"
     folder.mkdir(parents=True, exist_ok=True)
     for r in range(n):

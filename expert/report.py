@@ -212,7 +212,10 @@ class ProvenanceData(_Model):
 
 
 class ClusterSection(_Model):
-    """The cluster-scale view (seed Table 6, C³): each field is the fact of the same name, observed or derived.
+    """The cluster-scale view (seed Table 6, C³): each field is the fact of the same name, observed or derived,
+    except three from the traces of every rank (expert/ingest/ranks.py): `ranks` (each rank's figures),
+    `straggler_rank` (the rank the others wait for, when rule ranks-straggler finds one) and `slow_link` (rule
+    ranks-slow-link: true when it fires, false when the rank traces rule it out, null without them).
 
     Present only when a diagnosis has cluster facts; unknown values stay null.
     """

@@ -192,7 +192,57 @@ def test_html_markdown_and_terminal_show_the_ranks(gpu_straggler: Path) -> None:
     assert "Ranks (4 traced of 4; per step)" in text and "2 ◀" in text and "◀ straggler: rank 2" in text
 
 
+# ---- NCCL kernel arguments (PyTorch >= 2.3 writes the collective's name, size, group and dtype) ------------------
+def _tiny_rank(rank: int, comm_start: float, *, on_kernel: bool) -> dict[str, object]:
+    """A hand-written two-rank trace in Kineto's shape: one step, one GEMM, one all-reduce of 25M floats."""
+    size_args = {"Collective name": "allreduce", "In msg nelems": 25_000_000, "Out msg nelems": 25_000_000,
+                 "Group size": 2, "dtype": "Float", "Process Group Name": "0"}
+    kernel_args: dict[str, object] = {"device": rank, "stream": 7, "correlation": 11, "External id": 5}
+    if on_kernel:
+        kernel_args.update(size_args)
+    events: list[dict[str, object]] = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"correlation": 10}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+         "args": {"correlation": 11}},
+        {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16", "pid": rank, "tid": 7, "ts": 100, "dur": 500,
+         "args": {"device": rank, "stream": 7, "correlation": 10}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long)",
+         "pid": rank, "tid": 7, "ts": comm_start, "dur": 900 - comm_start, "args": kernel_args},
+    ]
+    if not on_kernel:  # older layout: the sizes only on the CPU operator, linked by External id
+        events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 18,
+                       "dur": 3, "args": {"External id": 5, **size_args}})
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": events}
+
+
+@pytest.mark.parametrize("on_kernel", [True, False], ids=["args-on-kernel", "args-on-record_param_comms"])
+def test_collective_sizes_give_bus_bandwidth_on_the_rank_that_waits_least(tmp_path: Path, on_kernel: bool) -> None:
+    for rank, start in ((0, 600.0), (1, 700.0)):  # rank 0 enters the all-reduce 100 us before rank 1
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(_tiny_rank(rank, start, on_kernel=on_kernel)))
+    result = ingest_result(tmp_path)
+    values = result.observations.values()
+    assert values["slowest_rank"] == 1 and values["sync_wait_s"] == pytest.approx(100e-6)
+    # 25M floats = 1e8 B; bus bytes 2(n-1)/n x 1e8 = 1e8 over rank 1's 200 us: 500 GB/s (nccl-tests busbw)
+    assert values["bus_bandwidth"] == pytest.approx(500.0)
+    assert values["gradient_bytes"] == pytest.approx(1e8)
+    assert values["comm_time_s"] == pytest.approx(200e-6) and values["num_gpus"] == 2
+    report = expert.diagnose({**values, "interconnect": "nvlink"})
+    assert report.cluster is not None and report.cluster.bus_bandwidth == pytest.approx(500.0)
+
+
 # ---- inputs, workers, memory -------------------------------------------------------------------------------------
+def test_a_rank_trace_on_standard_input_is_spooled_and_read_twice(gloo_job: Path) -> None:
+    with open(gloo_job / "rank1.json", "rb") as fh:
+        result = ingest_result(fh)
+    assert result.job is not None and [r.rank for r in result.job.ranks] == [1]
+    assert result.observations.values()["world_size"] == 3
+    assert "1 of 3 ranks traced" in result.not_derived["sync_wait_s"]
+
+
+
 def test_a_directory_without_traces_and_a_glob_without_matches_are_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "notes.md").write_text("hello")
     with pytest.raises(ObservationError, match="holds no trace or telemetry files"):

@@ -7,8 +7,9 @@
 
 `ingest` returns validated `expert.Observations` whose `source`/`detail` record where each value came from (file,
 method, window, samples, min/max). `ingest_result` also says which facts could not be derived and why, and merges
-several files (a trace plus a DCGM log of the same run). Note: `expert.ingest` is this function; import the modules
-as `from expert.ingest import kineto`.
+several files (a trace plus a DCGM log of the same run). The traces of a multi-GPU job (a directory or glob of rank
+files) are grouped into jobs and compared rank by rank (`ranks`), and nccl-tests output is telemetry too
+(`nccl_tests`). Note: `expert.ingest` is this function; import the modules as `from expert.ingest import kineto`.
 """
 
 from __future__ import annotations

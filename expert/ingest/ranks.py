@@ -127,12 +127,24 @@ def read_one(src: Source, kb: KnowledgeBase, options: dict[str, Any],
     reading counting for half of the file."""
     from . import kineto
 
+    if src.path is None:  # a stream can be read once: spool it to a temporary file (disk, not memory)
+        import shutil
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(prefix="dam-rank-", suffix=".json") as spool:
+            with src.open() as fh:
+                shutil.copyfileobj(fh, spool, 1 << 20)
+            spool.flush()
+            spooled = Source(spool.name)
+            spooled.label, spooled.name = src.label, src.name
+            return read_one(spooled, kb, options, progress)
     size = src.size or 0
     first: Progress | None = (lambda done, total: progress(done // 2)) if progress else None
     second: Progress | None = (lambda done, total: progress((size + done) // 2)) if progress else None
     result = kineto.parse(src, kb, steps=options.get("steps"), window=options.get("window"),
                           gpus=options.get("gpus"), progress=first)
-    again = Source(src.path) if src.path is not None else src
+    again = Source(src.path)
+    again.label, again.name = src.label, src.name
     trace = rank_trace.read(again, steps=options.get("steps"), window=options.get("window"),
                             gpus=options.get("gpus"), progress=second)
     return result, trace
