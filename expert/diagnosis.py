@@ -224,7 +224,7 @@ def build_report(
 def _cluster(facts: Mapping[str, Value], observations: Observations | None = None, fired: set[str] | None = None,
              traces: Mapping[str, tuple[Any, Any]] | None = None) -> ClusterSection | None:
     """The cluster section: the C³ facts by name, or None when the diagnosis has none of them; with rank traces,
-    their per-rank figures, the straggler rules ranks-straggler and ranks-slow-link found (rules/ranks.yaml)."""
+    their per-rank figures, the straggler rules ranks-straggler and ranks-slow-link found (rules/cluster_ranks.yaml)."""
     known: dict[str, Any] = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
     ranks = list(observations.ranks) if observations is not None else []
     scale = max(float(known.get("num_gpus", 1)), float(known.get("num_nodes", 1)), float(known.get("world_size", 1)))

@@ -254,7 +254,7 @@ def test_cluster_section_mirrors_the_facts_and_round_trips() -> None:
     assert section is not None
     facts = report.facts()
     for name in ClusterSection.model_fields:
-        if name in ("ranks", "straggler_rank", "slow_link"):  # from rank traces and rules/ranks.yaml, not facts
+        if name in ("ranks", "straggler_rank", "slow_link"):  # from rank traces and rules/cluster_ranks.yaml, not facts
             continue
         value = getattr(section, name)
         assert value == facts.get(name), name
