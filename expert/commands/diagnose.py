@@ -51,21 +51,25 @@ def register(sub: Any) -> None:
 
 
 def gather(args: argparse.Namespace, origins: dict[str, str] | None = None) -> tuple[dict[str, Any], str | None]:
-    """The raw observations named on the command line (file or example, then --set), and a description."""
+    """The raw observations named on the command line (file or example, then --set), and a description. The
+    per-rank figures of a multi-GPU job (from --from traces or the file) are left in `args.ranks`."""
     from ..observations.file import read_observation_file
 
     raw: dict[str, Any] = {}
     description = None
+    args.ranks = []
     if getattr(args, "from_files", None):
         from .ingest import ingested_observations
 
         observations, result = ingested_observations(args, args.from_files, make_expert(args).kb)
         raw.update(observations)
+        args.ranks = list(result.observations.ranks)
         description = "Diagnosed from " + ", ".join(f"{f.name} ({f.format})" for f in result.files)
     path = example_path(args.example) if args.example else (Path(args.file) if args.file else None)
     if path is not None:
         obs_file = read_observation_file(path)
         raw.update(obs_file.observations)
+        args.ranks = list(obs_file.ranks or args.ranks)
         description = obs_file.description or description
         if origins is not None:
             origins.update(dict.fromkeys(obs_file.observations, str(path)))
@@ -127,8 +131,12 @@ def run(args: argparse.Namespace) -> int:
         print("dam diagnose: nothing to diagnose; give an observation FILE, --example NAME or --set NAME=VALUE "
               "(see dam diagnose --help)", file=sys.stderr)
         return 2
+    diagnostician = make_expert(args)
     try:
-        report = make_expert(args).diagnose(raw)
+        if args.ranks:  # the rank table of a multi-GPU job travels with the (validated) observations
+            report = diagnostician.diagnose(diagnostician.observations(raw).model_copy(update={"ranks": args.ranks}))
+        else:
+            report = diagnostician.diagnose(raw)
     except ObservationError as exc:
         raise _placed(exc, origins) from None
     if args.export:

@@ -17,6 +17,7 @@ inputs (--format auto tells them apart):
   nvidia-smi-dmon  nvidia-smi dmon -s u
   dcgmi            dcgmi dmon -e 203,1002,1004,1005
   prometheus       dcgm-exporter text (curl -s localhost:9400/metrics)
+  nccl-tests       all_reduce_perf -b 8 -e 8G -f 2 (and the other nccl-tests): the size/algbw/busbw table
 
 examples:
   dam ingest trace.json.gz                         a table of the facts, their sources, and what is missing
@@ -25,6 +26,14 @@ examples:
   dam ingest smi.csv --window 60:300               seconds 60 to 300 of the log
   dam ingest run.sqlite --step-range train_step    NVTX range train_step marks one step (nsys exports)
   dam diagnose --from trace.json.gz dcgm.txt       ingest and diagnose in one go
+  dam ingest traces/                               the rank traces of a multi-GPU job, compared rank by rank
+  dam ingest 'run/rank*.json' --workers 4          a glob; 4 processes read the ranks in parallel
+  dam diagnose --from traces/ allreduce_perf.txt   a job's ranks and an nccl-tests run of its GPUs
+
+A directory or glob of PyTorch profiler traces (one per rank, e.g. tensorboard_trace_handler's output) is grouped
+into jobs by each trace's distributedInfo (or a rank in the file name: rank3.json): the job's facts come from the
+ranks compared (the straggler the others wait for, the waits, the transfers of the rank that waits least, the
+median rank's node-level facts), in any order the files are given. Several jobs or captures: pick one with --job N.
 
 Several files merge (a trace plus a DCGM log of the same run); when two measure the same fact the trace wins over
 DCGM, and DCGM over nvidia-smi. --format names the INPUT format; --as names the OUTPUT format.
@@ -49,6 +58,10 @@ def add_input_options(p: argparse.ArgumentParser, *, format_flag: str = "--forma
     p.add_argument("--gpu", metavar="N[,N]", help="device indices to keep (default: all, averaged)")
     p.add_argument("--columns", metavar="F,F,...",
                    help="the --query-gpu fields of an nvidia-smi CSV written with noheader")
+    p.add_argument("--job", type=int, metavar="N",
+                   help="with the rank traces of several jobs (or captures), which one to read (1 = earliest)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="processes reading rank traces in parallel (default: as many as CPUs and memory allow)")
 
 
 def register(sub: Any) -> None:
@@ -57,7 +70,8 @@ def register(sub: Any) -> None:
                                    "dcgm-exporter output and "
                                    "print the facts they give, where each came from, and what could not be derived.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE", help="trace or telemetry file (- reads standard input)")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="trace or telemetry file, a directory of them, or a glob (- reads standard input)")
     add_input_options(p)
     p.add_argument("--as", "--output-format", dest="output_format", choices=["rich", "json", "yaml"], default="rich",
                    help="output: rich (a table), or json/yaml (an observation file `dam diagnose FILE` reads)")
@@ -80,12 +94,27 @@ def _gpus(text: str | None) -> list[int] | None:
 @contextmanager
 def progress_bar(files: list[str]) -> Iterator[Callable[[int, int | None], None] | None]:
     """A rich progress bar on stderr for large files (only on a terminal); yields the callback or None."""
-    sizes = [Path(f).stat().st_size for f in files if f != "-" and Path(f).is_file()]
+    with progress_bars(files) as (update, _):
+        yield update
+
+
+@contextmanager
+def progress_bars(files: list[str]) -> Iterator[tuple[Callable[[int, int | None], None] | None,
+                                                      Callable[[str, int, int | None], None] | None]]:
+    """Rich progress on stderr for large inputs (only on a terminal): one bar for the files read one by one, and one
+    per job for the rank traces of multi-GPU jobs. Yields (progress, job_progress) callbacks, or Nones."""
+    from ..ingest.ranks import expand
+
+    try:
+        paths = [Path(str(p)) for p in expand([f for f in files if f != "-"])[0]]
+    except Exception:  # ingestion itself reports bad inputs, with their location
+        paths = []
+    sizes = [p.stat().st_size for p in paths if p.is_file()]
     from rich.console import Console
 
     console = Console(stderr=True)
-    if not sizes or max(sizes) < _PROGRESS_MIN_BYTES or not console.is_terminal:
-        yield None
+    if not sizes or sum(sizes) < _PROGRESS_MIN_BYTES or not console.is_terminal:
+        yield None, None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
@@ -93,14 +122,24 @@ def progress_bar(files: list[str]) -> Iterator[Callable[[int, int | None], None]
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("reading", total=None)
         state = {"last": 0}
+        jobs: dict[str, Any] = {}
 
         def update(done: int, total: int | None) -> None:
+            if jobs:
+                return  # the per-job bars show the rank traces
             if done < state["last"]:  # the next file started
                 bar.reset(task)
             state["last"] = done
             bar.update(task, completed=done, total=total)
 
-        yield update
+        def update_job(label: str, done: int, total: int | None) -> None:
+            if label not in jobs:
+                if not jobs:
+                    bar.update(task, visible=False)
+                jobs[label] = bar.add_task(label, total=total)
+            bar.update(jobs[label], completed=done, total=total)
+
+        yield update, update_job
 
 
 def ingest_args(args: argparse.Namespace, files: list[str], kb: Any = None) -> Any:
@@ -109,10 +148,17 @@ def ingest_args(args: argparse.Namespace, files: list[str], kb: Any = None) -> A
 
     sources: list[Any] = [sys.stdin.buffer if f == "-" else f for f in files]
     columns = [c.strip() for c in args.columns.split(",")] if getattr(args, "columns", None) else None
-    with progress_bar(files) as progress:
+    workers = getattr(args, "workers", None)
+    if workers is not None and workers < 1:
+        from ..errors import ObservationError, Problem
+
+        raise ObservationError([Problem(f"--workers {workers}", "expected 1 or more processes")],
+                               title="invalid option")
+    with progress_bars(files) as (progress, job_progress):
         return ingest_result(sources, format=args.input_format, steps=args.steps, window=args.window,
                              samples=args.samples, gpus=_gpus(args.gpu), columns=columns, progress=progress, kb=kb,
-                             step_range=getattr(args, "step_range", None))
+                             step_range=getattr(args, "step_range", None),
+                             job=getattr(args, "job", None), workers=workers, job_progress=job_progress)
 
 
 def ingested_observations(args: argparse.Namespace, files: list[str], kb: Any) -> tuple[dict[str, Any], Any]:

@@ -216,17 +216,30 @@ def build_report(
         evaluations=evaluations,
         graph=ctx.graph(),
         tables=_table_records(ruleset),
-        cluster=_cluster(facts),
+        cluster=_cluster(facts, observations, fired_ids, ctx.traces),
     )
 
 
-def _cluster(facts: Mapping[str, Value]) -> ClusterSection | None:
-    """The cluster section: the C³ facts by name, or None when the diagnosis has none of them."""
-    known = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
-    scale = max(float(known.get("num_gpus", 1)), float(known.get("num_nodes", 1)))
+def _cluster(facts: Mapping[str, Value], observations: Observations | None = None, fired: set[str] | None = None,
+             traces: Mapping[str, tuple[Any, Any]] | None = None) -> ClusterSection | None:
+    """The cluster section: the C³ facts by name, or None when the diagnosis has none of them; with rank traces,
+    their per-rank figures, the straggler rules ranks-straggler and ranks-slow-link found (rules/cluster_ranks.yaml)."""
+    known: dict[str, Any] = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
+    ranks = list(observations.ranks) if observations is not None else []
+    scale = max(float(known.get("num_gpus", 1)), float(known.get("num_nodes", 1)), float(known.get("world_size", 1)))
     single_node_facts = {"num_gpus", "num_nodes", "comm_frac"}  # meaningful on one GPU too
-    if scale <= 1 and not set(known) - single_node_facts:
+    if scale <= 1 and not set(known) - single_node_facts and not ranks:
         return None
+    fired = fired or set()
+    if ranks:
+        known["ranks"] = ranks
+    if "ranks-straggler" in fired and "slowest_rank" in facts:
+        known["straggler_rank"] = facts["slowest_rank"]
+    if "ranks-slow-link" in fired:
+        known["slow_link"] = True
+    elif traces and "slowest_rank" in facts and "comm_frac" in facts and \
+            traces.get("ranks-slow-link", ("unknown",))[0] == "false":
+        known["slow_link"] = False
     return ClusterSection.model_validate(known)
 
 

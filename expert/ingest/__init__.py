@@ -8,22 +8,26 @@ dcgm-exporter text.
 
 `ingest` returns validated `expert.Observations` whose `source`/`detail` record where each value came from (file,
 method, window, samples, min/max). `ingest_result` also says which facts could not be derived and why, and merges
-several files (a trace plus a DCGM log of the same run). Note: `expert.ingest` is this function; import the modules
-as `from expert.ingest import kineto`.
+several files (a trace plus a DCGM log of the same run). The traces of a multi-GPU job (a directory or glob of rank
+files) are grouped into jobs and compared rank by rank (`ranks`), and nccl-tests output is telemetry too
+(`nccl_tests`). Note: `expert.ingest` is this function; import the modules as `from expert.ingest import kineto`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from ..errors import ObservationError, Problem
 from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import Observations, normalise
-from ._result import FileResult, IngestResult, Measured
+from ._result import FileResult, IngestResult, JobResult, Measured
 from ._source import FORMAT_TITLES, FORMATS, Format, Progress, Source, SourceLike, sniff
 from .merge import merge
+
+JobProgress = Callable[[str, int, "int | None"], None]
+"""Called as progress(job label, bytes read, bytes to read) while the rank files of a job are read."""
 
 StepRange = str | tuple[int | None, int | None] | None
 TimeWindow = str | tuple[float | None, float | None] | None
@@ -34,6 +38,8 @@ __all__ = [
     "FileResult",
     "Format",
     "IngestResult",
+    "JobProgress",
+    "JobResult",
     "Measured",
     "Progress",
     "ingest",
@@ -81,21 +87,14 @@ def _as_range(value: StepRange | TimeWindow, what: str, *, integer: bool) -> tup
     return lo, hi
 
 
-def _read_one(obj: SourceLike, kb: KnowledgeBase, *, format: str, steps: tuple[float | None, float | None] | None,
+def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | None, float | None] | None,
               window: tuple[float | None, float | None] | None, samples: tuple[float | None, float | None] | None,
               gpus: Sequence[int] | None, columns: Sequence[str] | None, progress: Progress | None,
               nvtx_range: str | None = None) -> FileResult:
-    src = Source(obj)
-    fmt = sniff(src) if format == "auto" else format
-    if fmt not in FORMATS:
-        raise ObservationError([Problem(f"--format {format}", "unknown format", "one of auto, " + ", ".join(FORMATS))],
-                               title="cannot read telemetry")
     if fmt == "nsys":
         from . import nsys
 
-        step_numbers = None if steps is None else (None if steps[0] is None else int(steps[0]),
-                                                   None if steps[1] is None else int(steps[1]))
-        result = nsys.parse(src, kb, steps=step_numbers, window=window, gpus=gpus, step_range=nvtx_range,
+        result = nsys.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, step_range=nvtx_range,
                             progress=progress)
         if samples is not None:
             result.notes.append("--samples applies to telemetry logs; ignored for this export")
@@ -107,13 +106,11 @@ def _read_one(obj: SourceLike, kb: KnowledgeBase, *, format: str, steps: tuple[f
     if fmt == "kineto":
         from . import kineto
 
-        step_range = None if steps is None else (None if steps[0] is None else int(steps[0]),
-                                                 None if steps[1] is None else int(steps[1]))
-        result = kineto.parse(src, kb, steps=step_range, window=window, gpus=gpus, progress=progress)
+        result = kineto.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, progress=progress)
         if samples is not None:
             result.notes.append("--samples applies to telemetry logs; ignored for this trace")
         return result
-    from . import dcgm, nvidia_smi
+    from . import dcgm, nccl_tests, nvidia_smi
 
     if fmt == "nvidia-smi":
         result = nvidia_smi.parse_csv(src, kb, window=window, samples=samples, gpus=gpus, columns=columns,
@@ -122,6 +119,8 @@ def _read_one(obj: SourceLike, kb: KnowledgeBase, *, format: str, steps: tuple[f
         result = nvidia_smi.parse_dmon(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
     elif fmt == "dcgmi":
         result = dcgm.parse_dmon(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
+    elif fmt == "nccl-tests":
+        result = nccl_tests.parse(src, kb, progress=progress)
     else:
         result = dcgm.parse_prometheus(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
     if steps is not None:
@@ -129,12 +128,19 @@ def _read_one(obj: SourceLike, kb: KnowledgeBase, *, format: str, steps: tuple[f
     return result
 
 
+def _step_range(steps: tuple[float | None, float | None] | None) -> tuple[int | None, int | None] | None:
+    return None if steps is None else (None if steps[0] is None else int(steps[0]),
+                                       None if steps[1] is None else int(steps[1]))
+
+
 def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "auto", steps: StepRange = None,
                   window: TimeWindow = None, samples: StepRange = None, gpus: Sequence[int] | None = None,
                   columns: Sequence[str] | None = None, progress: Progress | None = None,
-                  kb: KnowledgeBase | None = None, step_range: str | None = None) -> IngestResult:
+                  kb: KnowledgeBase | None = None, step_range: str | None = None, job: int | None = None,
+                  workers: int | None = None, job_progress: JobProgress | None = None) -> IngestResult:
     """Read one or more traces/logs and merge them into validated observations, with what could not be derived.
 
+    sources: files, open streams, directories (their trace and telemetry files) or glob patterns ("run/rank*.json").
     steps:   ProfilerStep numbers to keep, inclusive: "2:5", "3:", ":8", "7" or a (lo, hi) pair (traces only; in an
              Nsight Systems export, the numbers of its NVTX step ranges, or their order from 1).
     step_range: the NVTX range that marks one step in an Nsight Systems export ("train_step"); by default a
@@ -144,28 +150,67 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     gpus:    device indices to keep (default: all devices with activity, averaged).
     columns: the --query-gpu field list of an nvidia-smi CSV written with `noheader`.
     progress: called as progress(bytes_read, total_bytes) while large files are read.
-    Raises ObservationError naming the file and line for malformed input.
+    job:     with the traces of several jobs (or captures), which one (1-based, in time order) to read.
+    workers: processes reading rank traces in parallel (default: as many as CPUs and memory allow; 1: in-process).
+    job_progress: called as job_progress(job label, bytes_read, total_bytes) while a job's rank files are read.
+
+    The traces of a multi-GPU job (PyTorch profiler traces with distributedInfo, or rank numbers in their names) are
+    compared rank by rank (expert/ingest/ranks.py): `result.job` holds the analysis, `observations.ranks` the
+    per-rank figures. Raises ObservationError naming the file and line for malformed input.
     """
+    from . import ranks
+
     kb = kb or _default_kb()
     items: list[SourceLike] = (list(sources) if isinstance(sources, (list, tuple)) else [sources])  # type: ignore[list-item]
     if not items:
         raise ObservationError([Problem("ingest", "no input files given")], title="cannot read telemetry")
+    if format != "auto" and format not in FORMATS:
+        raise ObservationError([Problem(f"--format {format}", "unknown format", "one of auto, " + ", ".join(FORMATS))],
+                               title="cannot read telemetry")
     nvtx_step = step_range.strip() if isinstance(step_range, str) and step_range.strip() else None
     step_numbers = _as_range(steps, "--steps", integer=True)
     time_window = _as_range(window, "--window", integer=False)
     sample_range = _as_range(samples, "--samples", integer=True)
-    files = [_read_one(obj, kb, format=format, steps=step_numbers, window=time_window, samples=sample_range,
-                       gpus=gpus, columns=columns, progress=progress, nvtx_range=nvtx_step) for obj in items]
-    raw, not_derived, notes = merge(files)
+    items, notes = ranks.expand(items)
+    srcs = [Source(obj) for obj in items]
+    fmts = [sniff(src) if format == "auto" else format for src in srcs]
+    traces = [src for src, fmt in zip(srcs, fmts, strict=True) if fmt == "kineto"]
+    multi = len(traces) > 1 or (len(traces) == 1 and (ranks.head_world_size(traces[0]) or 1) > 1)
+    opts = {"steps": _step_range(step_numbers), "window": time_window, "gpus": gpus}
+    job_result = None
+    rank_files: list[FileResult] = []
+    if multi:
+        pairs = ranks.read_all(traces, kb, opts, workers=workers, progress=progress, job_progress=job_progress)
+        found = [t for _, t in pairs]
+        chosen = ranks.choose(ranks.group(found), found, job)
+        rank_files = [pairs[i][0] for i in chosen]
+        if not ranks.is_single_node([found[i] for i in chosen]):
+            job_result = ranks.analyse([found[i] for i in chosen], rank_files)
+        if sample_range is not None:
+            notes.append("--samples applies to telemetry logs; ignored for the traces")
+    elif job is not None:
+        raise ObservationError([Problem(f"--job {job}", "the inputs are not the ranks of multi-GPU jobs")],
+                               title="cannot read telemetry")
+    others = [_read_one(src, fmt, kb, steps=step_numbers, window=time_window, samples=sample_range, gpus=gpus,
+                        columns=columns, progress=progress, nvtx_range=nvtx_step)
+              for src, fmt in zip(srcs, fmts, strict=True) if not (multi and fmt == "kineto")]
+    merged_inputs = ([job_result.result] if job_result is not None else rank_files) + others
+    raw, not_derived, merge_notes = merge(merged_inputs)
     observations = normalise(kb, raw)
-    return IngestResult(observations=observations, files=files, not_derived=not_derived, notes=notes)
+    if job_result is not None:
+        observations = observations.model_copy(update={"ranks": list(job_result.ranks)})
+    return IngestResult(observations=observations, files=[*rank_files, *others], not_derived=not_derived,
+                        notes=notes + merge_notes, job=job_result)
 
 
 def ingest(path_or_stream: SourceLike | Sequence[SourceLike], *, format: str = "auto", steps: StepRange = None,
            window: TimeWindow = None, samples: StepRange = None, gpus: Sequence[int] | None = None,
            columns: Sequence[str] | None = None, progress: Progress | None = None,
-           kb: KnowledgeBase | None = None, step_range: str | None = None) -> Observations:
-    """Observations from a profiler trace or a GPU telemetry log (or several, merged). See `ingest_result`."""
+           kb: KnowledgeBase | None = None, step_range: str | None = None, job: int | None = None,
+           workers: int | None = None, job_progress: JobProgress | None = None) -> Observations:
+    """Observations from a profiler trace or a GPU telemetry log (or several, merged; or the rank traces of a
+    multi-GPU job, compared). See `ingest_result`."""
     return ingest_result(path_or_stream, format=format, steps=steps, window=window, samples=samples, gpus=gpus,
-                         columns=columns, progress=progress, kb=kb, step_range=step_range).observations
+                         columns=columns, progress=progress, kb=kb, step_range=step_range, job=job,
+                         workers=workers, job_progress=job_progress).observations
 

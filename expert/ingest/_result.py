@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..kb.knowledge import KnowledgeBase
-from ..observations.normalise import Observations
+from ..observations.normalise import Observations, RankFigures
 
 Scalar = int | float | str
 
@@ -67,8 +67,29 @@ class FileResult(BaseModel):
             self.not_derived[fact] = reason
 
 
+class JobResult(BaseModel):
+    """The multi-rank analysis of one job (expert/ingest/ranks.py): its ranks' figures, the comparison across them,
+    and the job's facts (`result`, measured on its ranks, with provenance to their files)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str
+    world_size: int | None = None
+    backend: str | None = None
+    mode: str = "gpu"
+    files: list[str] = Field(default_factory=list)
+    ranks: list[RankFigures] = Field(default_factory=list)
+    slowest_rank: int | None = None
+    step_time_skew: float | None = None
+    compute_skew: float | None = None
+    sync_wait_s: float | None = None
+    bus_bandwidth: float | None = None
+    result: FileResult
+
+
 class IngestResult(BaseModel):
-    """The merged observations of one or more files, with what could not be derived and why."""
+    """The merged observations of one or more files, with what could not be derived and why. `job` is the multi-rank
+    analysis when the traces are the ranks of a multi-GPU job."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -76,6 +97,7 @@ class IngestResult(BaseModel):
     files: list[FileResult]
     not_derived: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    job: JobResult | None = None
 
     def to_observation_file(self) -> dict[str, Any]:
         """A mapping `dam diagnose FILE` reads back: measured facts with source and detail, and the facts that
@@ -86,4 +108,7 @@ class IngestResult(BaseModel):
             observations[name] = {"value": obs.value, "source": obs.source, "detail": dict(obs.detail)}
         for name, reason in self.not_derived.items():
             observations[name] = {"value": "unknown", "source": "ingest", "detail": {"reason": reason}}
-        return {"description": f"Observations ingested from {names}", "observations": observations}
+        out: dict[str, Any] = {"description": f"Observations ingested from {names}", "observations": observations}
+        if self.observations.ranks:
+            out["ranks"] = [r.model_dump() for r in self.observations.ranks]
+        return out

@@ -14,8 +14,8 @@ from typing import IO, Any, Literal
 
 from ..errors import ObservationError, Problem
 
-Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys"]
-FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys")
+Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests"]
+FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests")
 FORMAT_TITLES: dict[str, str] = {
     "kineto": "PyTorch profiler / Kineto trace (JSON, .json.gz)",
     "nsys": "Nsight Systems export (nsys export --type sqlite; .nsys-rep with nsys on PATH)",
@@ -23,6 +23,7 @@ FORMAT_TITLES: dict[str, str] = {
     "nvidia-smi-dmon": "nvidia-smi dmon",
     "dcgmi": "dcgmi dmon -e ...",
     "prometheus": "dcgm-exporter Prometheus text",
+    "nccl-tests": "nccl-tests output (all_reduce_perf and friends: size, algbw, busbw)",
 }
 
 Progress = Callable[[int, int | None], None]
@@ -250,8 +251,8 @@ _PROM_SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+")
 _SMI_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 
 
-_WHAT = ("give a Kineto .json/.json.gz trace, an Nsight Systems .sqlite export, nvidia-smi/dcgmi output or "
-         "Prometheus text")
+_WHAT = ("give a Kineto .json/.json.gz trace, an Nsight Systems .sqlite export, nvidia-smi/dcgmi output, "
+         "Prometheus text or nccl-tests output")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _NSYS_REPORTS = (".nsys-rep", ".qdrep")
 
@@ -274,6 +275,10 @@ def sniff(src: Source) -> Format:
             raise src.problem("not UTF-8 text (binary data?)", hint=_WHAT) from exc
         text = head[: exc.start].decode("utf-8")
     stripped = text.lstrip("\ufeff \t\r\n")
+    from .nccl_tests import looks_like
+
+    if looks_like(stripped):  # before JSON: mpirun --tag-output lines start with "[1,0]<stdout>:"
+        return "nccl-tests"
     if stripped[:1] in ("{", "["):
         return "kineto"
     lines = [ln.strip() for ln in stripped.splitlines() if ln.strip()][:20]

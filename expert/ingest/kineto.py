@@ -390,6 +390,10 @@ def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None
     if collected.malformed:
         result.notes.append(f"{collected.malformed} events without a numeric ts/dur were skipped")
     _Analysis(src, kb, collected, meta, result, steps, window, gpus, kernel_wait_us).run()
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict):  # the rank's place in a multi-GPU job (expert/ingest/ranks.py compares the ranks)
+        result.stats.update({k: v for k in ("rank", "world_size", "backend")
+                             if isinstance(v := info.get(k), (int, str)) and not isinstance(v, bool)})
     return result
 
 

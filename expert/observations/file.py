@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._yaml import check_size, load_yaml, read_text
 from ..errors import KnowledgeBaseError, ObservationError, Problem
+from .normalise import RankFigures
 
 
 class ObservationFile(BaseModel):
@@ -19,6 +20,7 @@ class ObservationFile(BaseModel):
 
     description: str | None = None
     observations: dict[str, Any]
+    ranks: list[RankFigures] | None = None  # per-rank figures of a multi-GPU job, as `dam ingest` writes them
 
 
 class _DuplicateKey(Exception):
@@ -63,13 +65,18 @@ def read_observation_file(path: Path) -> ObservationFile:
     if not isinstance(data, dict):
         raise ObservationError([Problem(str(path), f"expected a mapping of fact: value, got {type(data).__name__}")])
     if "observations" in data:
-        extra = sorted(set(data) - {"observations", "description"})
+        extra = sorted(set(data) - {"observations", "description", "ranks"})
         if extra:
             raise ObservationError([Problem(str(path), f"unexpected top-level keys {extra}",
                                             "put facts under `observations:`")])
         if not isinstance(data["observations"], dict):
             raise ObservationError([Problem(f"{path}: observations", "must be a mapping of fact: value")])
         description = data.get("description")
+        try:
+            ranks = [RankFigures.model_validate(r) for r in data["ranks"]] if data.get("ranks") is not None else None
+        except (ValidationError, TypeError) as exc:
+            raise ObservationError([Problem(f"{path}: ranks", "each rank needs rank, file and per-step figures",
+                                            str(exc).splitlines()[0])]) from exc
         return ObservationFile(description=str(description) if description is not None else None,
-                               observations=data["observations"])
+                               observations=data["observations"], ranks=ranks)
     return ObservationFile(observations=data)

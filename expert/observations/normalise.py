@@ -32,12 +32,34 @@ class Observation(BaseModel):
     detail: dict[str, Scalar] = Field(default_factory=dict)
 
 
+class RankFigures(BaseModel):
+    """One rank of a multi-GPU job as its profiler trace shows it (expert/ingest/ranks.py): per step, in seconds, and
+    shares of the step. `sync_wait_s` is the time it waits inside collectives for the slowest rank."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    file: str
+    step_time_s: float | None = None
+    compute_s: float | None = None
+    comm_s: float | None = None
+    exposed_comm_frac: float | None = None
+    idle_frac: float | None = None
+    sync_wait_s: float | None = None
+    comm_overlap_frac: float | None = None  # Holistic Trace Analysis's communication/computation overlap
+    steps: int | None = None
+    idle_causes: dict[str, float] = Field(default_factory=dict)  # share of the step per cause of GPU idle time
+
+
 class Observations(BaseModel):
-    """A set of observations keyed by fact name. Accepts a flat mapping: ``Observations({"gpu_util": 0.62})``."""
+    """A set of observations keyed by fact name. Accepts a flat mapping: ``Observations({"gpu_util": 0.62})``.
+
+    `ranks`, when the observations come from the traces of a multi-GPU job, holds each rank's figures."""
 
     model_config = ConfigDict(extra="forbid")
 
     facts: dict[str, Observation] = Field(default_factory=dict)
+    ranks: list[RankFigures] = Field(default_factory=list)
 
     def __init__(self, data: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         if data is not None:
@@ -55,7 +77,7 @@ class Observations(BaseModel):
 
     def merged(self, other: Observations) -> Observations:
         """A new set with `other`'s observations overriding these."""
-        return Observations(facts={**self.facts, **other.facts})
+        return Observations(facts={**self.facts, **other.facts}, ranks=other.ranks or self.ranks)
 
     def __len__(self) -> int:
         return len(self.facts)
@@ -66,7 +88,7 @@ class Observations(BaseModel):
 
 def _as_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     """Turn a flat {fact: value} mapping (or {fact: {value, source}}) into the model's fields."""
-    if set(data) == {"facts"} and isinstance(data.get("facts"), Mapping):
+    if "facts" in data and set(data) <= {"facts", "ranks"} and isinstance(data.get("facts"), Mapping):
         return dict(data)
     facts: dict[str, Any] = {}
     for name, raw in data.items():
@@ -225,7 +247,8 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
         clean[name] = Observation.model_construct(value=value, source=source, detail=clean_detail)
     if problems:
         raise ObservationError(problems, title="some observations are not valid")
-    return Observations.model_construct(facts=clean)
+    ranks = list(raw.ranks) if isinstance(raw, Observations) else []
+    return Observations.model_construct(facts=clean, ranks=ranks)
 
 
 def format_value(spec: FactSpec | None, value: object) -> str:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..derive.formulas import DerivedValue
-from ..observations.normalise import Observation
+from ..observations.normalise import Observation, RankFigures
 from ..rules.evaluate import LeafTrace, Outcome
 
 if TYPE_CHECKING:
@@ -239,7 +239,10 @@ class ProvenanceData(_Model):
 
 
 class ClusterSection(_Model):
-    """The cluster-scale view (seed Table 6, C³): each field is the fact of the same name, observed or derived.
+    """The cluster-scale view (seed Table 6, C³): each field is the fact of the same name, observed or derived,
+    except three from the traces of every rank (expert/ingest/ranks.py): `ranks` (each rank's figures),
+    `straggler_rank` (the rank the others wait for, when rule ranks-straggler finds one) and `slow_link` (rule
+    ranks-slow-link: true when it fires, false when the rank traces rule it out, null without them).
 
     Present only when a diagnosis has cluster facts; unknown values stay null.
     """
@@ -270,6 +273,15 @@ class ClusterSection(_Model):
     coordination_overhead: float | None = None
     optimal_coordination_overhead: float | None = None
     excess_coordination_overhead: float | None = None
+    # from the traces of every rank (expert/ingest/ranks.py) and nccl-tests
+    world_size: int | None = None
+    ranks: list[RankFigures] = Field(default_factory=list)  # one row per traced rank
+    straggler_rank: int | None = None  # the rank the others wait for, when rule ranks-straggler finds one
+    step_time_skew: float | None = None  # slowest rank's step time / median - 1
+    compute_skew: float | None = None
+    slow_link: bool | None = None  # every rank's collectives slow (rule ranks-slow-link); null: no per-rank evidence
+    nccl_bus_bandwidth: float | None = None  # GB/s measured by nccl-tests
+    nccl_bw_util: float | None = None
 
 
 class Report(_Model):

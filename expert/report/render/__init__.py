@@ -1,7 +1,7 @@
 """Exports of a Report: markdown postmortem, mermaid, dot, graphml, json (node-link, lossless) and offline html.
 
 >>> import expert
->>> from expert.export import export
+>>> from expert.report.render import export
 >>> text = export(expert.diagnose({"gpu_util": 0.45, "data_wait_s": 0.12, "step_time_s": 0.3}), "mermaid")
 >>> text.splitlines()[0]
 'flowchart LR'

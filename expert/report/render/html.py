@@ -41,6 +41,7 @@ def to_html(report: Report, title: str | None = None) -> str:
     body: list[str] = [f"<h1>{_e(heading)}</h1>"]
     body += _verdict(report)
     body += _iron_law(report)
+    body += _cluster(report)
     body += _roofline(report)
     body += _findings(report)
     body += _optimizations(report)
@@ -84,6 +85,53 @@ def _iron_law(report: Report) -> list[str]:
     if svg is None:
         return [*out, "<p class=\"muted\">No term of the iron law is known on this evidence.</p>"]
     return [*out, svg]
+
+
+def _cluster(report: Report) -> list[str]:
+    """The cluster section: the C³ facts, and with rank traces the per-rank table with the straggler marked."""
+    cluster = report.cluster
+    if cluster is None:
+        return []
+    out = ["<h2 id=\"cluster\">Cluster (C³: computation, communication, coordination)</h2>",
+           "<table><tr><th>fact</th><th>value</th></tr>"]
+    out += [f"<tr><td><code>{_e(name)}</code></td><td>{_e(_fmt(value))}</td></tr>"
+            for name, value in cluster.model_dump().items() if value is not None and name != "ranks"]
+    out.append("</table>")
+    if not cluster.ranks:
+        return out
+
+    def sec(value: float | None) -> str:
+        return "?" if value is None else (f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s")
+
+    def share(value: float | None) -> str:
+        return "?" if value is None else f"{value:.0%}"
+
+    of = f" of {cluster.world_size}" if cluster.world_size else ""
+    out.append(f"<h3>Ranks ({len(cluster.ranks)} traced{of}; per step)</h3><ul>")
+    if cluster.straggler_rank is not None:
+        out.append(f"<li id=\"straggler\" data-rank=\"{cluster.straggler_rank}\"><strong>Straggler: rank "
+                   f"{cluster.straggler_rank}</strong>: the other ranks wait {share(cluster.sync_wait_frac)} of each "
+                   "step inside collectives for it.</li>")
+    elif len(cluster.ranks) > 1 and cluster.sync_wait_frac is not None:
+        out.append(f"<li>No straggler: the ranks wait {share(cluster.sync_wait_frac)} of the step for one "
+                   "another.</li>")
+    if cluster.slow_link is not None:
+        out.append("<li>Slow link: collectives are slow on every rank.</li>" if cluster.slow_link
+                   else "<li>The link is not slow: the transfers are short or hidden behind compute.</li>")
+    if cluster.comm_frac is not None:
+        out.append(f"<li>Exposed communication: {share(cluster.comm_frac)} of the step.</li>")
+    if cluster.step_time_skew is not None:
+        out.append(f"<li>Step-time skew (slowest rank over the median): {cluster.step_time_skew:.1%}.</li>")
+    out.append("</ul><table id=\"ranks\"><tr><th>rank</th><th>file</th><th>step</th><th>compute</th><th>comm</th>"
+               "<th>exposed comm</th><th>idle</th><th>overlap</th><th>waits</th></tr>")
+    for r in cluster.ranks:
+        mark = " class=\"sev-critical\"" if r.rank == cluster.straggler_rank else ""
+        out.append(f"<tr{mark}><td>{r.rank}</td><td>{_e(r.file.rsplit('/', 1)[-1])}</td><td>{sec(r.step_time_s)}</td>"
+                   f"<td>{sec(r.compute_s)}</td><td>{sec(r.comm_s)}</td><td>{share(r.exposed_comm_frac)}</td>"
+                   f"<td>{share(r.idle_frac)}</td><td>{share(r.comm_overlap_frac)}</td><td>{sec(r.sync_wait_s)}</td>"
+                   "</tr>")
+    out.append("</table>")
+    return out
 
 
 def _roofline(report: Report) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -29,6 +31,43 @@ def _range(detail: dict[str, int | float | str], name: str, kb: KnowledgeBase | 
     return ""
 
 
+def job_table(result: IngestResult) -> Table | None:
+    """The ranks of a multi-GPU job as their traces show them (per step), the rank the others wait for marked."""
+    job = result.job
+    if job is None or not job.ranks:
+        return None
+
+    def sec(value: float | None) -> str:
+        return "?" if value is None else (f"{value * 1e3:.3g}ms" if value < 1 else f"{value:.3g}s")
+
+    def share(value: float | None) -> str:
+        return "?" if value is None else f"{value:.0%}"
+
+    of = f" of {job.world_size}" if job.world_size else ""
+    table = Table(title=f"Ranks ({len(job.ranks)} traced{of}, {job.mode}; per step)", box=box.SIMPLE_HEAVY,
+                  title_justify="left", collapse_padding=True, pad_edge=False)
+    for name in ("rank", "file", "step", "compute", "comm", "exposed", "idle", "overlap", "wait"):
+        table.add_column(name, justify="left" if name == "file" else "right", no_wrap=True,
+                         overflow="ellipsis", min_width=8 if name == "file" else None)
+    for r in job.ranks:
+        slowest = r.rank == job.slowest_rank
+        table.add_row(f"{r.rank}{' ◀' if slowest else ''}", Path(r.file).name, sec(r.step_time_s),
+                      sec(r.compute_s), sec(r.comm_s), share(r.exposed_comm_frac), share(r.idle_frac),
+                      share(r.comm_overlap_frac), sec(r.sync_wait_s), style="bold" if slowest else None)
+    parts = []
+    if job.slowest_rank is not None and job.sync_wait_s is not None:
+        parts.append(f"◀ rank {job.slowest_rank}, the one the others wait for ({sec(job.sync_wait_s)} per step "
+                     "inside collectives)")
+    if job.compute_skew is not None:
+        parts.append(f"its compute is {job.compute_skew:.0%} longer than the median rank's")
+    if job.step_time_skew is not None:
+        parts.append(f"step-time skew {job.step_time_skew:.1%}")
+    if job.bus_bandwidth is not None:
+        parts.append(f"bus bandwidth {job.bus_bandwidth:.3g} GB/s")
+    table.caption = "; ".join(parts)
+    return table
+
+
 def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | None = None) -> None:
     """Print the ingested facts, the facts that could not be derived (and why), notes and per-file statistics."""
     if kb is None:
@@ -47,6 +86,9 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
         how = " · ".join(str(x) for x in (detail.get("method"), detail.get("window"), obs.source) if x)
         facts.add_row(escape(name), value, escape(how))
     console.print(facts)
+    ranks = job_table(result)
+    if ranks is not None:
+        console.print(ranks)
     if result.not_derived:
         missing = Table(title="Not derived", box=box.SIMPLE, title_justify="left")
         missing.add_column("fact", style="yellow")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ..explain import gain_text, why
 from ..model import Report
@@ -140,7 +141,43 @@ def _cluster(report: Report) -> list[str]:
         return []
     lines = ["## Cluster (C³: computation, communication, coordination)", "", "| fact | value |", "|---|---|"]
     lines += [f"| {name} | {_cell(_fmt(value))} |" for name, value in report.cluster.model_dump().items()
-              if value is not None]
+              if value is not None and name != "ranks"]
+    return [*lines, "", *_ranks(report)]
+
+
+def _ranks(report: Report) -> list[str]:
+    """The job's ranks as their traces show them (per step), the straggler marked."""
+    cluster = report.cluster
+    if cluster is None or not cluster.ranks:
+        return []
+
+    def sec(value: float | None) -> str:
+        return "?" if value is None else (f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s")
+
+    def share(value: float | None) -> str:
+        return "?" if value is None else f"{value:.0%}"
+
+    of = f" of {cluster.world_size}" if cluster.world_size else ""
+    lines = [f"### Ranks ({len(cluster.ranks)} traced{of}; per step)", ""]
+    if cluster.straggler_rank is not None:
+        lines.append(f"- **Straggler: rank {cluster.straggler_rank}**: the other ranks wait "
+                     f"{share(cluster.sync_wait_frac)} of each step inside collectives for it.")
+    elif len(cluster.ranks) > 1 and cluster.sync_wait_frac is not None:
+        lines.append(f"- No straggler: the ranks wait {share(cluster.sync_wait_frac)} of the step for one another.")
+    if cluster.slow_link is not None:
+        lines.append("- Slow link: collectives are slow on every rank." if cluster.slow_link
+                     else "- The link is not slow: the transfers are short or hidden behind compute.")
+    if cluster.comm_frac is not None:
+        lines.append(f"- Exposed communication: {share(cluster.comm_frac)} of the step.")
+    if cluster.step_time_skew is not None:
+        lines.append(f"- Step-time skew (slowest rank over the median): {cluster.step_time_skew:.1%}.")
+    lines += ["", "| rank | file | step | compute | comm | exposed comm | idle | overlap | waits |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in cluster.ranks:
+        mark = " **straggler**" if r.rank == cluster.straggler_rank else ""
+        lines.append(f"| {r.rank}{mark} | {_cell(Path(r.file).name)} | {sec(r.step_time_s)} | {sec(r.compute_s)} | "
+                     f"{sec(r.comm_s)} | {share(r.exposed_comm_frac)} | {share(r.idle_frac)} | "
+                     f"{share(r.comm_overlap_frac)} | {sec(r.sync_wait_s)} |")
     return [*lines, ""]
 
 

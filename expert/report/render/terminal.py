@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
@@ -80,8 +82,54 @@ def cluster_table(report: Report) -> Table | None:
     table.add_column("fact")
     table.add_column("value", justify="right")
     for name, value in cluster.model_dump().items():
-        if value is not None:
+        if value is not None and name != "ranks":
             table.add_row(name, _fmt(value))
+    return table
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value * 1e3:.3g}ms" if value < 1 else f"{value:.3g}s"
+
+
+def _share(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0%}"
+
+
+def ranks_table(report: Report) -> Table | None:
+    """The job's ranks as their traces show them (per step), the straggler marked, and what tells it from a slow
+    link."""
+    cluster = report.cluster
+    if cluster is None or not cluster.ranks:
+        return None
+    of = f" of {cluster.world_size}" if cluster.world_size else ""
+    table = Table(title=f"Ranks ({len(cluster.ranks)} traced{of}; per step)", box=box.SIMPLE_HEAD,
+                  title_justify="left", collapse_padding=True, pad_edge=False)
+    for name in ("rank", "file", "step", "compute", "comm", "exposed", "idle", "overlap", "wait"):
+        table.add_column(name, justify="left" if name == "file" else "right", no_wrap=True,
+                         overflow="ellipsis", min_width=8 if name == "file" else None)
+    for r in cluster.ranks:
+        straggler = r.rank == cluster.straggler_rank
+        table.add_row(f"{r.rank}{' ◀' if straggler else ''}", Path(r.file).name, _seconds(r.step_time_s),
+                      _seconds(r.compute_s), _seconds(r.comm_s), _share(r.exposed_comm_frac), _share(r.idle_frac),
+                      _share(r.comm_overlap_frac), _seconds(r.sync_wait_s), style="bold red" if straggler else None)
+    notes = []
+    if cluster.straggler_rank is not None:
+        notes.append(f"◀ straggler: rank {cluster.straggler_rank} (the others wait {_share(cluster.sync_wait_frac)} of "
+                     "each step inside collectives for it)")
+    elif len(cluster.ranks) > 1 and cluster.sync_wait_frac is not None:
+        notes.append(f"no straggler: the ranks wait {_share(cluster.sync_wait_frac)} of the step for one another")
+    if cluster.slow_link is not None:
+        notes.append("slow link: every rank's collectives are slow" if cluster.slow_link
+                     else "link not slow: the transfers are mostly hidden or short")
+    if cluster.comm_frac is not None:
+        notes.append(f"exposed communication {_share(cluster.comm_frac)} of the step")
+    if cluster.step_time_skew is not None:
+        notes.append(f"step-time skew {cluster.step_time_skew:.1%}")
+    if cluster.bus_bandwidth is not None:
+        notes.append(f"bus bandwidth {cluster.bus_bandwidth:.3g} GB/s")
+    table.caption = "; ".join(notes)
     return table
 
 
@@ -155,7 +203,8 @@ def missing_table(report: Report, limit: int = 8) -> Table | None:
 
 def report_renderable(report: Report) -> RenderableType:
     parts: list[RenderableType] = [verdict_panel(report)]
-    sections = (iron_law_table(report), cluster_table(report), findings_table(report), optimizations_table(report),
+    sections = (iron_law_table(report), cluster_table(report), ranks_table(report), findings_table(report),
+                optimizations_table(report),
                 scorecard_table(report), measurements_table(report), missing_table(report))
     for part in sections:
         if part is not None:
