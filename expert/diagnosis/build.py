@@ -40,10 +40,10 @@ from ..report.model import (
 )
 from ..rules.evaluate import LeafTrace
 from ..rules.ruleset import LoadedRule, RuleSet
+from .decide import Decision, decide, table_id
 
 Value = int | float | str
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-_AXES = ("data", "algorithm", "machine")
 
 
 _Segment = tuple[str, "str | None", str]  # literal text, then a fact name (or None) and its format spec
@@ -193,10 +193,12 @@ def build_report(
         if lr.rule.then.finding:
             ctx.add_edge(f"rule:{lr.id}", f"finding:{lr.rule.then.finding.id}", "concluded")
 
+    decision = decide(ruleset, result.fired, result.findings, facts)
+    verdict = decision.verdict
     findings = _findings(ctx, fired)
-    candidates, verdict = _verdict(ctx, fired)
-    axes = _axes(ctx, fired, candidates)
-    recommended, wasted = _optimizations(ctx, fired, verdict)
+    candidates = _verdict(ctx, decision)
+    axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
+    recommended, wasted = _optimizations(ctx, decision)
     missing = _missing(ctx, ordered)
     measurements = _measurements(ctx, fired, missing, verdict, axes)
     return Report(
@@ -212,7 +214,7 @@ def build_report(
         wasted=wasted,
         next_measurements=measurements,
         missing=missing,
-        scorecard=_scorecard(ctx),
+        scorecard=_scorecard(ctx, decision),
         iron_law=_iron_law(kb, facts),
         evaluations=evaluations,
         graph=ctx.graph(),
@@ -273,51 +275,16 @@ def _findings(ctx: _Context, fired: list[LoadedRule]) -> list[Finding]:
     return out
 
 
-def _verdict(ctx: _Context, fired: list[LoadedRule]) -> tuple[list[Candidate], str | None]:
+def _verdict(ctx: _Context, decision: Decision) -> list[Candidate]:
     regimes = ctx.kb.regimes
-    votes: dict[str, list[tuple[int, str]]] = {}
-    for lr in fired:
-        vote = lr.rule.then.bottleneck
-        if vote:
-            votes.setdefault(vote.regime, []).append((regimes.strengths[vote.strength], lr.id))
-    names = {v: k for k, v in regimes.strengths.items()}
-    candidates = [
-        Candidate(regime=regime, title=regimes.regimes[regime].title, strength=names[max(s for s, _ in vs)],
-                  score=sum(s for s, _ in vs), rules=sorted(r for _, r in vs))
-        for regime, vs in votes.items()
-    ]
-    order = {name: i for i, name in enumerate(regimes.precedence)}
-    candidates.sort(key=lambda c: (-regimes.strengths[c.strength], -c.score, order[c.regime]))
-    threshold = regimes.strengths[regimes.verdict_min_strength]
-    verdict = candidates[0].regime if candidates and regimes.strengths[candidates[0].strength] >= threshold else None
+    candidates = [Candidate(regime=v.regime, title=regimes.regimes[v.regime].title, strength=v.strength,
+                            score=v.score, rules=list(v.rules)) for v in decision.candidates]
     for c in candidates:
         node = ctx.add_node(f"bottleneck:{c.regime}", "bottleneck", c.title, strength=c.strength, score=c.score,
-                            verdict=c.regime == verdict)
+                            verdict=c.regime == decision.verdict)
         for rule_id in c.rules:
             ctx.add_edge(f"rule:{rule_id}", node, "concluded")
-    return candidates, verdict
-
-
-def _axes(ctx: _Context, fired: list[LoadedRule], candidates: list[Candidate]) -> list[AxisScore]:
-    strengths = ctx.kb.regimes.strengths
-    score = dict.fromkeys(_AXES, 0.0)
-    rules: dict[str, set[str]] = {a: set() for a in _AXES}
-    for c in candidates:
-        for axis, weight in ctx.kb.regimes.regimes[c.regime].axes.items():
-            score[axis] += strengths[c.strength] * weight
-            rules[axis].update(c.rules)
-    for lr in fired:
-        vote = lr.rule.then.axis
-        if vote:
-            score[vote.axis] += strengths[vote.strength]
-            rules[vote.axis].add(lr.id)
-    total = sum(score.values())
-    if total == 0:
-        return []
-    axes = [AxisScore(axis=a, share=round(score[a] / total, 4), strength=score[a], rules=sorted(rules[a]))  # type: ignore[arg-type]
-            for a in _AXES if score[a] > 0]
-    axes.sort(key=lambda x: (-x.strength, _AXES.index(x.axis)))
-    return axes
+    return candidates
 
 
 def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
@@ -336,48 +303,46 @@ def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
     )
 
 
-def _optimizations(
-    ctx: _Context, fired: list[LoadedRule], verdict: str | None
-) -> tuple[list[Recommendation], list[Wasted]]:
+def _optimizations(ctx: _Context, decision: Decision) -> tuple[list[Recommendation], list[Wasted]]:
+    """The decision's recommended and ruled-out optimizations, worded (each rule's why, each reason) and ranked by
+    their Amdahl bound."""
     kb = ctx.kb
-    located = ctx.ruleset.tables.get(verdict) if verdict else None
-    table = located[1] if located else None
-    table_node = None
+    verdict, table = decision.verdict, decision.table
+    table_rule = table_id(verdict) if verdict is not None else None
     if table is not None and verdict is not None:
-        table_node = ctx.add_node(f"rule:table/{verdict}", "rule", f"Effective vs wasted optimizations: {verdict}",
-                                  rule_id=f"table/{verdict}", source=table.source, fired=True)
+        table_node = ctx.add_node(f"rule:{table_rule}", "rule", f"Effective vs wasted optimizations: {verdict}",
+                                  rule_id=table_rule, source=table.source, fired=True)
         ctx.add_edge(f"bottleneck:{verdict}", table_node, "used")
+    table_reasons = {entry.id: entry.reason for entry in table.wasted} if table is not None else {}
 
     wasted: dict[str, tuple[str, list[str]]] = {}
-    if table is not None:
-        for entry in table.wasted:
-            wasted[entry.id] = (entry.reason, [f"table/{verdict}"])
-    for lr in fired:
-        for w in lr.rule.then.waste:
-            reason, rules = wasted.setdefault(w.id, (render_message(w.reason, ctx.facts), []))
-            rules.append(lr.id)
-
-    proposals: dict[str, tuple[list[str], list[str], int]] = {}  # id -> (whys, rules, specificity)
-    for lr in fired:
-        for rec in lr.rule.then.recommend:
-            whys, rules, _ = proposals.setdefault(rec.id, ([], [], 0))
-            whys.append(render_message(rec.why, ctx.facts))
-            rules.append(lr.id)
-    if table is not None:
-        regime_title = kb.regimes.regimes[table.regime].title
-        for opt_id in table.effective:
-            whys, rules, spec = proposals.setdefault(opt_id, ([], [], 1))
-            whys.append(f"effective when {regime_title.lower()} (regime table)")
-            rules.append(f"table/{verdict}")
+    for opt_id, rules in decision.wasted.items():
+        if rules[0] == table_rule:
+            reason = table_reasons[opt_id]
+        else:
+            first = next(w for w in ctx.ruleset.rules[rules[0]].rule.then.waste if w.id == opt_id)
+            reason = render_message(first.reason, ctx.facts)
+        wasted[opt_id] = (reason, rules)
 
     recommended: list[tuple[tuple[float, int, int], Recommendation]] = []
-    for index, (opt_id, (whys, rules, spec)) in enumerate(proposals.items()):
+    for index, (opt_id, rules) in enumerate(decision.proposed.items()):
         if opt_id in wasted:
             continue
+        whys: list[str] = []
+        seen: dict[str, int] = {}
+        for rule_id in rules:  # each proposal in order: a rule proposing it twice gives both of its whys
+            nth = seen[rule_id] = seen.get(rule_id, -1) + 1
+            if rule_id == table_rule and table is not None:
+                whys.append(f"effective when {kb.regimes.regimes[table.regime].title.lower()} (regime table)")
+            else:
+                recs = [r for r in ctx.ruleset.rules[rule_id].rule.then.recommend if r.id == opt_id]
+                whys.append(render_message(recs[nth].why, ctx.facts))
+        spec = 1 if rules[0] == table_rule else 0  # the regime table alone proposes it: less specific than a rule
         opt = kb.optimizations[opt_id]
         gain = _gain(ctx, opt.shrinks)
         recommendation = Recommendation(id=opt_id, title=opt.title, why="; ".join(whys), how=opt.how, axis=opt.axis,
-                                        shrinks=opt.shrinks, source=opt.source, rules=rules, expected_gain=gain)
+                                        shrinks=opt.shrinks, source=opt.source, rules=list(rules),
+                                        expected_gain=gain)
         recommended.append(((-(gain.max_speedup if gain else 1.0), spec, index), recommendation))
         node = ctx.add_node(f"recommendation:{opt_id}", "recommendation", opt.title,
                             max_speedup=gain.max_speedup if gain else None)
@@ -387,7 +352,7 @@ def _optimizations(
 
     wasted_out: list[Wasted] = []
     for opt_id, (reason, rules) in sorted(wasted.items()):
-        wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].title, reason=reason, rules=rules))
+        wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].title, reason=reason, rules=list(rules)))
         node = ctx.add_node(f"wasted:{opt_id}", "wasted", kb.optimizations[opt_id].title, reason=reason)
         for rule_id in rules:
             ctx.add_edge(f"rule:{rule_id}", node, "ruled-out")
@@ -491,13 +456,13 @@ def _measurements(
     return result
 
 
-def _scorecard(ctx: _Context) -> list[ScoreRow]:
+def _scorecard(ctx: _Context, decision: Decision) -> list[ScoreRow]:
     rows = []
-    for metric in ctx.kb.scorecard.metrics:
+    for metric, band in zip(ctx.kb.scorecard.metrics, decision.bands, strict=True):
         raw = ctx.facts.get(metric.fact)
         value = float(raw) if isinstance(raw, (int, float)) else None
         rows.append(ScoreRow(id=metric.id, title=metric.title, axis=metric.axis, value=value,
-                             band=metric.band(value), definition=metric.definition, bands=metric.bands_text()))
+                             band=band, definition=metric.definition, bands=metric.bands_text()))  # type: ignore[arg-type]
     return rows
 
 

@@ -1,0 +1,184 @@
+"""The decision: from the rules that fired to the verdict, the axes, the recommended set and the scorecard bands.
+
+One function, `decide`, used by the diagnosis (`expert.diagnosis.build.build_report` turns its result into a Report)
+and by the consultation (which runs it on every what-if, so it builds no report objects). Everything it weighs is
+data: the rules' conclusions, the regime tables, strengths and precedence (knowledge_base/regimes.yaml) and the
+scorecard bands.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..kb.knowledge import Axis, KnowledgeBase, ScoreMetric, Strength
+from ..rules.model import RegimeTable
+from ..rules.ruleset import RuleSet
+
+Value = int | float | str
+AXES: tuple[Axis, ...] = ("data", "algorithm", "machine")
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A regime some fired rules voted for: its strongest vote, the sum of the votes, the voting rules (sorted)."""
+
+    regime: str
+    strength: Strength
+    score: int
+    rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AxisShare:
+    """One implicated D·A·M axis: its share of the weight, the weight, the rules behind it (sorted)."""
+
+    axis: Axis
+    share: float
+    strength: float
+    rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Conclusions:
+    """What every rule of a rule set concludes, in the form `decide` reads it (built once per rule set)."""
+
+    kb: KnowledgeBase
+    position: dict[str, int]  # rule id -> place in (stratum, id) order
+    votes: dict[str, tuple[str, int]]  # rule id -> (regime, strength value)
+    axis_votes: dict[str, tuple[Axis, int]]  # rule id -> (axis, strength value)
+    recommends: dict[str, tuple[str, ...]]
+    wastes: dict[str, tuple[str, ...]]
+    tables: dict[str, RegimeTable]
+    precedence: dict[str, int]
+    strength_names: dict[int, Strength]
+    threshold: int
+    metrics: tuple[ScoreMetric, ...]
+
+
+def _build(ruleset: RuleSet) -> _Conclusions:
+    kb = ruleset.kb
+    regimes = kb.regimes
+    votes: dict[str, tuple[str, int]] = {}
+    axis_votes: dict[str, tuple[Axis, int]] = {}
+    for lr in ruleset.rules.values():
+        then = lr.rule.then
+        if then.bottleneck:
+            votes[lr.id] = (then.bottleneck.regime, regimes.strengths[then.bottleneck.strength])
+        if then.axis:
+            axis_votes[lr.id] = (then.axis.axis, regimes.strengths[then.axis.strength])
+    return _Conclusions(
+        kb=kb,
+        position={lr.id: i for i, lr in enumerate(ruleset.by_stratum)},
+        votes=votes,
+        axis_votes=axis_votes,
+        recommends={lr.id: tuple(r.id for r in lr.rule.then.recommend) for lr in ruleset.rules.values()},
+        wastes={lr.id: tuple(w.id for w in lr.rule.then.waste) for lr in ruleset.rules.values()},
+        tables={regime: table for regime, (_, table) in ruleset.tables.items()},
+        precedence={name: i for i, name in enumerate(regimes.precedence)},
+        strength_names={v: k for k, v in regimes.strengths.items()},
+        threshold=regimes.strengths[regimes.verdict_min_strength],
+        metrics=tuple(kb.scorecard.metrics),
+    )
+
+
+_CONCLUSIONS: weakref.WeakKeyDictionary[RuleSet, _Conclusions] = weakref.WeakKeyDictionary()
+
+
+def _conclusions(ruleset: RuleSet) -> _Conclusions:
+    found = _CONCLUSIONS.get(ruleset)
+    if found is None:
+        found = _CONCLUSIONS[ruleset] = _build(ruleset)
+    return found
+
+
+def table_id(regime: str) -> str:
+    """How a regime table is named among the rules behind a recommendation or a ruled-out optimization."""
+    return f"table/{regime}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the rules that fired decide, before any wording: the answer a user cares about."""
+
+    fired: frozenset[str]
+    findings: frozenset[str]
+    candidates: tuple[Vote, ...]  # best first
+    verdict: str | None  # the best candidate, when its strength reaches the verdict threshold
+    table: RegimeTable | None  # the verdict's regime table, if it has one
+    proposed: dict[str, list[str]]  # optimization -> rules proposing it (the verdict's table last), in proposal order
+    wasted: dict[str, list[str]]  # optimization -> rules ruling it out (the verdict's table first)
+    bands: tuple[str, ...]  # one scorecard band per metric, in scorecard order
+    _axis_votes: tuple[tuple[str, Axis, int], ...]  # (rule, axis, strength value) of the fired rules, stratum order
+    _kb: KnowledgeBase
+
+    @cached_property
+    def recommended(self) -> frozenset[str]:
+        """The optimizations proposed and not ruled out."""
+        return frozenset(self.proposed.keys() - self.wasted.keys())
+
+    @cached_property
+    def axes(self) -> tuple[AxisShare, ...]:
+        """The implicated axes, heaviest first: each candidate's strength spread over its regime's axes, plus the
+        rules' own axis votes."""
+        regimes = self._kb.regimes
+        strengths = regimes.strengths
+        score: dict[Axis, float] = dict.fromkeys(AXES, 0.0)
+        rules: dict[Axis, set[str]] = {a: set() for a in AXES}
+        for c in self.candidates:
+            for axis, weight in regimes.regimes[c.regime].axes.items():
+                score[axis] += strengths[c.strength] * weight
+                rules[axis].update(c.rules)
+        for rule_id, axis, strength in self._axis_votes:
+            score[axis] += strength
+            rules[axis].add(rule_id)
+        total = sum(score.values())
+        if total == 0:
+            return ()
+        axes = [AxisShare(a, round(score[a] / total, 4), score[a], tuple(sorted(rules[a])))
+                for a in AXES if score[a] > 0]
+        axes.sort(key=lambda x: (-x.strength, AXES.index(x.axis)))
+        return tuple(axes)
+
+
+def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], facts: Mapping[str, Value]) -> Decision:
+    """The decision of the rules that fired on these facts (their order does not matter)."""
+    c = _conclusions(ruleset)
+    ordered = sorted(fired, key=c.position.__getitem__)
+    votes: dict[str, list[tuple[int, str]]] = {}
+    proposed: dict[str, list[str]] = {}
+    wasted: dict[str, list[str]] = {}
+    axis_votes: list[tuple[str, Axis, int]] = []
+    for rule_id in ordered:
+        vote = c.votes.get(rule_id)
+        if vote is not None:
+            votes.setdefault(vote[0], []).append((vote[1], rule_id))
+        axis = c.axis_votes.get(rule_id)
+        if axis is not None:
+            axis_votes.append((rule_id, *axis))
+    tallies = sorted(((max(s for s, _ in vs), sum(s for s, _ in vs), regime, vs) for regime, vs in votes.items()),
+                     key=lambda t: (-t[0], -t[1], c.precedence[t[2]]))
+    candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(r for _, r in vs)))
+                       for top, total, regime, vs in tallies)
+    verdict = tallies[0][2] if tallies and tallies[0][0] >= c.threshold else None
+    table = c.tables.get(verdict) if verdict else None
+    if table is not None and verdict is not None:
+        for entry in table.wasted:
+            wasted[entry.id] = [table_id(verdict)]
+    for rule_id in ordered:
+        for opt in c.wastes[rule_id]:
+            wasted.setdefault(opt, []).append(rule_id)
+    for rule_id in ordered:
+        for opt in c.recommends[rule_id]:
+            proposed.setdefault(opt, []).append(rule_id)
+    if table is not None and verdict is not None:
+        for opt in table.effective:
+            proposed.setdefault(opt, []).append(table_id(verdict))
+    bands = []
+    for metric in c.metrics:
+        raw = facts.get(metric.fact)
+        bands.append(metric.band(float(raw) if isinstance(raw, (int, float)) else None))
+    return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
+                    tuple(bands), tuple(axis_votes), c.kb)
