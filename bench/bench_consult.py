@@ -38,7 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
 from expert._resources import data_dir, examples_dir  # noqa: E402
-from expert.consult.session import Consultation, _answer_of, _index, _regions, answer_from, derive_values  # noqa: E402
+from expert.consult.session import Consultation, _index, _regions, answer_from  # noqa: E402
+from expert.derive.formulas import derive  # noqa: E402
+from expert.diagnosis.decide import decide  # noqa: E402
 from expert.errors import ObservationError  # noqa: E402
 from expert.observations.file import read_observation_file  # noqa: E402
 from expert.observations.normalise import convert  # noqa: E402
@@ -77,11 +79,12 @@ def consult(facts: dict[str, Any], protocol: str) -> tuple[Consultation, float]:
 
 def key(facts: dict[str, Any]) -> tuple[str | None, frozenset[str]] | None:
     try:
-        values = derive_values(facts, KB)
+        values = {**facts, **{name: d.value for name, d in derive(facts, KB, check=False).items()}}
     except (ArithmeticError, ValueError, KeyError):
         return None
-    answer = _answer_of(IX, values)
-    return answer.verdict, answer.recommended
+    result = IX.engine.run(values)
+    decision = decide(EXPERT.ruleset, result.fired, result.findings, values)
+    return decision.verdict, decision.recommended
 
 
 def _probe_values(name: str) -> list[Any]:

@@ -13,9 +13,8 @@ from strategies import observations
 
 import expert
 from expert._resources import data_dir, examples_dir
-from expert.consult.session import AVAILABLE_TOOLS, Consultation, _answer_of, _index, derive_values, play
+from expert.consult.session import AVAILABLE_TOOLS, Consultation, _index, play
 from expert.consult.session import answer_from as scripted_answer
-from expert.derive.formulas import derive
 from expert.errors import ObservationError
 from expert.observations.file import read_observation_file
 from expert.rules.testing import load_rule_tests
@@ -106,23 +105,6 @@ def test_any_order_of_answers_gives_the_report_of_the_same_facts(facts: dict[str
     assert set(c.answers) == set(facts)
     assert all(n not in facts for n in unknown_later)
     assert summary(c.report()) == summary(expected)
-
-
-# ---- the planner agrees with the diagnosis it predicts -------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", list(EXAMPLES) + list(RULE_CASES)[::3])
-def test_fast_answer_agrees_with_the_report(name: str) -> None:
-    facts = CASES.get(f"example::{name}", RULE_CASES.get(name))
-    assert facts is not None
-    obs = EXPERT.observations(facts).values()
-    values = derive_values(obs, KB)
-    assert values == {**obs, **{n: d.value for n, d in derive(obs, KB).items()}}
-    report = EXPERT.diagnose(facts)
-    quick = _answer_of(_index(EXPERT), values)
-    assert (quick.verdict, set(quick.recommended)) == outcome(report)
-    assert list(quick.bands) == [row.band for row in report.scorecard]
-    assert set(quick.fired) == {e.rule_id for e in report.evaluations if e.fired}
 
 
 # ---- asking --------------------------------------------------------------------------------------------------------

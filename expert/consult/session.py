@@ -53,6 +53,7 @@ from ..derive.formulas import (
     could_apply,
     derive,
 )
+from ..diagnosis.decide import Decision, decide
 from ..engine.pure import PureEngine
 from ..errors import ObservationError, Problem
 from ..expert import Expert
@@ -334,17 +335,6 @@ class _Index:
                             changed = True
         self.decisive = direct
         self.relevant = relevant
-        self.tables = {regime: table for regime, (_, table) in expert.ruleset.tables.items()}
-        regimes = self.kb.regimes
-        # what each rule concludes that `_answer_of` reads: (regime, strength) vote, recommended and wasted ids
-        self.outcomes: dict[str, tuple[tuple[str, int] | None, tuple[str, ...], tuple[str, ...]]] = {}
-        for lr in self.rules:
-            then = lr.rule.then
-            vote = (then.bottleneck.regime, regimes.strengths[then.bottleneck.strength]) if then.bottleneck else None
-            self.outcomes[lr.id] = (vote, tuple(r.id for r in then.recommend), tuple(w.id for w in then.waste))
-        self.precedence = {name: i for i, name in enumerate(regimes.precedence)}
-        self.strength_names = {v: k for k, v in regimes.strengths.items()}
-        self.verdict_threshold = regimes.strengths[regimes.verdict_min_strength]
         self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
         for lr in self.rules:
             for conjunction in _all_nodes(lr.condition):
@@ -386,47 +376,11 @@ def _index(expert: Expert) -> _Index:
 # ---- the answer as the planner sees it -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """What the user cares about: the verdict, the recommended set, the scorecard bands (and the fired rules)."""
-
-    verdict: str | None
-    recommended: frozenset[str]
-    bands: tuple[str, ...]
-    candidates: tuple[tuple[str, str, int], ...]  # (regime, strength, score), best first
-    fired: frozenset[str]
-    findings: frozenset[str]
-
-
-def _answer_of(ix: _Index, facts: Mapping[str, Value]) -> _Answer:
-    """Verdict, recommended set and scorecard bands, decided exactly as `expert.diagnosis.build_report` decides them
-    (tests/test_consult.py checks the two agree), without building a Report."""
+def _decision_on(ix: _Index, facts: Mapping[str, Value]) -> Decision:
+    """What the user cares about on these facts (verdict, recommended set, scorecard bands, fired rules): the
+    diagnosis's own `decide`, without building a Report."""
     result = ix.engine.run(facts)
-    fired_ids, findings = result.fired, result.findings
-    votes: dict[str, list[int]] = {}
-    proposals: set[str] = set()
-    wasted: set[str] = set()
-    for rule_id in fired_ids:
-        vote, recommends, wastes = ix.outcomes[rule_id]
-        if vote is not None:
-            votes.setdefault(vote[0], []).append(vote[1])
-        proposals.update(recommends)
-        wasted.update(wastes)
-    order = ix.precedence
-    ranked = sorted(votes.items(), key=lambda kv: (-max(kv[1]), -sum(kv[1]), order[kv[0]]))
-    names = ix.strength_names
-    candidates = tuple((regime, names[max(s)], sum(s)) for regime, s in ranked)
-    verdict = ranked[0][0] if ranked and max(ranked[0][1]) >= ix.verdict_threshold else None
-    table = ix.tables.get(verdict) if verdict else None
-    if table is not None:
-        proposals.update(table.effective)
-        wasted.update(w.id for w in table.wasted)
-    bands = []
-    for metric in ix.kb.scorecard.metrics:
-        raw = facts.get(metric.fact)
-        bands.append(metric.band(float(raw) if isinstance(raw, (int, float)) else None))
-    return _Answer(verdict, frozenset(proposals - wasted), tuple(bands), candidates, frozenset(fired_ids),
-                   frozenset(findings))
+    return decide(ix.ruleset, result.fired, result.findings, facts)
 
 
 # ---- what is still open --------------------------------------------------------------------------------------------
@@ -457,7 +411,7 @@ class _State:
         self.unknowns = set(unknowns)
         self.derived: dict[str, DerivedValue] = derive(self.answers, ix.kb)
         self.facts: dict[str, Value] = {**self.answers, **{n: d.value for n, d in self.derived.items()}}
-        self.now = _answer_of(ix, self.facts)
+        self.now = _decision_on(ix, self.facts)
         self._open: dict[str, bool] = {}
         self._states: dict[int, Literal["fixed", "open", "impossible"]] = {}
         self._routes: dict[str, list[frozenset[str]]] = {}
@@ -617,7 +571,7 @@ class _Probe:
     kind: Literal["leaf", "rule", "regime"]
     condition: str
     overrides: tuple[tuple[str, Value | None], ...]
-    answer: _Answer
+    answer: Decision
     rules: tuple[str, ...] = ()
     subject: str | None = None  # the leaf fact of a leaf probe
     regions: int = 1  # how many regions the leaf probe's fact has
@@ -875,7 +829,7 @@ class _Plan:
     ranked: list[str] = field(default_factory=list)
 
 
-def _what_if(state: _State, overrides: Mapping[str, Value | None]) -> _Answer | None:
+def _what_if(state: _State, overrides: Mapping[str, Value | None]) -> Decision | None:
     observed = dict(state.answers)
     dropped = [name for name, value in overrides.items() if value is None]
     for name, value in overrides.items():
@@ -884,28 +838,13 @@ def _what_if(state: _State, overrides: Mapping[str, Value | None]) -> _Answer | 
         else:
             observed[name] = value
     try:
-        facts = derive_values(observed, state.ix.kb)
+        derived = derive(observed, state.ix.kb, check=False)
     except (ArithmeticError, ValueError, KeyError):
         return None
+    facts: dict[str, Value] = {**observed, **{name: d.value for name, d in derived.items()}}
     for name in dropped:
         facts.pop(name, None)
-    return _answer_of(state.ix, facts)
-
-
-_DERIVATION_INPUTS = tuple((d, frozenset(d.inputs)) for d in DERIVATIONS)
-
-
-def derive_values(observed: Mapping[str, Value], kb: KnowledgeBase) -> dict[str, Value]:
-    """The observed facts with every derived value, as `expert.derive.derive` computes them (same order, observed
-    values never overwritten), without the provenance records or the consistency check: what-if probes need values."""
-    facts: dict[str, Value] = dict(observed)
-    for d, inputs in _DERIVATION_INPUTS:
-        if d.output in facts or not inputs <= facts.keys():
-            continue
-        result = d.compute(facts, kb)
-        if result is not None:
-            facts[d.output] = result.value
-    return facts
+    return _decision_on(state.ix, facts)
 
 
 def _plan(state: _State) -> _Plan:
@@ -915,9 +854,9 @@ def _plan(state: _State) -> _Plan:
     if not live_decisive:
         plan.settled_soundly = True
         return plan
-    cache: dict[tuple[tuple[str, Value | None], ...], _Answer | None] = {}
+    cache: dict[tuple[tuple[str, Value | None], ...], Decision | None] = {}
 
-    def answer_for(overrides: Mapping[str, Value | None]) -> _Answer | None:
+    def answer_for(overrides: Mapping[str, Value | None]) -> Decision | None:
         key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
         if key not in cache:
             cache[key] = _what_if(state, overrides)
@@ -983,7 +922,7 @@ def _describe(state: _State, overrides: Mapping[str, Value | None]) -> str:
                      for name, value in overrides.items())
 
 
-def _weight(before: _Answer, after: _Answer) -> tuple[float, float]:
+def _weight(before: Decision, after: Decision) -> tuple[float, float]:
     """(decisive weight, scorecard-only weight) of a probe's answer against the answer now."""
     weight = 0.0
     if after.verdict != before.verdict:
@@ -1654,7 +1593,7 @@ class Consultation:
 
     def _hypotheses(self, state: _State) -> list[str]:
         regimes = self._ix.kb.regimes.regimes
-        out = [f"{regimes[r].title} ({strength}, score {score})" for r, strength, score in state.now.candidates]
+        out = [f"{regimes[v.regime].title} ({v.strength}, score {v.score})" for v in state.now.candidates]
         return out
 
     def status(self) -> Status:

@@ -467,9 +467,11 @@ def check_consistency(facts: Facts) -> None:
         raise ObservationError(problems, title="the observations contradict each other")
 
 
-def derive(observed: Facts, kb: KnowledgeBase) -> dict[str, DerivedValue]:
-    """Apply every derivation whose inputs are known, in order; observed facts are never overwritten."""
-    check_consistency(observed)
+def derive(observed: Facts, kb: KnowledgeBase, *, check: bool = True) -> dict[str, DerivedValue]:
+    """Apply every derivation whose inputs are known, in order; observed facts are never overwritten. With `check`
+    (the default) contradictory observations are refused first (`check_consistency`); what-if probes skip it."""
+    if check:
+        check_consistency(observed)
     facts: dict[str, Value] = dict(observed)
     out: dict[str, DerivedValue] = {}
     for d in DERIVATIONS:

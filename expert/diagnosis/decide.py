@@ -9,11 +9,11 @@ scorecard bands.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..kb.knowledge import Axis, KnowledgeBase, ScoreMetric, Strength
+from ..kb.knowledge import Axis, KnowledgeBase, Strength
 from ..rules.model import RegimeTable
 from ..rules.ruleset import RuleSet
 
@@ -41,46 +41,41 @@ class AxisShare:
     rules: tuple[str, ...]
 
 
+_Concludes = tuple["tuple[str, int] | None", "tuple[Axis, int] | None", tuple[str, ...], tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class _Conclusions:
     """What every rule of a rule set concludes, in the form `decide` reads it (built once per rule set)."""
 
     kb: KnowledgeBase
     position: dict[str, int]  # rule id -> place in (stratum, id) order
-    votes: dict[str, tuple[str, int]]  # rule id -> (regime, strength value)
-    axis_votes: dict[str, tuple[Axis, int]]  # rule id -> (axis, strength value)
-    recommends: dict[str, tuple[str, ...]]
-    wastes: dict[str, tuple[str, ...]]
+    concludes: dict[str, _Concludes]  # rule id -> (regime, strength) vote, (axis, strength) vote, recommends, wastes
     tables: dict[str, RegimeTable]
     precedence: dict[str, int]
     strength_names: dict[int, Strength]
     threshold: int
-    metrics: tuple[ScoreMetric, ...]
+    bands: tuple[tuple[str, Callable[[float | None], str]], ...]  # (fact, its band function) per scorecard metric
 
 
 def _build(ruleset: RuleSet) -> _Conclusions:
     kb = ruleset.kb
     regimes = kb.regimes
-    votes: dict[str, tuple[str, int]] = {}
-    axis_votes: dict[str, tuple[Axis, int]] = {}
+    concludes: dict[str, _Concludes] = {}
     for lr in ruleset.rules.values():
         then = lr.rule.then
-        if then.bottleneck:
-            votes[lr.id] = (then.bottleneck.regime, regimes.strengths[then.bottleneck.strength])
-        if then.axis:
-            axis_votes[lr.id] = (then.axis.axis, regimes.strengths[then.axis.strength])
+        vote = (then.bottleneck.regime, regimes.strengths[then.bottleneck.strength]) if then.bottleneck else None
+        axis = (then.axis.axis, regimes.strengths[then.axis.strength]) if then.axis else None
+        concludes[lr.id] = (vote, axis, tuple(r.id for r in then.recommend), tuple(w.id for w in then.waste))
     return _Conclusions(
         kb=kb,
         position={lr.id: i for i, lr in enumerate(ruleset.by_stratum)},
-        votes=votes,
-        axis_votes=axis_votes,
-        recommends={lr.id: tuple(r.id for r in lr.rule.then.recommend) for lr in ruleset.rules.values()},
-        wastes={lr.id: tuple(w.id for w in lr.rule.then.waste) for lr in ruleset.rules.values()},
+        concludes=concludes,
         tables={regime: table for regime, (_, table) in ruleset.tables.items()},
         precedence={name: i for i, name in enumerate(regimes.precedence)},
         strength_names={v: k for k, v in regimes.strengths.items()},
         threshold=regimes.strengths[regimes.verdict_min_strength],
-        metrics=tuple(kb.scorecard.metrics),
+        bands=tuple((metric.fact, metric.band) for metric in kb.scorecard.metrics),
     )
 
 
@@ -149,36 +144,33 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     ordered = sorted(fired, key=c.position.__getitem__)
     votes: dict[str, list[tuple[int, str]]] = {}
     proposed: dict[str, list[str]] = {}
-    wasted: dict[str, list[str]] = {}
+    wastes: list[tuple[str, str]] = []
     axis_votes: list[tuple[str, Axis, int]] = []
     for rule_id in ordered:
-        vote = c.votes.get(rule_id)
+        vote, axis, recommends, wasted_ids = c.concludes[rule_id]
         if vote is not None:
             votes.setdefault(vote[0], []).append((vote[1], rule_id))
-        axis = c.axis_votes.get(rule_id)
         if axis is not None:
             axis_votes.append((rule_id, *axis))
+        for opt in recommends:
+            proposed.setdefault(opt, []).append(rule_id)
+        wastes.extend((opt, rule_id) for opt in wasted_ids)
     tallies = sorted(((max(s for s, _ in vs), sum(s for s, _ in vs), regime, vs) for regime, vs in votes.items()),
                      key=lambda t: (-t[0], -t[1], c.precedence[t[2]]))
     candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(r for _, r in vs)))
                        for top, total, regime, vs in tallies)
     verdict = tallies[0][2] if tallies and tallies[0][0] >= c.threshold else None
     table = c.tables.get(verdict) if verdict else None
-    if table is not None and verdict is not None:
+    wasted: dict[str, list[str]] = {}
+    if table is not None:
+        from_table = table_id(table.regime)
         for entry in table.wasted:
-            wasted[entry.id] = [table_id(verdict)]
-    for rule_id in ordered:
-        for opt in c.wastes[rule_id]:
-            wasted.setdefault(opt, []).append(rule_id)
-    for rule_id in ordered:
-        for opt in c.recommends[rule_id]:
-            proposed.setdefault(opt, []).append(rule_id)
-    if table is not None and verdict is not None:
+            wasted[entry.id] = [from_table]
         for opt in table.effective:
-            proposed.setdefault(opt, []).append(table_id(verdict))
-    bands = []
-    for metric in c.metrics:
-        raw = facts.get(metric.fact)
-        bands.append(metric.band(float(raw) if isinstance(raw, (int, float)) else None))
-    return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
-                    tuple(bands), tuple(axis_votes), c.kb)
+            proposed.setdefault(opt, []).append(from_table)
+    for opt, rule_id in wastes:
+        wasted.setdefault(opt, []).append(rule_id)
+    bands = tuple(band(float(raw) if isinstance(raw := facts.get(fact), (int, float)) else None)
+                  for fact, band in c.bands)
+    return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted, bands,
+                    tuple(axis_votes), c.kb)
