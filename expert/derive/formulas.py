@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -489,9 +490,27 @@ def derive(observed: Facts, kb: KnowledgeBase, *, check: bool = True) -> dict[st
     return out
 
 
+@dataclass
+class _KnowledgeBaseCache:
+    """Answers that depend on the knowledge base alone, computed on first use (kept here, not on the KB)."""
+
+    askable_inputs: dict[str, list[str]] = field(default_factory=dict)
+    gated_below: dict[str, bool] = field(default_factory=dict)
+
+
+_CACHES: weakref.WeakKeyDictionary[KnowledgeBase, _KnowledgeBaseCache] = weakref.WeakKeyDictionary()
+
+
+def _cache(kb: KnowledgeBase) -> _KnowledgeBaseCache:
+    found = _CACHES.get(kb)
+    if found is None:
+        found = _CACHES[kb] = _KnowledgeBaseCache()
+    return found
+
+
 def askable_inputs(name: str, kb: KnowledgeBase) -> list[str]:
     """The facts a user could supply to settle `name`: itself if askable, else the inputs of its derivations."""
-    cache: dict[str, list[str]] = kb.memo.setdefault("askable_inputs", {})
+    cache = _cache(kb).askable_inputs
     if name not in cache:
         cache[name] = _askable_inputs(name, kb)
     return cache[name]
@@ -604,7 +623,7 @@ def askable_inputs_given(name: str, facts: Mapping[str, Value], kb: KnowledgeBas
 
 def _gated_below(name: str, kb: KnowledgeBase) -> bool:
     """Whether some formula on the way from the askable facts to `name` is `gated` (cached per knowledge base)."""
-    cache: dict[str, bool] = kb.memo.setdefault("gated_below", {})
+    cache = _cache(kb).gated_below
     if name not in cache:
         cache[name] = False  # guards against cycles
         cache[name] = any(d.gated or any(_gated_below(i, kb) for i in d.inputs)

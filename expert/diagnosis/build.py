@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import string
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,7 +178,7 @@ def build_report(
         trace: list[LeafTrace] = []
         outcome = lr.evaluator(facts, result.findings, trace, False)
         ctx.traces[lr.id] = (outcome, trace)
-        concludes, when = _static_parts(lr)
+        concludes, when = _static_parts(ruleset, lr)
         evaluations.append(RuleEvaluation(
             rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome, fired=lr.id in fired_ids,
             leaves=trace, concludes=concludes, when=when))
@@ -233,21 +234,39 @@ def _cluster(facts: Mapping[str, Value]) -> ClusterSection | None:
     return ClusterSection.model_validate(known)
 
 
-def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:
-    """The regime tables as report records; they never change, so they are built once per rule set."""
-    if "table_records" not in ruleset.memo:
-        ruleset.memo["table_records"] = [
+@dataclass
+class _RuleSetParts:
+    """Report records that depend on the rule set alone, built once per rule set (kept here, not on the rules)."""
+
+    tables: list[RegimeTableRecord]
+    rules: dict[str, tuple[Concludes, dict[str, Any]]] = field(default_factory=dict)  # rule id -> (concludes, when)
+
+
+_PARTS: weakref.WeakKeyDictionary[RuleSet, _RuleSetParts] = weakref.WeakKeyDictionary()
+
+
+def _parts(ruleset: RuleSet) -> _RuleSetParts:
+    found = _PARTS.get(ruleset)
+    if found is None:
+        found = _PARTS[ruleset] = _RuleSetParts(tables=[
             RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
                               wasted={w.id: w.reason for w in t.wasted})
-            for _, (_, t) in sorted(ruleset.tables.items())]
-    return list(ruleset.memo["table_records"])
+            for _, (_, t) in sorted(ruleset.tables.items())])
+    return found
 
 
-def _static_parts(lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
-    """A rule's `concludes` and resolved `when` never change, so they are built once and kept on the rule."""
-    if lr.report_parts is None:
-        lr.report_parts = (_concludes(lr), lr.condition.model_dump(by_alias=True, exclude_none=True))
-    return lr.report_parts  # type: ignore[no-any-return]
+def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:
+    """The regime tables as report records; they never change, so they are built once per rule set."""
+    return list(_parts(ruleset).tables)
+
+
+def _static_parts(ruleset: RuleSet, lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
+    """A rule's `concludes` and resolved `when` never change, so they are built once per rule set."""
+    rules = _parts(ruleset).rules
+    found = rules.get(lr.id)
+    if found is None:
+        found = rules[lr.id] = (_concludes(lr), lr.condition.model_dump(by_alias=True, exclude_none=True))
+    return found
 
 
 def _concludes(lr: LoadedRule) -> Concludes:
