@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import expert  # noqa: E402
 from expert._resources import data_dir, examples_dir  # noqa: E402
 from expert.consult.session import Consultation, _index, _regions, answer_from  # noqa: E402
-from expert.derive.formulas import derive  # noqa: E402
+from expert.derive.graph import derive  # noqa: E402
 from expert.diagnosis.decide import decide  # noqa: E402
 from expert.errors import ObservationError  # noqa: E402
 from expert.observations.file import read_observation_file  # noqa: E402

@@ -44,15 +44,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from ..derive.formulas import (
-    DERIVATIONS,
-    Derivation,
-    DerivedValue,
-    ReadTracking,
-    check_consistency,
-    could_apply,
-    derive,
-)
+from ..derive.formulas import DerivedValue, check_consistency
+from ..derive.graph import GRAPH, derive
+from ..derive.registry import Derivation
 from ..diagnosis.decide import Decision, decide
 from ..engine.pure import PureEngine
 from ..errors import ObservationError, Problem
@@ -305,9 +299,6 @@ class _Index:
         self.engine = PureEngine(expert.ruleset)
         self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
-        self.derivations: dict[str, list[Derivation]] = {}
-        for d in DERIVATIONS:
-            self.derivations.setdefault(d.output, []).append(d)
         self.tests: dict[str, list[tuple[str, Any]]] = {}
         self.readers: dict[str, list[str]] = {}  # fact -> rules testing it
         for lr in self.rules:
@@ -429,34 +420,25 @@ class _State:
 
     def _derivation_state(self, d: Derivation) -> Literal["fixed", "open", "impossible"]:
         """Whether a derivation is settled ("fixed": it produced the value and nothing it reads can change), could
-        still produce or change its output ("open"), or cannot apply. It is run on a view of the facts that records
-        every fact it reads, so gates inside the formula (LLM decode only) count as inputs too."""
+        still produce or change its output ("open"), or cannot apply. Its declared gate (LLM decode only, a link
+        the GPU has) is read like a rule's condition: when it does not hold on what is known, the derivation stays
+        open only if the open facts could still make it hold."""
         key = id(d)
         if key in self._states:
             return self._states[key]
         self._states[key] = "impossible"  # guards against cycles
         state: Literal["fixed", "open", "impossible"]
+        kb = self.ix.kb
+        gate = GRAPH.gate(d, kb)
         if any(not (i in self.facts or self.is_open(i)) for i in d.inputs):
             state = "impossible"
+        elif gate is not None and evaluate(gate, self.facts, ()) != "true":
+            state = "open" if "true" in self.possible(gate) else "impossible"
+        elif any(i not in self.facts for i in d.inputs) or any(self.is_open(k) for k in GRAPH.reads(d, kb)):
+            state = "open"
         else:
-            missing = any(i not in self.facts for i in d.inputs)
-            view = ReadTracking(self.facts)
-            try:
-                result = d.compute(view, self.ix.kb)
-                complete = True
-            except (KeyError, ArithmeticError, ValueError, TypeError):
-                result, complete = None, False
-            if complete and result is None:  # the formula declined with what it read
-                state = "open" if could_apply(d, self.facts, self.ix.kb, self.is_open) else "impossible"
-            elif missing:
-                state = "open"
-            elif not complete:
-                state = "impossible"
-            elif any(self.is_open(k) for k in (*d.inputs, *view.read)):
-                state = "open"
-            else:
-                done = self.derived.get(d.output)
-                state = "fixed" if done is not None and done.formula == d.formula else "impossible"
+            done = self.derived.get(d.output)
+            state = "fixed" if done is not None and done.formula == d.formula else "impossible"
         self._states[key] = state
         return state
 
@@ -470,7 +452,7 @@ class _State:
             if self.askable_open(name):
                 result = True
             else:
-                for d in self.ix.derivations.get(name, []):
+                for d in GRAPH.producers(name):
                     state = self._derivation_state(d)
                     if state == "fixed":
                         break
@@ -490,7 +472,7 @@ class _State:
             out = [frozenset()]
         else:
             out = [frozenset({name})] if self.askable_open(name) else []
-            for d in self.ix.derivations.get(name, []):
+            for d in GRAPH.producers(name):
                 state = self._derivation_state(d)
                 if state == "fixed":
                     break
@@ -837,10 +819,7 @@ def _what_if(state: _State, overrides: Mapping[str, Value | None]) -> Decision |
             observed.pop(name, None)
         else:
             observed[name] = value
-    try:
-        derived = derive(observed, state.ix.kb, check=False)
-    except (ArithmeticError, ValueError, KeyError):
-        return None
+    derived = derive(observed, state.ix.kb, check=False)
     facts: dict[str, Value] = {**observed, **{name: d.value for name, d in derived.items()}}
     for name in dropped:
         facts.pop(name, None)
@@ -1396,11 +1375,7 @@ class Consultation:
     def _formula(self, fact: str, output: str) -> str:
         """The formula of the first derivation of `output` that (transitively) reads `fact`."""
 
-        def reads(d: Derivation, depth: int = 0) -> bool:
-            return fact in d.inputs or (depth < 6 and any(
-                reads(inner, depth + 1) for name in d.inputs for inner in self._ix.derivations.get(name, [])))
-
-        found = next((d for d in self._ix.derivations.get(output, []) if reads(d)), None)
+        found = next((d for d in GRAPH.producers(output) if GRAPH.feeds(fact, d)), None)
         return f"{output} = {found.formula}" if found else output
 
     def _effects(self, state: _State, fact: str, credited: list[tuple[float, _Probe, str]]) -> list[Effect]:
@@ -1433,18 +1408,8 @@ class Consultation:
 
     def _via(self, state: _State, fact: str) -> list[str]:
         """The derived quantities this fact feeds, as formulas ("io_overhead = data_wait_s / step_time_s")."""
-        out: list[str] = []
-        frontier = [fact]
-        seen = {fact}
-        while frontier:
-            name = frontier.pop(0)
-            for d in DERIVATIONS:
-                if name in d.inputs and d.output not in seen:
-                    seen.add(d.output)
-                    if d.output in self._ix.tests or d.output in self._ix.readers:
-                        out.append(f"{d.output} = {d.formula}")
-                    frontier.append(d.output)
-        return out
+        return [f"{d.output} = {d.formula}" for d in GRAPH.downstream(fact)
+                if d.output in self._ix.tests or d.output in self._ix.readers]
 
     # answering ------------------------------------------------------------------------------------------------------
 

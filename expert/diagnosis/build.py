@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import string
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..derive.formulas import DerivedValue, amdahl_max_speedup, askable_inputs_given
+from .._weakcache import PerObject
+from ..derive.formulas import DerivedValue, amdahl_max_speedup
+from ..derive.graph import askable_inputs_given
 from ..engine.base import EngineResult
 from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import Observations
@@ -40,6 +41,7 @@ from ..report.model import (
     Wasted,
 )
 from ..rules.evaluate import LeafTrace
+from ..rules.model import RecommendSpec, WasteSpec
 from ..rules.ruleset import LoadedRule, RuleSet
 from .decide import Decision, decide, table_id
 
@@ -174,11 +176,12 @@ def build_report(
     ordered = ruleset.by_stratum
     fired_ids = set(result.fired)
     evaluations: list[RuleEvaluation] = []
+    parts = _parts(ruleset)
     for lr in ruleset.by_id:
         trace: list[LeafTrace] = []
         outcome = lr.evaluator(facts, result.findings, trace, False)
         ctx.traces[lr.id] = (outcome, trace)
-        concludes, when = _static_parts(ruleset, lr)
+        concludes, when = parts.of(lr)
         evaluations.append(RuleEvaluation(
             rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome, fired=lr.id in fired_ids,
             leaves=trace, concludes=concludes, when=when))
@@ -199,7 +202,7 @@ def build_report(
     findings = _findings(ctx, fired)
     candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
-    recommended, wasted = _optimizations(ctx, decision)
+    recommended, wasted = _optimizations(ctx, decision, parts)
     missing = _missing(ctx, ordered)
     measurements = _measurements(ctx, fired, missing, verdict, axes)
     return Report(
@@ -219,7 +222,7 @@ def build_report(
         iron_law=_iron_law(kb, facts),
         evaluations=evaluations,
         graph=ctx.graph(),
-        tables=_table_records(ruleset),
+        tables=list(parts.tables),
         cluster=_cluster(facts),
     )
 
@@ -239,34 +242,35 @@ class _RuleSetParts:
     """Report records that depend on the rule set alone, built once per rule set (kept here, not on the rules)."""
 
     tables: list[RegimeTableRecord]
+    recommends: dict[tuple[str, str], list[RecommendSpec]]  # (rule id, optimization) -> the rule's recommendations
+    wastes: dict[tuple[str, str], list[WasteSpec]]  # (rule id, optimization) -> the rule's ruled-out entries
     rules: dict[str, tuple[Concludes, dict[str, Any]]] = field(default_factory=dict)  # rule id -> (concludes, when)
 
-
-_PARTS: weakref.WeakKeyDictionary[RuleSet, _RuleSetParts] = weakref.WeakKeyDictionary()
-
-
-def _parts(ruleset: RuleSet) -> _RuleSetParts:
-    found = _PARTS.get(ruleset)
-    if found is None:
-        found = _PARTS[ruleset] = _RuleSetParts(tables=[
-            RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
-                              wasted={w.id: w.reason for w in t.wasted})
-            for _, (_, t) in sorted(ruleset.tables.items())])
-    return found
+    def of(self, lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
+        """A rule's `concludes` and resolved `when`: they never change, so they are built once."""
+        found = self.rules.get(lr.id)
+        if found is None:
+            found = self.rules[lr.id] = (_concludes(lr), lr.condition.model_dump(by_alias=True, exclude_none=True))
+        return found
 
 
-def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:
-    """The regime tables as report records; they never change, so they are built once per rule set."""
-    return list(_parts(ruleset).tables)
+def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
+    """The rule set's report records; the regime tables become report records here, once."""
+    rules = ruleset.rules
+    recommends: dict[tuple[str, str], list[RecommendSpec]] = {}
+    wastes: dict[tuple[str, str], list[WasteSpec]] = {}
+    for lr in rules.values():
+        for rec in lr.rule.then.recommend:
+            recommends.setdefault((lr.id, rec.id), []).append(rec)
+        for waste in lr.rule.then.waste:
+            wastes.setdefault((lr.id, waste.id), []).append(waste)
+    tables = [RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
+                                wasted={w.id: w.reason for w in t.wasted})
+              for _, (_, t) in sorted(ruleset.tables.items())]
+    return _RuleSetParts(tables=tables, recommends=recommends, wastes=wastes)
 
 
-def _static_parts(ruleset: RuleSet, lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
-    """A rule's `concludes` and resolved `when` never change, so they are built once per rule set."""
-    rules = _parts(ruleset).rules
-    found = rules.get(lr.id)
-    if found is None:
-        found = rules[lr.id] = (_concludes(lr), lr.condition.model_dump(by_alias=True, exclude_none=True))
-    return found
+_parts: PerObject[RuleSet, _RuleSetParts] = PerObject(_build_parts)
 
 
 def _concludes(lr: LoadedRule) -> Concludes:
@@ -322,7 +326,9 @@ def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
     )
 
 
-def _optimizations(ctx: _Context, decision: Decision) -> tuple[list[Recommendation], list[Wasted]]:
+def _optimizations(
+    ctx: _Context, decision: Decision, parts: _RuleSetParts
+) -> tuple[list[Recommendation], list[Wasted]]:
     """The decision's recommended and ruled-out optimizations, worded (each rule's why, each reason) and ranked by
     their Amdahl bound."""
     kb = ctx.kb
@@ -339,8 +345,7 @@ def _optimizations(ctx: _Context, decision: Decision) -> tuple[list[Recommendati
         if rules[0] == table_rule:
             reason = table_reasons[opt_id]
         else:
-            first = next(w for w in ctx.ruleset.rules[rules[0]].rule.then.waste if w.id == opt_id)
-            reason = render_message(first.reason, ctx.facts)
+            reason = render_message(parts.wastes[rules[0], opt_id][0].reason, ctx.facts)
         wasted[opt_id] = (reason, rules)
 
     recommended: list[tuple[tuple[float, int, int], Recommendation]] = []
@@ -354,8 +359,7 @@ def _optimizations(ctx: _Context, decision: Decision) -> tuple[list[Recommendati
             if rule_id == table_rule and table is not None:
                 whys.append(f"effective when {kb.regimes.regimes[table.regime].title.lower()} (regime table)")
             else:
-                recs = [r for r in ctx.ruleset.rules[rule_id].rule.then.recommend if r.id == opt_id]
-                whys.append(render_message(recs[nth].why, ctx.facts))
+                whys.append(render_message(parts.recommends[rule_id, opt_id][nth].why, ctx.facts))
         spec = 1 if rules[0] == table_rule else 0  # the regime table alone proposes it: less specific than a rule
         opt = kb.optimizations[opt_id]
         gain = _gain(ctx, opt.shrinks)

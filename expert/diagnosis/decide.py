@@ -8,11 +8,12 @@ scorecard bands.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
+from .._weakcache import PerObject
 from ..kb.knowledge import Axis, KnowledgeBase, Strength
 from ..rules.model import RegimeTable
 from ..rules.ruleset import RuleSet
@@ -21,8 +22,7 @@ Value = int | float | str
 AXES: tuple[Axis, ...] = ("data", "algorithm", "machine")
 
 
-@dataclass(frozen=True)
-class Vote:
+class Vote(NamedTuple):
     """A regime some fired rules voted for: its strongest vote, the sum of the votes, the voting rules (sorted)."""
 
     regime: str
@@ -31,8 +31,7 @@ class Vote:
     rules: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class AxisShare:
+class AxisShare(NamedTuple):
     """One implicated D·A·M axis: its share of the weight, the weight, the rules behind it (sorted)."""
 
     axis: Axis
@@ -79,14 +78,7 @@ def _build(ruleset: RuleSet) -> _Conclusions:
     )
 
 
-_CONCLUSIONS: weakref.WeakKeyDictionary[RuleSet, _Conclusions] = weakref.WeakKeyDictionary()
-
-
-def _conclusions(ruleset: RuleSet) -> _Conclusions:
-    found = _CONCLUSIONS.get(ruleset)
-    if found is None:
-        found = _CONCLUSIONS[ruleset] = _build(ruleset)
-    return found
+_conclusions: PerObject[RuleSet, _Conclusions] = PerObject(_build)
 
 
 def table_id(regime: str) -> str:
@@ -94,9 +86,9 @@ def table_id(regime: str) -> str:
     return f"table/{regime}"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Decision:
-    """What the rules that fired decide, before any wording: the answer a user cares about."""
+    """What the rules that fired decide, before any wording: the answer a user cares about (not to be changed)."""
 
     fired: frozenset[str]
     findings: frozenset[str]
