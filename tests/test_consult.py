@@ -13,7 +13,8 @@ from strategies import observations
 
 import expert
 from expert._resources import data_dir, examples_dir
-from expert.consult.session import AVAILABLE_TOOLS, Consultation, _index, play
+from expert.consult.planner import index
+from expert.consult.session import AVAILABLE_TOOLS, Consultation, play
 from expert.consult.session import answer_from as scripted_answer
 from expert.errors import ObservationError
 from expert.observations.file import read_observation_file
@@ -300,8 +301,8 @@ def test_contradicting_answers_are_refused() -> None:
 def test_no_tool_closes_every_fact_its_tool_measures() -> None:
     c = Consultation()
     turn = c.unknown("pageable_copy_frac", whole_group=True)
-    tool = _index(EXPERT).tool_of["pageable_copy_frac"]
-    group = {n for n in ASKABLE if _index(EXPERT).tool_of.get(n) == tool}
+    tool = index(EXPERT).tool_of["pageable_copy_frac"]
+    group = {n for n in ASKABLE if index(EXPERT).tool_of.get(n) == tool}
     assert set(turn.closes) == group and len(group) > 1
     assert group <= set(c.unknowns)
     c.undo()
@@ -448,7 +449,7 @@ def tools_question(c: Consultation) -> Any:
 def test_tools_question_follows_the_context_and_offers_the_tools_of_open_questions() -> None:
     c = Consultation(known=CONTEXT)
     q = tools_question(c)
-    ix = _index(EXPERT)
+    ix = index(EXPERT)
     assert q.kind == "tools" and q.number == 1 and q.choices and len(q.group_facts) >= 2
     assert set(q.choices) <= set(KB.tools.tools)
     for tool in q.choices:
@@ -462,7 +463,7 @@ def test_tools_question_follows_the_context_and_offers_the_tools_of_open_questio
 def test_tools_answer_closes_the_questions_of_the_tools_not_chosen() -> None:
     c = Consultation(known=CONTEXT)
     q = tools_question(c)
-    ix = _index(EXPERT)
+    ix = index(EXPERT)
     keep = q.choices[0]
     turn = c.answer(AVAILABLE_TOOLS, [KB.tools.tools[keep].name.upper()])  # names, any case
     assert turn.value == keep and turn.asked and turn.reason == q.why and c.questions_asked == 1
@@ -562,7 +563,7 @@ def test_play_answers_the_tools_question_from_the_facts_or_the_answers() -> None
     facts = EXAMPLES["data_starved_training"]
     c = play(facts)
     turn = next(t for t in c.transcript if t.fact == AVAILABLE_TOOLS)
-    ix = _index(EXPERT)
+    ix = index(EXPERT)
     chosen = [] if turn.value == "none" else str(turn.value).split(", ")
     assert set(chosen) <= {ix.tool_of.get(f) for f in facts}
     assert not set(turn.closes) & set(facts)

@@ -120,25 +120,36 @@ class DerivationGraph:
 
     def derive(self, observed: Facts, kb: KnowledgeBase, *, check: bool = True) -> dict[str, DerivedValue]:
         """Apply every derivation whose inputs are known and whose gate holds, in order; observed facts are never
-        overwritten. With `check` (the default) contradictory observations are refused first (`check_consistency`);
-        what-if probes skip it."""
+        overwritten. With `check` (the default) contradictory observations are refused first (`check_consistency`).
+        """
         if check:
             check_consistency(observed)
-        facts: dict[str, Value] = dict(observed)
         out: dict[str, DerivedValue] = {}
+        self._walk(observed, kb, out)
+        return out
+
+    def values(self, observed: Facts, kb: KnowledgeBase) -> dict[str, Value]:
+        """The observed facts with every value `derive` would add (unchecked, without the provenance records):
+        what a what-if probe needs."""
+        return self._walk(observed, kb, None)
+
+    def _walk(self, observed: Facts, kb: KnowledgeBase, records: dict[str, DerivedValue] | None) -> dict[str, Value]:
+        """The one pass over the derivations: the facts it ends with; each derived value's record into `records`."""
+        facts: dict[str, Value] = dict(observed)
         for d, gate in self._bound(kb).steps:
             if d.output in facts or not facts.keys() >= d.needs:
                 continue
             if gate is not None and gate(facts, (), None, False) != "true":
                 continue
             result = d.compute(facts, kb)
-            spec = kb.facts.get(d.output)
-            out[d.output] = DerivedValue(
-                name=d.output, value=result.value, unit=spec.unit if spec else None, formula=d.formula,
-                inputs=d.recorded_inputs(facts), constants=result.constants, source=d.source, note=result.note,
-            )
+            if records is not None:
+                spec = kb.facts.get(d.output)
+                records[d.output] = DerivedValue(
+                    name=d.output, value=result.value, unit=spec.unit if spec else None, formula=d.formula,
+                    inputs=d.recorded_inputs(facts), constants=result.constants, source=d.source, note=result.note,
+                )
             facts[d.output] = result.value
-        return out
+        return facts
 
     def askable_inputs(self, name: str, kb: KnowledgeBase) -> list[str]:
         """The facts a user could supply to settle `name`: itself if askable, else the inputs of its derivations."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._weakcache import PerObject
 from ..kb.knowledge import Axis, KnowledgeBase, Strength
@@ -97,14 +97,10 @@ class Decision:
     table: RegimeTable | None  # the verdict's regime table, if it has one
     proposed: dict[str, list[str]]  # optimization -> rules proposing it (the verdict's table last), in proposal order
     wasted: dict[str, list[str]]  # optimization -> rules ruling it out (the verdict's table first)
+    recommended: frozenset[str]  # proposed and not ruled out
     bands: tuple[str, ...]  # one scorecard band per metric, in scorecard order
     _axis_votes: tuple[tuple[str, Axis, int], ...]  # (rule, axis, strength value) of the fired rules, stratum order
     _kb: KnowledgeBase
-
-    @cached_property
-    def recommended(self) -> frozenset[str]:
-        """The optimizations proposed and not ruled out."""
-        return frozenset(self.proposed.keys() - self.wasted.keys())
 
     @cached_property
     def axes(self) -> tuple[AxisShare, ...]:
@@ -134,24 +130,30 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     """The decision of the rules that fired on these facts (their order does not matter)."""
     c = _conclusions(ruleset)
     ordered = sorted(fired, key=c.position.__getitem__)
-    votes: dict[str, list[tuple[int, str]]] = {}
+    votes: dict[str, list[Any]] = {}  # regime -> [strongest vote, sum of votes, voting rules]
     proposed: dict[str, list[str]] = {}
     wastes: list[tuple[str, str]] = []
     axis_votes: list[tuple[str, Axis, int]] = []
     for rule_id in ordered:
         vote, axis, recommends, wasted_ids = c.concludes[rule_id]
         if vote is not None:
-            votes.setdefault(vote[0], []).append((vote[1], rule_id))
+            tally = votes.get(vote[0])
+            if tally is None:
+                votes[vote[0]] = [vote[1], vote[1], [rule_id]]
+            else:
+                tally[0] = max(tally[0], vote[1])
+                tally[1] += vote[1]
+                tally[2].append(rule_id)
         if axis is not None:
             axis_votes.append((rule_id, *axis))
         for opt in recommends:
             proposed.setdefault(opt, []).append(rule_id)
-        wastes.extend((opt, rule_id) for opt in wasted_ids)
-    tallies = sorted(((max(s for s, _ in vs), sum(s for s, _ in vs), regime, vs) for regime, vs in votes.items()),
-                     key=lambda t: (-t[0], -t[1], c.precedence[t[2]]))
-    candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(r for _, r in vs)))
-                       for top, total, regime, vs in tallies)
-    verdict = tallies[0][2] if tallies and tallies[0][0] >= c.threshold else None
+        for opt in wasted_ids:
+            wastes.append((opt, rule_id))
+    ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][1], c.precedence[kv[0]]))
+    candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(rules)))
+                       for regime, (top, total, rules) in ranked)
+    verdict = ranked[0][0] if ranked and ranked[0][1][0] >= c.threshold else None
     table = c.tables.get(verdict) if verdict else None
     wasted: dict[str, list[str]] = {}
     if table is not None:
@@ -162,7 +164,7 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
             proposed.setdefault(opt, []).append(from_table)
     for opt, rule_id in wastes:
         wasted.setdefault(opt, []).append(rule_id)
-    bands = tuple(band(float(raw) if isinstance(raw := facts.get(fact), (int, float)) else None)
-                  for fact, band in c.bands)
-    return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted, bands,
-                    tuple(axis_votes), c.kb)
+    bands = tuple([band(float(raw) if isinstance(raw := facts.get(fact), (int, float)) else None)
+                   for fact, band in c.bands])
+    return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
+                    frozenset(proposed.keys() - wasted.keys()), bands, tuple(axis_votes), c.kb)
