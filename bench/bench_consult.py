@@ -38,7 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
 from expert._resources import data_dir, examples_dir  # noqa: E402
-from expert.consult.session import Consultation, _answer_of, _index, _regions, answer_from, derive_values  # noqa: E402
+from expert.consult.planner import fact_regions, index  # noqa: E402
+from expert.consult.session import Consultation, answer_from  # noqa: E402
+from expert.derive.graph import GRAPH  # noqa: E402
+from expert.diagnosis.decide import decide  # noqa: E402
 from expert.errors import ObservationError  # noqa: E402
 from expert.observations.file import read_observation_file  # noqa: E402
 from expert.observations.normalise import convert  # noqa: E402
@@ -46,7 +49,7 @@ from expert.rules.testing import load_rule_tests  # noqa: E402
 
 EXPERT = expert.default_expert()
 KB = EXPERT.kb
-IX = _index(EXPERT)
+IX = index(EXPERT)
 ASKABLE = [name for name, spec in KB.facts.items() if spec.askable]
 
 
@@ -77,16 +80,17 @@ def consult(facts: dict[str, Any], protocol: str) -> tuple[Consultation, float]:
 
 def key(facts: dict[str, Any]) -> tuple[str | None, frozenset[str]] | None:
     try:
-        values = derive_values(facts, KB)
+        values = GRAPH.values(facts, KB)
     except (ArithmeticError, ValueError, KeyError):
         return None
-    answer = _answer_of(IX, values)
-    return answer.verdict, answer.recommended
+    result = IX.engine.run(values)
+    decision = decide(EXPERT.ruleset, result.fired, result.findings, values)
+    return decision.verdict, decision.recommended
 
 
 def _probe_values(name: str) -> list[Any]:
     spec = KB.facts[name]
-    values: list[Any] = [v for _, v in _regions(IX, name)]
+    values: list[Any] = [v for _, v in fact_regions(IX, name)]
     if spec.type == "enum":
         values += list(spec.choices or [])
     elif spec.type == "hardware":

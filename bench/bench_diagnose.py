@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
-from expert.derive.formulas import derive  # noqa: E402
+from expert.derive.graph import derive  # noqa: E402
 from expert.observations.file import read_observation_file  # noqa: E402
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ._resources import data_dir
-from .derive.formulas import derive
+from .derive.graph import derive
 from .diagnosis.build import build_report
 from .engine import EngineName, make_engine
 from .kb.knowledge import KnowledgeBase

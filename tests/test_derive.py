@@ -13,12 +13,15 @@ from expert.derive.formulas import (
     compression_ratio,
     decode_bandwidth_gbs,
     decode_intensity,
-    derive,
     io_overhead,
     iron_law,
     mfu,
     ridge_point,
 )
+from expert.derive.graph import GRAPH, DerivationGraph, derive
+from expert.derive.registry import CATALOG_LINK, DERIVATIONS, LLM_DECODE, OWN_LINK, PUBLISHED_PEAK, Derivation, Result
+from expert.rules.evaluate import evaluate
+from expert.rules.logic import facts_used
 
 KB = expert.default_expert().kb
 approx = pytest.approx
@@ -159,16 +162,66 @@ def test_every_derived_value_is_a_provenance_node_linked_to_its_inputs() -> None
         assert parents, name
 
 
-def test_every_formula_that_can_decline_is_marked_gated() -> None:
-    """A formula that returns no value for some inputs must say so (`gated`), or the report's missing evidence would
-    ask for inputs of a way that cannot apply (the decode formulas for a training job)."""
-    import inspect
-
-    from expert.derive.formulas import DERIVATIONS
-
+def test_every_gate_tests_vocabulary_facts_and_every_formula_gives_a_value() -> None:
+    """Gates are conditions on facts of the vocabulary; no formula declines (its type says it returns a Result)."""
     for d in DERIVATIONS:
-        source = inspect.getsource(d.compute) if d.compute.__name__ != "<lambda>" else ""
-        assert d.gated == ("return None" in source), d.output
+        gate = GRAPH.gate(d, KB)
+        assert (gate is None) == (d.gate is None) and d.gated == (d.gate is not None), d.output
+        if gate is not None:
+            assert set(facts_used(gate)) <= set(KB.facts), d.output
+    cases = [expert.default_expert().observations(c).values() for c in (
+        {"hardware": "h100-sxm", "dtype": "bf16", "flops": 3.1e15, "bytes_moved": 4e11, "step_time_s": 10.0,
+         "data_wait_s": 1.0, "gpu_util": 0.9, "num_gpus": 16, "gradient_bytes": "14 GB", "interconnect": "nvlink",
+         "comm_time_s": 0.4, "failures_per_day": 2, "checkpoint_write_s": 60, "checkpoint_interval_s": 3600},
+        {"hardware": "l4", "dtype": "fp8", "workload": "inference", "phase": "decode", "batch_size": 4,
+         "model_params": "7B", "active_params": "2B", "tokens_per_s": 300, "interconnect": "pcie"})]
+    for facts in cases:
+        for name, value in derive(facts, KB).items():
+            assert isinstance(value.value, float | int) and value.value == value.value, name
+
+
+@pytest.mark.parametrize("hw", sorted(KB.hardware))
+def test_catalog_gates_say_exactly_what_the_catalog_has(hw: str) -> None:
+    spec = KB.hardware[hw]
+    for dtype in KB.facts["dtype"].choices or []:
+        holds = evaluate(PUBLISHED_PEAK.on(KB), {"hardware": hw, "dtype": dtype}, ())
+        assert (holds == "true") == (spec.peak(dtype) is not None), (hw, dtype)
+    for kind in KB.facts["interconnect"].choices or []:
+        own = evaluate(OWN_LINK.on(KB), {"hardware": hw, "interconnect": kind}, ())
+        name = {"nvlink": spec.scale_up_link, "pcie": spec.host_link}.get(kind)
+        assert (own == "true") == (kind in ("nvlink", "pcie") and name is not None and kind in name.casefold()
+                                   and (spec.scale_up_gbs if kind == "nvlink" else spec.host_link_gbs) is not None)
+        default = evaluate(CATALOG_LINK.on(KB), {"interconnect": kind}, ())
+        assert (default == "true") == (KB.default_interconnect(kind) is not None), kind
+
+
+def test_a_gate_not_yet_decided_leaves_its_formula_possible() -> None:
+    decode = next(d for d in DERIVATIONS if d.gate is LLM_DECODE)
+    assert GRAPH.could_apply(decode, {}, KB)  # the kind of job is not known yet
+    assert GRAPH.could_apply(decode, {"phase": "decode"}, KB)  # an unstated workload counts as inference
+    assert not GRAPH.could_apply(decode, {"workload": "training"}, KB)
+    assert not GRAPH.could_apply(decode, {"phase": "prefill"}, KB)
+
+
+def test_a_formula_with_a_bug_raises_instead_of_looking_like_a_missing_input() -> None:
+    def broken(f: object, kb: object) -> Result:
+        return Result(float({}["oops"]))  # type: ignore[index]
+
+    graph = DerivationGraph((Derivation("io_overhead", ("data_wait_s", "step_time_s"), "broken", "test", broken),))
+    with pytest.raises(KeyError, match="oops"):
+        graph.derive({"data_wait_s": 0.1, "step_time_s": 1.0}, KB)
+    assert graph.askable_inputs_given("io_overhead", {"data_wait_s": 0.1}, KB) == ["step_time_s"]  # never run
+
+
+def test_missing_evidence_leaves_out_the_inputs_of_ways_a_gate_closes() -> None:
+    """One GPU has no all-reduce: its size (gradient_bytes) cannot settle the communication rules."""
+    facts = {"hardware": "l40s", "interconnect": "pcie", "comm_frac": "20%"}
+    several = [m for m in expert.diagnose({**facts, "num_gpus": 8}).missing if m.fact == "gradient_bytes"]
+    assert several and "comm-term-exceeds-step" in several[0].rules  # the all-reduce term needs its size
+    assert "gradient_bytes" not in [m.fact for m in expert.diagnose({**facts, "num_gpus": 1}).missing]
+    no_time = {**facts, "num_gpus": 8, "comm_time_s": 0}  # no collective time: no bus bandwidth to compare
+    assert "comm-below-link-speed" not in next(m.rules for m in expert.diagnose(no_time).missing
+                                               if m.fact == "gradient_bytes")
 
 
 def test_missing_evidence_of_a_training_job_leaves_out_decode_inputs() -> None:
@@ -179,3 +232,12 @@ def test_missing_evidence_of_a_training_job_leaves_out_decode_inputs() -> None:
     assert "phase" not in missing and "tokens_per_s" not in missing and "mem_bw_util" in missing
     unknown_kind = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.5})
     assert "phase" in [m.fact for m in unknown_kind.missing]  # it might be decode
+
+
+def test_the_registry_and_the_walker_are_still_importable_from_formulas() -> None:
+    from expert.derive import formulas, graph, registry
+
+    assert formulas.DERIVATIONS is registry.DERIVATIONS and formulas.Derivation is registry.Derivation
+    assert formulas.derive is graph.derive and formulas.askable_inputs_given is graph.askable_inputs_given
+    with pytest.raises(AttributeError):
+        formulas.no_such_name  # noqa: B018

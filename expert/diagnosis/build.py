@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..derive.formulas import DerivedValue, amdahl_max_speedup, askable_inputs_given
+from .._weakcache import PerObject
+from ..derive.formulas import DerivedValue, amdahl_max_speedup
+from ..derive.graph import askable_inputs_given
 from ..engine.base import EngineResult
 from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import Observations
@@ -39,7 +41,9 @@ from ..report.model import (
     Wasted,
 )
 from ..rules.evaluate import LeafTrace
+from ..rules.model import RecommendSpec, WasteSpec
 from ..rules.ruleset import LoadedRule, RuleSet
+from .decide import Decision, decide, table_id
 
 Value = int | float | str
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -172,11 +176,12 @@ def build_report(
     ordered = ruleset.by_stratum
     fired_ids = set(result.fired)
     evaluations: list[RuleEvaluation] = []
+    parts = _parts(ruleset)
     for lr in ruleset.by_id:
         trace: list[LeafTrace] = []
         outcome = lr.evaluator(facts, result.findings, trace, False)
         ctx.traces[lr.id] = (outcome, trace)
-        concludes, when = _static_parts(lr)
+        concludes, when = parts.of(lr)
         evaluations.append(RuleEvaluation(
             rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome, fired=lr.id in fired_ids,
             leaves=trace, concludes=concludes, when=when))
@@ -192,10 +197,12 @@ def build_report(
         if lr.rule.then.finding:
             ctx.add_edge(f"rule:{lr.id}", f"finding:{lr.rule.then.finding.id}", "concluded")
 
+    decision = decide(ruleset, result.fired, result.findings, facts)
+    verdict = decision.verdict
     findings = _findings(ctx, fired)
-    candidates, verdict = _verdict(ctx, fired)
-    axes = _axes(ctx, fired, candidates)
-    recommended, wasted = _optimizations(ctx, fired, verdict)
+    candidates = _verdict(ctx, decision)
+    axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
+    recommended, wasted = _optimizations(ctx, decision, parts)
     missing = _missing(ctx, ordered)
     measurements = _measurements(ctx, fired, missing, verdict, axes)
     return Report(
@@ -211,11 +218,11 @@ def build_report(
         wasted=wasted,
         next_measurements=measurements,
         missing=missing,
-        scorecard=_scorecard(ctx),
+        scorecard=_scorecard(ctx, decision),
         iron_law=_iron_law(kb, facts),
         evaluations=evaluations,
         graph=ctx.graph(),
-        tables=_table_records(ruleset),
+        tables=list(parts.tables),
         cluster=_cluster(facts, observations, fired_ids, ctx.traces),
     )
 
@@ -243,21 +250,40 @@ def _cluster(facts: Mapping[str, Value], observations: Observations | None = Non
     return ClusterSection.model_validate(known)
 
 
-def _table_records(ruleset: RuleSet) -> list[RegimeTableRecord]:
-    """The regime tables as report records; they never change, so they are built once per rule set."""
-    if "table_records" not in ruleset.memo:
-        ruleset.memo["table_records"] = [
-            RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
-                              wasted={w.id: w.reason for w in t.wasted})
-            for _, (_, t) in sorted(ruleset.tables.items())]
-    return list(ruleset.memo["table_records"])
+@dataclass
+class _RuleSetParts:
+    """Report records that depend on the rule set alone, built once per rule set (kept here, not on the rules)."""
+
+    tables: list[RegimeTableRecord]
+    recommends: dict[tuple[str, str], list[RecommendSpec]]  # (rule id, optimization) -> the rule's recommendations
+    wastes: dict[tuple[str, str], list[WasteSpec]]  # (rule id, optimization) -> the rule's ruled-out entries
+    rules: dict[str, tuple[Concludes, dict[str, Any]]] = field(default_factory=dict)  # rule id -> (concludes, when)
+
+    def of(self, lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
+        """A rule's `concludes` and resolved `when`: they never change, so they are built once."""
+        found = self.rules.get(lr.id)
+        if found is None:
+            found = self.rules[lr.id] = (_concludes(lr), lr.condition.model_dump(by_alias=True, exclude_none=True))
+        return found
 
 
-def _static_parts(lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
-    """A rule's `concludes` and resolved `when` never change, so they are built once and kept on the rule."""
-    if lr.report_parts is None:
-        lr.report_parts = (_concludes(lr), lr.condition.model_dump(by_alias=True, exclude_none=True))
-    return lr.report_parts  # type: ignore[no-any-return]
+def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
+    """The rule set's report records; the regime tables become report records here, once."""
+    rules = ruleset.rules
+    recommends: dict[tuple[str, str], list[RecommendSpec]] = {}
+    wastes: dict[tuple[str, str], list[WasteSpec]] = {}
+    for lr in rules.values():
+        for rec in lr.rule.then.recommend:
+            recommends.setdefault((lr.id, rec.id), []).append(rec)
+        for waste in lr.rule.then.waste:
+            wastes.setdefault((lr.id, waste.id), []).append(waste)
+    tables = [RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
+                                wasted={w.id: w.reason for w in t.wasted})
+              for _, (_, t) in sorted(ruleset.tables.items())]
+    return _RuleSetParts(tables=tables, recommends=recommends, wastes=wastes)
+
+
+_parts: PerObject[RuleSet, _RuleSetParts] = PerObject(_build_parts)
 
 
 def _concludes(lr: LoadedRule) -> Concludes:
@@ -285,52 +311,16 @@ def _findings(ctx: _Context, fired: list[LoadedRule]) -> list[Finding]:
     return out
 
 
-def _verdict(ctx: _Context, fired: list[LoadedRule]) -> tuple[list[Candidate], str | None]:
+def _verdict(ctx: _Context, decision: Decision) -> list[Candidate]:
     regimes = ctx.kb.regimes
-    votes: dict[str, list[tuple[int, str]]] = {}
-    for lr in fired:
-        vote = lr.rule.then.bottleneck
-        if vote:
-            votes.setdefault(vote.regime, []).append((regimes.strengths[vote.strength], lr.id))
-    names = {v: k for k, v in regimes.strengths.items()}
-    candidates = [
-        Candidate(regime=regime, title=regimes.regimes[regime].title, strength=names[max(s for s, _ in vs)],
-                  score=sum(s for s, _ in vs), rules=sorted(r for _, r in vs))
-        for regime, vs in votes.items()
-    ]
-    order = {name: i for i, name in enumerate(regimes.precedence)}
-    candidates.sort(key=lambda c: (-regimes.strengths[c.strength], -c.score, order[c.regime]))
-    threshold = regimes.strengths[regimes.verdict_min_strength]
-    verdict = candidates[0].regime if candidates and regimes.strengths[candidates[0].strength] >= threshold else None
+    candidates = [Candidate(regime=v.regime, title=regimes.regimes[v.regime].title, strength=v.strength,
+                            score=v.score, rules=list(v.rules)) for v in decision.candidates]
     for c in candidates:
         node = ctx.add_node(f"bottleneck:{c.regime}", "bottleneck", c.title, strength=c.strength, score=c.score,
-                            verdict=c.regime == verdict)
+                            verdict=c.regime == decision.verdict)
         for rule_id in c.rules:
             ctx.add_edge(f"rule:{rule_id}", node, "concluded")
-    return candidates, verdict
-
-
-def _axes(ctx: _Context, fired: list[LoadedRule], candidates: list[Candidate]) -> list[AxisScore]:
-    strengths = ctx.kb.regimes.strengths
-    order = list(ctx.kb.regimes.axes)
-    score = dict.fromkeys(order, 0.0)
-    rules: dict[str, set[str]] = {a: set() for a in order}
-    for c in candidates:
-        for axis, weight in ctx.kb.regimes.regimes[c.regime].axes.items():
-            score[axis] += strengths[c.strength] * weight
-            rules[axis].update(c.rules)
-    for lr in fired:
-        vote = lr.rule.then.axis
-        if vote:
-            score[vote.axis] += strengths[vote.strength]
-            rules[vote.axis].add(lr.id)
-    total = sum(score.values())
-    if total == 0:
-        return []
-    axes = [AxisScore(axis=a, share=round(score[a] / total, 4), strength=score[a], rules=sorted(rules[a]))
-            for a in order if score[a] > 0]
-    axes.sort(key=lambda x: (-x.strength, order.index(x.axis)))
-    return axes
+    return candidates
 
 
 def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
@@ -350,47 +340,45 @@ def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
 
 
 def _optimizations(
-    ctx: _Context, fired: list[LoadedRule], verdict: str | None
+    ctx: _Context, decision: Decision, parts: _RuleSetParts
 ) -> tuple[list[Recommendation], list[Wasted]]:
+    """The decision's recommended and ruled-out optimizations, worded (each rule's why, each reason) and ranked by
+    their Amdahl bound."""
     kb = ctx.kb
-    located = ctx.ruleset.tables.get(verdict) if verdict else None
-    table = located[1] if located else None
-    table_node = None
+    verdict, table = decision.verdict, decision.table
+    table_rule = table_id(verdict) if verdict is not None else None
     if table is not None and verdict is not None:
-        table_node = ctx.add_node(f"rule:table/{verdict}", "rule", f"Effective vs wasted optimizations: {verdict}",
-                                  rule_id=f"table/{verdict}", source=table.source, fired=True)
+        table_node = ctx.add_node(f"rule:{table_rule}", "rule", f"Effective vs wasted optimizations: {verdict}",
+                                  rule_id=table_rule, source=table.source, fired=True)
         ctx.add_edge(f"bottleneck:{verdict}", table_node, "used")
+    table_reasons = {entry.id: entry.reason for entry in table.wasted} if table is not None else {}
 
     wasted: dict[str, tuple[str, list[str]]] = {}
-    if table is not None:
-        for entry in table.wasted:
-            wasted[entry.id] = (entry.reason, [f"table/{verdict}"])
-    for lr in fired:
-        for w in lr.rule.then.waste:
-            reason, rules = wasted.setdefault(w.id, (render_message(w.reason, ctx.facts), []))
-            rules.append(lr.id)
-
-    proposals: dict[str, tuple[list[str], list[str], int]] = {}  # id -> (whys, rules, specificity)
-    for lr in fired:
-        for rec in lr.rule.then.recommend:
-            whys, rules, _ = proposals.setdefault(rec.id, ([], [], 0))
-            whys.append(render_message(rec.why, ctx.facts))
-            rules.append(lr.id)
-    if table is not None:
-        regime_title = kb.regimes.regimes[table.regime].title
-        for opt_id in table.effective:
-            whys, rules, spec = proposals.setdefault(opt_id, ([], [], 1))
-            whys.append(f"effective when {regime_title.lower()} (regime table)")
-            rules.append(f"table/{verdict}")
+    for opt_id, rules in decision.wasted.items():
+        if rules[0] == table_rule:
+            reason = table_reasons[opt_id]
+        else:
+            reason = render_message(parts.wastes[rules[0], opt_id][0].reason, ctx.facts)
+        wasted[opt_id] = (reason, rules)
 
     recommended: list[tuple[tuple[float, int, int], Recommendation]] = []
-    for index, (opt_id, (whys, rules, spec)) in enumerate(proposals.items()):
+    for index, (opt_id, rules) in enumerate(decision.proposed.items()):
         if opt_id in wasted:
             continue
+        whys: list[str] = []
+        seen: dict[str, int] = {}
+        for rule_id in rules:  # each proposal in order: a rule proposing it twice gives both of its whys
+            nth = seen[rule_id] = seen.get(rule_id, -1) + 1
+            if rule_id == table_rule and table is not None:
+                whys.append(f"effective when {kb.regimes.regimes[table.regime].title.lower()} (regime table)")
+            else:
+                whys.append(render_message(parts.recommends[rule_id, opt_id][nth].why, ctx.facts))
+        spec = 1 if rules[0] == table_rule else 0  # the regime table alone proposes it: less specific than a rule
         opt = kb.optimizations[opt_id]
         gain = _gain(ctx, opt.shrinks)
         recommendation = Recommendation(id=opt_id, title=opt.title, why="; ".join(whys), how=opt.how, axis=opt.axis,
-                                        shrinks=opt.shrinks, source=opt.source, rules=rules, expected_gain=gain)
+                                        shrinks=opt.shrinks, source=opt.source, rules=list(rules),
+                                        expected_gain=gain)
         recommended.append(((-(gain.max_speedup if gain else 1.0), spec, index), recommendation))
         node = ctx.add_node(f"recommendation:{opt_id}", "recommendation", opt.title,
                             max_speedup=gain.max_speedup if gain else None)
@@ -400,7 +388,7 @@ def _optimizations(
 
     wasted_out: list[Wasted] = []
     for opt_id, (reason, rules) in sorted(wasted.items()):
-        wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].title, reason=reason, rules=rules))
+        wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].title, reason=reason, rules=list(rules)))
         node = ctx.add_node(f"wasted:{opt_id}", "wasted", kb.optimizations[opt_id].title, reason=reason)
         for rule_id in rules:
             ctx.add_edge(f"rule:{rule_id}", node, "ruled-out")
@@ -504,13 +492,13 @@ def _measurements(
     return result
 
 
-def _scorecard(ctx: _Context) -> list[ScoreRow]:
+def _scorecard(ctx: _Context, decision: Decision) -> list[ScoreRow]:
     rows = []
-    for metric in ctx.kb.scorecard.metrics:
+    for metric, band in zip(ctx.kb.scorecard.metrics, decision.bands, strict=True):
         raw = ctx.facts.get(metric.fact)
         value = float(raw) if isinstance(raw, (int, float)) else None
         rows.append(ScoreRow(id=metric.id, title=metric.title, axis=metric.axis, value=value,
-                             band=metric.band(value), definition=metric.definition, bands=metric.bands_text()))
+                             band=band, definition=metric.definition, bands=metric.bands_text()))  # type: ignore[arg-type]
     return rows
 
 

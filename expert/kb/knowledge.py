@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -344,8 +344,6 @@ class KnowledgeBase:
         self.regimes = regimes
         self.units = units
         self.interconnects = {i.id: i for i in (interconnects.interconnects if interconnects else [])}
-        # values computed from this (immutable) knowledge base on first use, e.g. askable inputs per fact
-        self.memo: dict[str, Any] = {}
         self._check_references()
 
     @classmethod

@@ -24,7 +24,6 @@ class LoadedRule:
         self.path = path
         self.condition = condition
         self.stratum = 0
-        self.report_parts: Any = None  # per-rule report data that never changes (filled by diagnosis)
         self._evaluator: Any = None
 
     @property
@@ -52,7 +51,6 @@ class RuleSet:
 
     def __init__(self, files: list[tuple[Path, RuleFile]], kb: KnowledgeBase) -> None:
         self.kb = kb
-        self.memo: dict[str, Any] = {}  # values computed from this (immutable) rule set on first use
         self.files = files
         problems: list[Problem] = []
         self.conditions: dict[str, tuple[Path, NamedCondition]] = {}

@@ -1,0 +1,547 @@
+"""The consultation's planner: which questions could still change the answer, and which to ask next.
+
+`State` is one state of the session: the answers, the derived facts, what is still open (a fact the user could give,
+a derivation that could still apply, a rule that could still fire: a three-valued possibility analysis) and the
+decision now (`expert.diagnosis.decide`, the diagnosis's own). `make_plan` runs three kinds of what-if probe on it,
+each on a copy of the facts run through the derivations (`expert.derive.graph`) and the rules (the pure engine):
+
+* leaf probes: a fact some rule tests (observed or derived, e.g. ``io_overhead``) is set to one value in each region
+  the rules' thresholds cut it into (below, at, between, above);
+* rule probes: the facts an undecided rule needs are set so that it fires (through the findings it reads), from a
+  witness (`expert.consult.witness`);
+* regime probes: every undecided rule voting for one regime fires at once (their votes add up).
+
+A probe *changes the answer* when the verdict or the set of recommended optimizations differs from now. An askable
+fact earns the value of every probe it could settle: itself, or as an input of the formula that derives a tested
+fact, weighted by how much of the shortest way to that quantity it completes when answered and how many of the ways
+it closes when unknown, divided by the fact's cost (knowledge_base/facts.yaml). Cheap `ask_first` facts go first,
+but only when they pass the same value test (`choose`: a cheaper context fact tested with one of them goes before it
+when some answer to it would leave that fact without value: `workload` before `phase`, as training drops phase).
+When no rule that can still change can reach the verdict or the recommendations, nothing is left to ask.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._weakcache import PerObject
+from ..derive.formulas import DerivedValue
+from ..derive.graph import GRAPH, derive
+from ..derive.registry import Derivation
+from ..diagnosis.decide import Decision, decide
+from ..engine.pure import PureEngine
+from ..expert import Expert
+from ..kb.knowledge import CombinedQuestion, KnowledgeBase
+from ..observations.normalise import format_value
+from ..rules.evaluate import evaluate
+from ..rules.logic import facts_used, findings_used, walk
+from ..rules.model import AllOf, Condition, FactTest, FindingRef, NotOf
+from ..rules.ruleset import LoadedRule
+from .witness import MAX_WITNESSES, Box, Witness, domain
+
+Value = int | float | str
+
+# Question-ordering weights (not domain thresholds): how much a probe that changes each part of the answer is worth.
+_VERDICT_WEIGHT = 3.0
+_RECOMMEND_WEIGHT = 2.0
+_SCORECARD_WEIGHT = 0.25
+_MAX_ROUTES = 12
+
+
+# ---- static index of the rules (one per Expert) --------------------------------------------------------------------
+
+
+class Index:
+    """What the question planner needs from the rules and the vocabulary, computed once per Expert."""
+
+    def __init__(self, expert: Expert) -> None:
+        self.kb: KnowledgeBase = expert.kb
+        self.ruleset = expert.ruleset
+        self.rules: list[LoadedRule] = sorted(expert.ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
+        self.engine = PureEngine(expert.ruleset)
+        self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
+        self.order = {name: i for i, name in enumerate(self.kb.facts)}
+        self.tests: dict[str, list[tuple[str, Any]]] = {}
+        self.readers: dict[str, list[str]] = {}  # fact -> rules testing it
+        for lr in self.rules:
+            for node in _fact_tests(lr.condition):
+                ops = self.tests.setdefault(node.fact, [])
+                for op_const in node.ops():
+                    if op_const not in ops:
+                        ops.append(op_const)
+            for fact in facts_used(lr.condition):
+                self.readers.setdefault(fact, []).append(lr.id)
+        self.producers = expert.ruleset.producers
+        direct = {lr.id for lr in self.rules if decisive(lr)}
+        relevant = set(direct)
+        changed = True
+        while changed:  # a rule matters when its finding feeds a rule that matters
+            changed = False
+            for lr in self.rules:
+                if lr.id not in relevant:
+                    continue
+                pos, neg = findings_used(lr.condition)
+                for finding in pos | neg:
+                    for producer in self.producers.get(finding, []):
+                        if producer not in relevant:
+                            relevant.add(producer)
+                            changed = True
+        self.decisive = direct
+        self.relevant = relevant
+        self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
+        for lr in self.rules:
+            for conjunction in _all_nodes(lr.condition):
+                together = {t.fact for t in _fact_tests(conjunction)}
+                for name in together:
+                    self.conjoined.setdefault(name, set()).update(together - {name})
+        self.question_of: dict[str, CombinedQuestion] = {
+            name: q for q in self.kb.questions.values() for name in q.facts}
+        self.tool_of: dict[str, str] = {}
+        for name, spec in self.kb.facts.items():
+            m = self.kb.tools.measurements.get(spec.measure or name)
+            if spec.askable and m is not None:
+                self.tool_of[name] = m.tool
+
+
+def decisive(lr: LoadedRule) -> bool:
+    then = lr.rule.then
+    return bool(then.bottleneck or then.recommend or then.waste)
+
+
+def _fact_tests(node: Condition) -> Iterator[FactTest]:
+    return (n for n in walk(node) if isinstance(n, FactTest))
+
+
+def _all_nodes(node: Condition) -> Iterator[AllOf]:
+    return (n for n in walk(node) if isinstance(n, AllOf))
+
+
+index: PerObject[Expert, Index] = PerObject(Index)  # one index per Expert: `index(expert)`
+
+
+def decision_on(ix: Index, facts: Mapping[str, Value]) -> Decision:
+    """What the user cares about on these facts (verdict, recommended set, scorecard bands, fired rules): the
+    diagnosis's own `decide`, without building a Report."""
+    result = ix.engine.run(facts)
+    return decide(ix.ruleset, result.fired, result.findings, facts)
+
+
+def _and3(a: str, b: str) -> str:
+    if "false" in (a, b):
+        return "false"
+    return "unknown" if "unknown" in (a, b) else "true"
+
+
+def _or3(a: str, b: str) -> str:
+    if "true" in (a, b):
+        return "true"
+    return "unknown" if "unknown" in (a, b) else "false"
+
+
+_FLIP3 = {"true": "false", "false": "true", "unknown": "unknown"}
+_ALL3 = frozenset({"true", "false", "unknown"})
+
+
+class State:
+    """One state of the session: the answers, the derived facts, what is open and the answer now."""
+
+    def __init__(self, ix: Index, answers: Mapping[str, Value], unknowns: set[str]) -> None:
+        self.ix = ix
+        self.answers = dict(answers)
+        self.unknowns = set(unknowns)
+        self.derived: dict[str, DerivedValue] = derive(self.answers, ix.kb)
+        self.facts: dict[str, Value] = {**self.answers, **{n: d.value for n, d in self.derived.items()}}
+        self.now = decision_on(ix, self.facts)
+        self._open: dict[str, bool] = {}
+        self._states: dict[int, Literal["fixed", "open", "impossible"]] = {}
+        self._routes: dict[str, list[frozenset[str]]] = {}
+        self.open_findings: set[str] = set()
+        self.live: set[str] = set()
+        self._possibility()
+
+    # which facts could still change ------------------------------------------------------------------------------
+
+    def askable_open(self, name: str) -> bool:
+        """The user could still be asked for it: askable, not answered, not unknown. A fact the expert derived
+        (kind `both`) stays askable: a measured value overrides the estimate and may differ from it."""
+        spec = self.ix.kb.facts.get(name)
+        return spec is not None and spec.askable and name not in self.answers and name not in self.unknowns
+
+    def _derivation_state(self, d: Derivation) -> Literal["fixed", "open", "impossible"]:
+        """Whether a derivation is settled ("fixed": it produced the value and nothing it reads can change), could
+        still produce or change its output ("open"), or cannot apply. Its declared gate (LLM decode only, a link
+        the GPU has) is read like a rule's condition: when it does not hold on what is known, the derivation stays
+        open only if the open facts could still make it hold."""
+        key = id(d)
+        if key in self._states:
+            return self._states[key]
+        self._states[key] = "impossible"  # guards against cycles
+        state: Literal["fixed", "open", "impossible"]
+        kb = self.ix.kb
+        gate = GRAPH.gate(d, kb)
+        if any(not (i in self.facts or self.is_open(i)) for i in d.inputs):
+            state = "impossible"
+        elif gate is not None and evaluate(gate, self.facts, ()) != "true":
+            state = "open" if "true" in self.possible(gate) else "impossible"
+        elif any(i not in self.facts for i in d.inputs) or any(self.is_open(k) for k in GRAPH.reads(d, kb)):
+            state = "open"
+        else:
+            done = self.derived.get(d.output)
+            state = "fixed" if done is not None and done.formula == d.formula else "impossible"
+        self._states[key] = state
+        return state
+
+    def is_open(self, name: str) -> bool:
+        """Whether the value of `name` (observed or derived) could still change with more answers."""
+        if name in self._open:
+            return self._open[name]
+        self._open[name] = False  # guards against cycles
+        result = False
+        if name not in self.answers:
+            if self.askable_open(name):
+                result = True
+            else:
+                for d in GRAPH.producers(name):
+                    state = self._derivation_state(d)
+                    if state == "fixed":
+                        break
+                    if state == "open":
+                        result = True
+                        break
+        self._open[name] = result
+        return result
+
+    def routes(self, name: str) -> list[frozenset[str]]:
+        """Minimal sets of open askable facts that, answered, would settle `name`."""
+        if name in self._routes:
+            return self._routes[name]
+        self._routes[name] = []
+        out: list[frozenset[str]]
+        if not self.is_open(name):
+            out = [frozenset()]
+        else:
+            out = [frozenset({name})] if self.askable_open(name) else []
+            for d in GRAPH.producers(name):
+                state = self._derivation_state(d)
+                if state == "fixed":
+                    break
+                if state != "open":
+                    continue
+                combos = [frozenset[str]()]
+                for inp in d.inputs:
+                    combos = [c | r for c in combos for r in self.routes(inp)][:_MAX_ROUTES]
+                out.extend(combos)
+            out = _minimal(out)
+        self._routes[name] = out
+        return out
+
+    # which rules could still change ------------------------------------------------------------------------------
+
+    def possible(self, node: Condition) -> frozenset[str]:
+        """Every outcome the condition could still take as open facts get answered (three-valued)."""
+        if isinstance(node, FactTest):
+            if not self.is_open(node.fact):
+                return frozenset({evaluate(node, self.facts, self.now.findings)})
+            return _ALL3 if node.ops() else frozenset({"true", "false"})
+        if isinstance(node, FindingRef):
+            if node.finding in self.open_findings:
+                return frozenset({"true", "false"})
+            return frozenset({"true" if node.finding in self.now.findings else "false"})
+        if isinstance(node, NotOf):
+            return frozenset(_FLIP3[o] for o in self.possible(node.not_))
+        children = node.all if isinstance(node, AllOf) else node.any  # type: ignore[union-attr]
+        combine = _and3 if isinstance(node, AllOf) else _or3
+        acc = self.possible(children[0])
+        for child in children[1:]:
+            other = self.possible(child)
+            acc = frozenset(combine(a, b) for a in acc for b in other)
+        return acc
+
+    def _possibility(self) -> None:
+        while True:
+            always: set[str] = set()
+            can_change: set[str] = set()
+            for lr in self.ix.rules:
+                outcomes = self.possible(lr.condition)
+                if outcomes == {"true"}:
+                    always.add(lr.id)
+                elif "true" in outcomes:
+                    can_change.add(lr.id)
+            opened = {f for f, producers in self.ix.producers.items()
+                      if not any(p in always for p in producers) and any(p in can_change for p in producers)}
+            if opened <= self.open_findings:
+                self.live = can_change
+                return
+            self.open_findings |= opened
+
+    def open_leaves(self) -> list[str]:
+        """Open facts tested by rules that can still change and can reach the verdict or the recommendations."""
+        out: list[str] = []
+        for lr in self.ix.rules:
+            if lr.id not in self.live or lr.id not in self.ix.relevant:
+                continue
+            for fact in facts_used(lr.condition):
+                if fact not in out and self.is_open(fact):
+                    out.append(fact)
+        return out
+
+
+def _minimal(sets: list[frozenset[str]]) -> list[frozenset[str]]:
+    out: list[frozenset[str]] = []
+    for s in sorted(set(sets), key=lambda s: (len(s), sorted(s))):
+        if not any(o <= s for o in out):
+            out.append(s)
+    return out[:_MAX_ROUTES]
+
+
+@dataclass(frozen=True)
+class Probe:
+    kind: Literal["leaf", "rule", "regime"]
+    condition: str
+    overrides: tuple[tuple[str, Value | None], ...]
+    answer: Decision
+    rules: tuple[str, ...] = ()
+    subject: str | None = None  # the leaf fact of a leaf probe
+    regions: int = 1  # how many regions the leaf probe's fact has
+
+    @property
+    def leaves(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.overrides)
+
+
+def fact_regions(ix: Index, name: str) -> list[tuple[str, Value]]:
+    """One (label, value) per region the rules' thresholds cut this fact into."""
+    spec = ix.kb.facts.get(name)
+    tests = ix.tests.get(name, [])
+    if spec is not None and spec.type == "enum":
+        named: list[Value] = []
+        for _op, const in tests:
+            for v in const if isinstance(const, list) else [const]:
+                if v not in named:
+                    named.append(v)
+        others = [c for c in (spec.choices or []) if c not in named]
+        values = named + others[:1]
+        return [(f"{name} = {v}" if v in named else f"{name} = {v} (or another value)", v) for v in values]
+    scalars = {float(c) for op, c in tests if op in ("lt", "le", "gt", "ge", "eq", "ne")
+               and isinstance(c, (int, float))}
+    members = {float(v) for op, c in tests if op in ("in", "not_in") for v in c if isinstance(v, (int, float))}
+    thresholds = sorted(scalars | members)
+    if not thresholds:
+        return []
+    low, high, integer = domain(spec)
+    points: list[tuple[str, float]] = []
+    first, last = thresholds[0], thresholds[-1]
+    if integer:
+        below = first - 1
+    else:
+        below = (low + first) / 2 if low is not None and low < first else first - max(1.0, abs(first))
+    points.append((f"< {format_value(spec, first)}", below))
+    for i, t in enumerate(thresholds):
+        points.append((f"= {format_value(spec, t)}", t))
+        if i + 1 < len(thresholds):
+            nxt = thresholds[i + 1]
+            points.append((f"between {format_value(spec, t)} and {format_value(spec, nxt)}", (t + nxt) / 2))
+    if integer:
+        above = last + 1
+    else:
+        above = (last + high) / 2 if high is not None and high > last else (last * 2 if last > 0 else last + 1)
+    points.append((f"> {format_value(spec, last)}", above))
+    out: list[tuple[str, Value]] = []
+    seen: set[float] = set()
+    for label, value in points:
+        if integer:
+            value = float(math.floor(value)) if label.startswith("<") else float(math.ceil(value))
+        if (low is not None and (value < low or (spec is not None and spec.exclusive_min and value == low))) or (
+                high is not None and value > high) or value in seen:
+            continue
+        seen.add(value)
+        out.append((f"{name} {label}", int(value) if integer else value))
+    return out
+
+
+@dataclass
+class Plan:
+    """The planner's view of one state: the answer now, every probe, and the ranked questions."""
+
+    state: State
+    probes: list[Probe] = field(default_factory=list)
+    scores: dict[str, float] = field(default_factory=dict)
+    minor: dict[str, float] = field(default_factory=dict)  # scorecard-only value
+    credited: dict[str, list[tuple[float, Probe, str]]] = field(default_factory=dict)  # (value, probe, via leaf)
+    settled_soundly: bool = False
+    ranked: list[str] = field(default_factory=list)
+
+
+def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
+    """The decision if the answers were these, with `overrides` set (None: left unknown)."""
+    observed = dict(state.answers)
+    dropped = [name for name, value in overrides.items() if value is None]
+    for name, value in overrides.items():
+        if value is None:
+            observed.pop(name, None)
+        else:
+            observed[name] = value
+    facts = GRAPH.values(observed, state.ix.kb)
+    for name in dropped:
+        facts.pop(name, None)
+    return decision_on(state.ix, facts)
+
+
+def make_plan(state: State) -> Plan:
+    plan = Plan(state)
+    ix = state.ix
+    live_decisive = [lr for lr in ix.rules if lr.id in state.live and lr.id in ix.relevant]
+    if not live_decisive:
+        plan.settled_soundly = True
+        return plan
+    cache: dict[tuple[tuple[str, Value | None], ...], Decision] = {}
+
+    def answer_for(overrides: Mapping[str, Value | None]) -> Decision:
+        key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
+        if key not in cache:
+            cache[key] = what_if(state, overrides)
+        return cache[key]
+
+    def run(kind: Literal["leaf", "rule", "regime"], condition: str, overrides: dict[str, Value | None],
+            rules: tuple[str, ...] = (), subject: str | None = None, regions: int = 1) -> None:
+        answer = answer_for(overrides)
+        if kind != "leaf" and weigh(state.now, answer)[0]:
+            # keep only the overrides the change needs, so that facts along for the ride earn no credit
+            for name in list(overrides):
+                if len(overrides) == 1:
+                    break
+                trial = {k: v for k, v in overrides.items() if k != name}
+                smaller = answer_for(trial)
+                if weigh(state.now, smaller)[0]:
+                    overrides, answer = trial, smaller
+            if not set(rules) <= answer.fired:  # the change no longer comes from these rules: say only what was set
+                condition = "if " + _describe(state, overrides)
+        if kind != "leaf":
+            condition = condition.format(_describe(state, overrides))
+        key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
+        plan.probes.append(Probe(kind, condition, key, answer, rules, subject, regions))
+
+    for leaf in state.open_leaves():
+        regions = fact_regions(ix, leaf)
+        for label, value in regions:
+            run("leaf", label, {leaf: value}, tuple(ix.readers.get(leaf, [])), leaf, len(regions))
+    witness = Witness(state)
+    by_regime: dict[str, list[LoadedRule]] = {}
+    for lr in live_decisive:
+        if lr.id in state.now.fired or not decisive(lr):
+            continue
+        if lr.rule.then.bottleneck:
+            by_regime.setdefault(lr.rule.then.bottleneck.regime, []).append(lr)
+        for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)), MAX_WITNESSES):
+            overrides = witness.overrides(boxes)
+            if overrides:
+                run("rule", f"if rule {lr.id} fired ({{}})", overrides, (lr.id,))
+                break
+    for regime, rules in by_regime.items():
+        if len(rules) < 2:
+            continue
+        merged: dict[str, Box] = {}
+        used: list[str] = []
+        for lr in sorted(rules, key=lambda r: -ix.kb.regimes.strengths[r.rule.then.bottleneck.strength]):  # type: ignore[union-attr]
+            found = next(iter(itertools.islice(witness.of(lr.condition, True, merged, (lr.id,)), 1)), None)
+            if found is not None:
+                merged = found
+                used.append(lr.id)
+        overrides = witness.overrides(merged) if len(used) > 1 else None
+        if overrides:
+            run("regime", f"if the rules voting {regime} fired ({{}})", overrides, tuple(used))
+    _credit(plan)
+    return plan
+
+
+def _describe(state: State, overrides: Mapping[str, Value | None]) -> str:
+    facts = state.ix.kb.facts
+    return ", ".join(f"{name} unknown" if value is None else f"{name} = {format_value(facts.get(name), value)}"
+                     for name, value in overrides.items())
+
+
+def weigh(before: Decision, after: Decision) -> tuple[float, float]:
+    """(decisive weight, scorecard-only weight) of a probe's answer against the answer now."""
+    weight = 0.0
+    if after.verdict != before.verdict:
+        weight += _VERDICT_WEIGHT
+    if after.recommended != before.recommended:
+        weight += _RECOMMEND_WEIGHT
+    minor = _SCORECARD_WEIGHT if after.bands != before.bands else 0.0
+    return weight, minor
+
+
+def _route_credit(routes: list[frozenset[str]]) -> dict[str, float]:
+    """How much asking each fact settles a quantity with these minimal routes, whichever way the user answers: a value
+    completes a share of its shortest route (1/size); "unknown" closes the share of routes that need the fact."""
+    credit: dict[str, float] = {}
+    for fact in {f for route in routes for f in route}:
+        holding = [route for route in routes if fact in route]
+        known = 1.0 / min(len(route) for route in holding)
+        unknown = len(holding) / len(routes)
+        credit[fact] = (known + unknown) / 2
+    return credit
+
+
+def _credit(plan: Plan) -> None:
+    state = plan.state
+    for probe in plan.probes:
+        weight, minor = weigh(state.now, probe.answer)
+        if weight == 0 and minor == 0:
+            continue
+        share = 1.0 / probe.regions if probe.kind == "leaf" else 1.0 / max(1, len(probe.leaves))
+        routes = [frozenset[str]()]
+        for leaf in sorted(probe.leaves):
+            routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
+        credit = _route_credit(routes)
+        for fact, c in credit.items():
+            if weight:
+                link = next((leaf for leaf in sorted(probe.leaves) if any(fact in r for r in state.routes(leaf))), fact)
+                plan.scores[fact] = plan.scores.get(fact, 0.0) + weight * share * c
+                plan.credited.setdefault(fact, []).append((weight * share * c, probe, link))
+            else:
+                plan.minor[fact] = plan.minor.get(fact, 0.0) + minor * share * c
+    ix = state.ix
+    candidates = [f for f in plan.scores if state.askable_open(f)]
+
+    def key(fact: str) -> tuple[int, float, int, int]:
+        spec = ix.kb.facts[fact]
+        first = 0 if spec.ask_first else 1
+        priority = 0.0 if spec.ask_first else -(plan.scores[fact] + plan.minor.get(fact, 0.0)) / spec.cost
+        return first, priority, spec.cost, ix.order[fact]
+
+    plan.ranked = sorted(candidates, key=key)
+
+
+def choose(ix: Index, state: State, plan: Plan) -> tuple[str, str | None]:
+    """The best-ranked fact. A cheap context fact tested together with it goes first when some answer to it
+    would leave the best fact without value (workload before phase: training drops phase)."""
+    best = plan.ranked[0]
+    spec = ix.kb.facts[best]
+    if spec.ask_first:
+        for gate in ix.askable:
+            if ix.order[gate] >= ix.order[best]:
+                break
+            gate_spec = ix.kb.facts[gate]
+            if (gate_spec.ask_first and gate_spec.cost <= spec.cost and gate in ix.conjoined.get(best, ())
+                    and state.askable_open(gate) and _gate_closes(ix, state, gate, best)):
+                return gate, best
+    return best, None
+
+def _gate_closes(ix: Index, state: State, gate: str, gated: str) -> bool:
+    """Whether some answer to `gate` would leave `gated` with no value: no longer on the way to any fact a rule
+    that can still change the answer tests (cheap), or else no value in the planner run on that answer."""
+    spec = ix.kb.facts[gate]
+    values: list[Value] = (list(spec.choices or []) if spec.type == "enum"
+                           else [v for _, v in fact_regions(ix, gate)])
+    trials: list[State] = []
+    for value in values:
+        trial = State(ix, {**state.answers, gate: value}, state.unknowns)
+        if not any(gated in route for leaf in trial.open_leaves() for route in trial.routes(leaf)):
+            return True
+        trials.append(trial)
+    return any(not make_plan(trial).scores.get(gated) for trial in trials)

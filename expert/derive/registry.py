@@ -1,0 +1,424 @@
+"""The derivation registry: every way a derived fact is computed, with its inputs and its gate declared as data.
+
+A `Derivation` names its output, the facts it needs (all must be known), the formula in words, its source, and the
+function that computes it from the facts (`expert.derive.formulas` holds the arithmetic). When a formula applies only
+to some jobs or only where the catalog has a figure, its `gate` says so as a condition on facts in the rule
+language's own condition model (`expert.rules.model`): "phase = decode and the workload is inference or not given",
+"hardware is one the catalog publishes a dense peak for in this dtype". The walker (`expert.derive.graph`) applies a
+formula only where its gate holds, and everyone who asks whether a formula could still apply (the report's missing
+evidence, the consultation) reads the gate instead of trying the formula: a formula never declines, so an error in
+one is an error, not a missing input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..kb.knowledge import HardwareSpec, KnowledgeBase
+from ..rules.model import AllOf, AnyOf, Condition, FactTest
+from .formulas import (
+    Facts,
+    Value,
+    achieved_tflops,
+    arithmetic_intensity,
+    comm_term,
+    compression_ratio,
+    coordination_loss,
+    daly_interval,
+    decode_bandwidth_gbs,
+    decode_intensity,
+    exposed_comm,
+    io_overhead,
+    iron_law,
+    lost_share,
+    mfu,
+    ridge_point,
+    ring_allreduce_bytes,
+    scaling_efficiency,
+    young_interval,
+)
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a formula gives: the value, the catalog figures it used (with their source), a note (a clamp)."""
+
+    value: float
+    constants: dict[str, Value] = field(default_factory=dict)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Gate:
+    """When a derivation applies, as a condition on facts. `condition` is the condition itself or, for a gate on
+    catalog data, how to write it for a knowledge base (it lists the catalog entries that have the figure)."""
+
+    description: str
+    condition: Condition | Callable[[KnowledgeBase], Condition]
+
+    def on(self, kb: KnowledgeBase) -> Condition:
+        """The condition for this knowledge base."""
+        return self.condition(kb) if callable(self.condition) else self.condition
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """One way to compute `output` from `inputs` (all must be known), where its `gate` (if any) holds."""
+
+    output: str
+    inputs: tuple[str, ...]
+    formula: str
+    source: str
+    compute: Callable[[Facts, KnowledgeBase], Result]
+    gate: Gate | None = None
+    optional: tuple[str, ...] = ()  # also used, and recorded among the inputs, when known (the iron law's other terms)
+    substitutes: tuple[tuple[str, str], ...] = ()  # (input, fact used in its place when known)
+    needs: frozenset[str] = field(init=False, repr=False, compare=False)  # `inputs` as a set, for the hot loop
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", frozenset(self.inputs))
+
+    @property
+    def gated(self) -> bool:
+        """Whether the derivation applies only where its gate holds (LLM decode only, a link the GPU has)."""
+        return self.gate is not None
+
+    def recorded_inputs(self, facts: Mapping[str, Value]) -> dict[str, Value]:
+        """The inputs a derived value records: every input, and the optional ones that are known."""
+        used = {name: facts[name] for name in self.inputs}
+        if self.optional:
+            used.update({name: facts[name] for name in self.optional if name in facts})
+        return used
+
+
+def _required(value: _T | None, what: str) -> _T:
+    """A catalog figure the derivation's gate promised; its absence is a bug in the gate, not a missing input."""
+    if value is None:
+        raise LookupError(f"the gate let the formula through, but the catalog has no {what}")
+    return value
+
+
+# ---- gates ------------------------------------------------------------------------------------------------------
+
+
+def _fact(name: str, **test: Any) -> FactTest:
+    return FactTest.model_validate({"fact": name, **test})
+
+
+def _any(branches: list[Condition]) -> Condition:
+    return branches[0] if len(branches) == 1 else AnyOf(any=branches)
+
+
+LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", AllOf(all=[
+    _fact("phase", eq="decode"), AnyOf(any=[_fact("workload", eq="inference"), _fact("workload", known=False)])]))
+SEVERAL_GPUS = Gate("more than one GPU (one GPU has no all-reduce)", _fact("num_gpus", ge=2))
+SOME_COMM_TIME = Gate("the collectives took some time", _fact("comm_time_s", gt=0))
+SOME_FAILURES = Gate("the job fails at all (no failures: no time between them)", _fact("failures_per_day", gt=0))
+
+
+def _published_peaks(kb: KnowledgeBase) -> Condition:
+    """One branch per dtype: dtype = t and hardware is one whose catalog entry publishes a dense t peak."""
+    spec = kb.facts.get("dtype")
+    dtypes = list(spec.choices or []) if spec is not None else []
+    dtypes += sorted({d for hw in kb.hardware.values() for d in hw.peak_tflops if d not in dtypes})
+    return _any([AllOf(all=[_fact("dtype", eq=dtype), _fact(
+        "hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.peak(dtype) is not None]})])
+        for dtype in dtypes] or [_fact("hardware", **{"in": []})])
+
+
+def _own_links(kb: KnowledgeBase) -> Condition:
+    """interconnect = nvlink (pcie) and hardware is one whose catalog entry gives its own NVLink (PCIe) link."""
+    return _any([AllOf(all=[_fact("interconnect", eq=kind), _fact(
+        "hardware", **{"in": [hw.id for hw in kb.hardware.values() if _own_link(hw, kind) is not None]})])
+        for kind in _HARDWARE_LINKS])
+
+
+def _default_links(kb: KnowledgeBase) -> Condition:
+    """interconnect is a link kind the interconnect catalog has a default entry for."""
+    kinds = list(dict.fromkeys(i.kind for i in kb.interconnects.values() if i.default))
+    return _fact("interconnect", **{"in": kinds})
+
+
+PUBLISHED_PEAK = Gate("the hardware catalog publishes a dense peak for this hardware and dtype", _published_peaks)
+OWN_LINK = Gate("an NVLink or PCIe link the hardware catalog gives for this hardware", _own_links)
+CATALOG_LINK = Gate("a link kind the interconnect catalog has a default for", _default_links)
+
+
+# ---- from facts to the formulas -----------------------------------------------------------------------------------
+
+
+def _hw(f: Facts, kb: KnowledgeBase) -> HardwareSpec:
+    return kb.hardware[str(f["hardware"])]
+
+
+def _num(f: Facts, name: str) -> float:
+    return float(f[name])
+
+
+def _clamp_fraction(value: float, what: str) -> Result:
+    if value > 1.0:
+        return Result(1.0, note=f"{what} came out at {value:.2f} (> 1); clamped to 1 - check the inputs")
+    return Result(max(0.0, value))
+
+
+def _peak(f: Facts, kb: KnowledgeBase) -> Result:
+    hw, dtype = _hw(f, kb), str(f["dtype"])
+    peak = _required(hw.peak(dtype), f"a {dtype} peak of {hw.id}")
+    return Result(peak, {f"{hw.id} dense {dtype} peak (TFLOP/s)": peak, "source": hw.source})
+
+
+def _bandwidth(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = _hw(f, kb)
+    figures: dict[str, Value] = {f"{hw.id} memory bandwidth (GB/s)": hw.memory_bandwidth_gbs, "source": hw.source}
+    return Result(hw.memory_bandwidth_gbs, figures)
+
+
+def _decode_params(f: Facts) -> float:
+    return _num(f, "active_params") if "active_params" in f else _num(f, "model_params")
+
+
+def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    achieved = decode_bandwidth_gbs(_num(f, "tokens_per_s"), int(_num(f, "batch_size")), _decode_params(f), b)
+    result = _clamp_fraction(achieved / _num(f, "peak_bandwidth"), "derived bandwidth utilization")
+    return Result(result.value, {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}, result.note)
+
+
+def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    achieved = decode_bandwidth_gbs(_num(f, "tokens_per_s"), int(_num(f, "batch_size")), _decode_params(f), b)
+    return Result(achieved / _num(f, "peak_bandwidth"), {"bytes per weight": b, "achieved GB/s": round(achieved, 1)})
+
+
+def _decode_ai(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    return Result(decode_intensity(int(_num(f, "batch_size")), b), {"bytes per weight": b},
+                  "short-context approximation: KV-cache reads would lower it further")
+
+
+def _term_share(name: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def share(f: Facts, kb: KnowledgeBase) -> Result:
+        return Result(min(1.0, _num(f, name) / _num(f, "step_time_s")))
+
+    return share
+
+
+def _scaling(value: float) -> Result:
+    if value > 1.0:
+        return Result(1.0, note=f"scaling efficiency came out at {value:.2f} (superlinear, e.g. per-GPU data now fits "
+                      "in cache or memory); clamped to 1")
+    return Result(max(0.0, value))
+
+
+_HARDWARE_LINKS = {"nvlink": ("scale_up_link", "scale_up_gbs", "nvlink"),
+                   "pcie": ("host_link", "host_link_gbs", "pcie")}
+
+
+def _own_link(hw: HardwareSpec, kind: str) -> tuple[str, float] | None:
+    """The hardware's own link of a kind (its name and bidirectional GB/s), if hardware.yaml gives one."""
+    name_field, gbs_field, marker = _HARDWARE_LINKS[kind]
+    name, total = getattr(hw, name_field), getattr(hw, gbs_field)
+    if not name or total is None or marker not in str(name).casefold():
+        return None
+    return name, total
+
+
+def _hardware_link(f: Facts, kb: KnowledgeBase) -> Result:
+    """The hardware's own NVLink or PCIe figure (hardware.yaml quotes bidirectional totals; halved per direction)."""
+    hw = _hw(f, kb)
+    name, total = _required(_own_link(hw, str(f["interconnect"])), f"a {f['interconnect']} link of {hw.id}")
+    return Result(total / 2.0, {f"{hw.id} {name} (GB/s, bidirectional)": total, "source": hw.source})
+
+
+def _catalog_link(f: Facts, kb: KnowledgeBase) -> Result:
+    link = _required(kb.default_interconnect(str(f["interconnect"])), f"a default {f['interconnect']} link")
+    return Result(link.per_direction_gbs, {f"{link.name} (GB/s per direction)": link.per_direction_gbs,
+                                           "source": link.source}, link.notes)
+
+
+def _mtbf_s(f: Facts) -> float:
+    return _num(f, "mtbf_h") * 3600.0
+
+
+def _coordination(interval: str, with_restart: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def overhead(f: Facts, kb: KnowledgeBase) -> Result:
+        restart = _num(f, "restart_time_s") if with_restart else 0.0
+        loss = coordination_loss(_num(f, "checkpoint_write_s"), _num(f, interval), _mtbf_s(f), restart)
+        return Result(lost_share(loss), {"time lost per unit of useful time (x)": round(loss, 6)})
+
+    return overhead
+
+
+def _terms(f: Facts) -> tuple[float | None, float | None, float | None, float | None]:
+    def get(name: str) -> float | None:
+        return _num(f, name) if name in f else None
+
+    return get("t_input_s"), get("t_data_s"), get("t_compute_s"), get("t_overhead_s")
+
+
+_ACTIVE_PARAMS = (("model_params", "active_params"),)  # decode streams the active parameters when they are known
+_OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")
+
+_SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
+_C3_SCALING = "seed C³ (C1 computation adds scaling-efficiency loss); scaling efficiency = per-GPU throughput N vs 1"
+_C3_COMM = "seed Table 6 and C³ (C2 communication: the communication wall)"
+_C3_COORD = "seed Table 6 (reliability wall, cluster MTBF) and C³ (C3 coordination)"
+_NCCL = "NCCL ring all-reduce moves 2(N−1)/N × bytes per rank (nccl-tests doc/PERFORMANCE.md, bus bandwidth)"
+_YOUNG = "Young 1974, CACM 17(9), https://doi.org/10.1145/361147.361115"
+_DALY = "Daly 2006, FGCS 22, https://doi.org/10.1016/j.future.2004.11.016"
+_ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
+
+DERIVATIONS: tuple[Derivation, ...] = (
+    Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
+               "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
+    Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
+               "knowledge_base/hardware.yaml", lambda f, kb: _bandwidth(f, kb)),
+    Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
+               lambda f, kb: Result(ridge_point(_num(f, "peak_tflops"), _num(f, "peak_bandwidth")))),
+    Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,
+               lambda f, kb: Result(arithmetic_intensity(_num(f, "flops"), _num(f, "bytes_moved")))),
+    Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"),
+               "2 · batch_size / bytes_per_weight (LLM decode)",
+               "domain.md §B, LLM decode: I ≈ 2B/b_w at short context", _decode_ai, gate=LLM_DECODE),
+    Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
+               _ROOFLINE, lambda f, kb: Result(_num(f, "arithmetic_intensity") / _num(f, "ridge_point"))),
+    Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
+               lambda f, kb: Result(achieved_tflops(_num(f, "flops"), _num(f, "step_time_s")))),
+    Derivation("flops_to_peak", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (unclamped)",
+               "roofline: no kernel exceeds the dense peak",
+               lambda f, kb: Result(_num(f, "achieved_tflops") / _num(f, "peak_tflops"))),
+    Derivation("mfu", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (dense)", "seed Table 5 (MFU)",
+               lambda f, kb: _clamp_fraction(mfu(_num(f, "achieved_tflops"), _num(f, "peak_tflops")), "MFU")),
+    Derivation("io_overhead", ("data_wait_s", "step_time_s"), "data_wait_s / step_time_s",
+               "seed Table 5 (I/O overhead)",
+               lambda f, kb: Result(io_overhead(_num(f, "data_wait_s"), _num(f, "step_time_s")))),
+    Derivation("compression_ratio", ("active_params", "model_params"), "active_params / model_params",
+               "seed Table 5 (compression/sparsity ratio)",
+               lambda f, kb: Result(compression_ratio(_num(f, "active_params"), _num(f, "model_params")))),
+    Derivation("mem_bw_util", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
+               "DCGM DRAM_ACTIVE definition (achieved / peak DRAM bandwidth)",
+               lambda f, kb: _clamp_fraction(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"),
+                                             "bandwidth utilization")),
+    Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
+               "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util, gate=LLM_DECODE,
+               substitutes=_ACTIVE_PARAMS),
+    Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
+               "roofline: no step exceeds the peak memory bandwidth",
+               lambda f, kb: Result(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"))),
+    Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth (unclamped)",
+               "domain.md §B, LLM decode bytes per step", _decode_bw_ratio, gate=LLM_DECODE,
+               substitutes=_ACTIVE_PARAMS),
+    Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
+               "seed screening signals (timeline gaps not explained by data wait)",
+               lambda f, kb: Result(max(0.0, _num(f, "gpu_idle_gap_frac") - _num(f, "io_overhead")))),
+    Derivation("latency_over_target", ("latency_ms", "latency_target_ms"), "latency_ms / latency_target_ms",
+               "service-level objective", lambda f, kb: Result(_num(f, "latency_ms") / _num(f, "latency_target_ms"))),
+    Derivation("overlap_headroom", ("data_wait_s", "gpu_util", "step_time_s"),
+               "min(data_wait_s, gpu_util · step_time_s) / step_time_s", "seed Table 2 (overlap turns sum into max)",
+               lambda f, kb: Result(min(_num(f, "data_wait_s"), _num(f, "gpu_util") * _num(f, "step_time_s"))
+                                    / _num(f, "step_time_s"))),
+    # iron-law terms
+    Derivation("t_input_s", ("data_wait_s",), "data_wait_s", _SEED_IRON, lambda f, kb: Result(_num(f, "data_wait_s"))),
+    Derivation("t_data_s", ("bytes_moved", "peak_bandwidth"), "bytes_moved / BW", _SEED_IRON,
+               lambda f, kb: Result(_num(f, "bytes_moved") / (_num(f, "peak_bandwidth") * 1e9))),
+    Derivation("t_data_s", ("mem_bw_util", "step_time_s"), "mem_bw_util · step_time_s (achieved-bandwidth share)",
+               _SEED_IRON, lambda f, kb: Result(_num(f, "mem_bw_util") * _num(f, "step_time_s"))),
+    Derivation("t_compute_s", ("flops", "peak_tflops"), "flops / (R_peak · η), η = 1", _SEED_IRON,
+               lambda f, kb: Result(_num(f, "flops") / (_num(f, "peak_tflops") * 1e12))),
+    Derivation("t_compute_s", ("mfu", "step_time_s"), "mfu · step_time_s (useful-compute share)", _SEED_IRON,
+               lambda f, kb: Result(_num(f, "mfu") * _num(f, "step_time_s"))),
+    Derivation("t_overhead_s", ("host_wait_frac", "step_time_s"), "host_wait_frac · step_time_s", _SEED_IRON,
+               lambda f, kb: Result(_num(f, "host_wait_frac") * _num(f, "step_time_s"))),
+    Derivation("t_overhead_s", ("launch_gap_frac", "step_time_s"), "launch_gap_frac · step_time_s", _SEED_IRON,
+               lambda f, kb: Result(_num(f, "launch_gap_frac") * _num(f, "step_time_s"))),
+    Derivation("t_sequential_s", ("t_data_s", "t_compute_s"), "t_input + D/BW + O/(R·η) + L (known terms)", _SEED_IRON,
+               lambda f, kb: Result(iron_law(*_terms(f))[0]), optional=_OPTIONAL_TERMS),
+    Derivation("t_overlapped_s", ("t_data_s", "t_compute_s"), "t_input + max(D/BW, O/(R·η)) + L", _SEED_IRON,
+               lambda f, kb: Result(iron_law(*_terms(f))[1]), optional=_OPTIONAL_TERMS),
+    Derivation("share_input", ("t_input_s", "step_time_s"), "t_input_s / step_time_s", _SEED_IRON,
+               _term_share("t_input_s")),
+    Derivation("share_data", ("t_data_s", "step_time_s"), "t_data_s / step_time_s", _SEED_IRON,
+               _term_share("t_data_s")),
+    Derivation("share_compute", ("t_compute_s", "step_time_s"), "t_compute_s / step_time_s", _SEED_IRON,
+               _term_share("t_compute_s")),
+    Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
+               _term_share("t_overhead_s")),
+    # cluster scale (seed Table 6, C³): computation, communication, coordination
+    Derivation("per_gpu_throughput", ("cluster_throughput", "num_gpus"), "cluster_throughput / num_gpus", _C3_SCALING,
+               lambda f, kb: Result(_num(f, "cluster_throughput") / _num(f, "num_gpus"))),
+    Derivation("scaling_efficiency", ("per_gpu_throughput", "single_gpu_throughput"),
+               "per_gpu_throughput / single_gpu_throughput", _C3_SCALING,
+               lambda f, kb: _scaling(scaling_efficiency(_num(f, "per_gpu_throughput"),
+                                                         _num(f, "single_gpu_throughput")))),
+    Derivation("scaling_efficiency", ("single_gpu_step_time_s", "step_time_s"),
+               "single_gpu_step_time_s / step_time_s (weak scaling: same per-GPU batch)", _C3_SCALING,
+               lambda f, kb: _scaling(_num(f, "single_gpu_step_time_s") / _num(f, "step_time_s"))),
+    Derivation("effective_gpus", ("num_gpus", "scaling_efficiency"), "num_gpus × scaling_efficiency", _C3_SCALING,
+               lambda f, kb: Result(_num(f, "num_gpus") * _num(f, "scaling_efficiency"))),
+    Derivation("exposed_comm_s", ("comm_time_s", "comm_overlap_frac"), "comm_time_s × (1 − comm_overlap_frac)",
+               _C3_COMM,
+               lambda f, kb: Result(exposed_comm(_num(f, "comm_time_s"), _num(f, "comm_overlap_frac")))),
+    Derivation("comm_frac", ("exposed_comm_s", "step_time_s"), "exposed_comm_s / step_time_s", _C3_COMM,
+               lambda f, kb: _clamp_fraction(_num(f, "exposed_comm_s") / _num(f, "step_time_s"),
+                                             "exposed communication share")),
+    Derivation("interconnect_bandwidth", ("interconnect", "hardware"),
+               "the hardware's own link (hardware.yaml, bidirectional total) / 2", "knowledge_base/hardware.yaml",
+               _hardware_link, gate=OWN_LINK),
+    Derivation("interconnect_bandwidth", ("interconnect",), "catalog default per-direction bandwidth of the link kind",
+               "knowledge_base/interconnects.yaml", _catalog_link, gate=CATALOG_LINK),
+    Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"), "2(N − 1)/N × gradient_bytes (ring all-reduce)",
+               _NCCL,
+               lambda f, kb: Result(ring_allreduce_bytes(_num(f, "gradient_bytes"), int(_num(f, "num_gpus")))),
+               gate=SEVERAL_GPUS),
+    Derivation("t_comm_s", ("allreduce_bytes", "interconnect_bandwidth"), "allreduce_bytes / interconnect_bandwidth",
+               f"{_NCCL}; seed Table 6 (communication wall)",
+               lambda f, kb: Result(comm_term(_num(f, "allreduce_bytes"), _num(f, "interconnect_bandwidth")))),
+    Derivation("comm_term_share", ("t_comm_s", "step_time_s"), "t_comm_s / step_time_s", _C3_COMM,
+               lambda f, kb: Result(_num(f, "t_comm_s") / _num(f, "step_time_s"))),
+    Derivation("bus_bandwidth", ("allreduce_bytes", "comm_time_s"), "allreduce_bytes / comm_time_s", _NCCL,
+               lambda f, kb: Result(_num(f, "allreduce_bytes") / _num(f, "comm_time_s") / 1e9), gate=SOME_COMM_TIME),
+    Derivation("bus_bw_util", ("bus_bandwidth", "interconnect_bandwidth"), "bus_bandwidth / interconnect_bandwidth",
+               _NCCL,
+               lambda f, kb: _clamp_fraction(_num(f, "bus_bandwidth") / _num(f, "interconnect_bandwidth"),
+                                             "bus bandwidth utilization")),
+    Derivation("nccl_bw_util", ("nccl_bus_bandwidth", "interconnect_bandwidth"),
+               "nccl_bus_bandwidth / interconnect_bandwidth", _NCCL,
+               lambda f, kb: Result(_num(f, "nccl_bus_bandwidth") / _num(f, "interconnect_bandwidth"))),
+    Derivation("sync_wait_frac", ("sync_wait_s", "step_time_s"), "sync_wait_s / step_time_s", _C3_COORD,
+               lambda f, kb: _clamp_fraction(_num(f, "sync_wait_s") / _num(f, "step_time_s"), "straggler wait share")),
+    Derivation("mtbf_h", ("failures_per_day",), "24 h / failures_per_day", _C3_COORD,
+               lambda f, kb: Result(24.0 / _num(f, "failures_per_day")), gate=SOME_FAILURES),
+    Derivation("mtbf_h", ("node_mtbf_h", "num_nodes"), "node_mtbf_h / num_nodes (independent node failures)", _C3_COORD,
+               lambda f, kb: Result(_num(f, "node_mtbf_h") / _num(f, "num_nodes"))),
+    Derivation("young_interval_s", ("checkpoint_write_s", "mtbf_h"), "√(2·δ·M), δ = checkpoint_write_s, M = mtbf_h",
+               _YOUNG,
+               lambda f, kb: Result(young_interval(_num(f, "checkpoint_write_s"), _mtbf_s(f)))),
+    Derivation("daly_interval_s", ("checkpoint_write_s", "mtbf_h"),
+               "√(2δM)·[1 + ⅓·√(δ/2M) + (δ/2M)/9] − δ for δ < 2M, else M", _DALY,
+               lambda f, kb: Result(daly_interval(_num(f, "checkpoint_write_s"), _mtbf_s(f)))),
+    Derivation("checkpoint_interval_ratio", ("checkpoint_interval_s", "daly_interval_s"),
+               "checkpoint_interval_s / daly_interval_s", _DALY,
+               lambda f, kb: Result(_num(f, "checkpoint_interval_s") / _num(f, "daly_interval_s"))),
+    Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h", "restart_time_s"),
+               "x / (1 + x), x = δ/τ + τ/2M + R/M", f"{_YOUNG}; {_DALY}", _coordination("checkpoint_interval_s", True)),
+    Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h"),
+               "x / (1 + x), x = δ/τ + τ/2M (restart time unknown)", f"{_YOUNG}; {_DALY}",
+               _coordination("checkpoint_interval_s", False)),
+    Derivation("optimal_coordination_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h", "restart_time_s"),
+               "x / (1 + x), x = δ/τ* + τ*/2M + R/M at Daly's τ*", f"{_YOUNG}; {_DALY}",
+               _coordination("daly_interval_s", True)),
+    Derivation("optimal_coordination_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h"),
+               "x / (1 + x), x = δ/τ* + τ*/2M at Daly's τ* (restart time unknown)", f"{_YOUNG}; {_DALY}",
+               _coordination("daly_interval_s", False)),
+    Derivation("excess_coordination_overhead", ("coordination_overhead", "optimal_coordination_overhead"),
+               "max(0, coordination_overhead − optimal_coordination_overhead)", _DALY,
+               lambda f, kb: Result(max(0.0, _num(f, "coordination_overhead")
+                                        - _num(f, "optimal_coordination_overhead")))),
+)
+

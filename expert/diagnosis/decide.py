@@ -1,0 +1,170 @@
+"""The decision: from the rules that fired to the verdict, the axes, the recommended set and the scorecard bands.
+
+One function, `decide`, used by the diagnosis (`expert.diagnosis.build.build_report` turns its result into a Report)
+and by the consultation (which runs it on every what-if, so it builds no report objects). Everything it weighs is
+data: the rules' conclusions, the regime tables, strengths and precedence (knowledge_base/regimes.yaml) and the
+scorecard bands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, NamedTuple
+
+from .._weakcache import PerObject
+from ..kb.knowledge import Axis, KnowledgeBase, Strength
+from ..rules.model import RegimeTable
+from ..rules.ruleset import RuleSet
+
+Value = int | float | str
+
+
+class Vote(NamedTuple):
+    """A regime some fired rules voted for: its strongest vote, the sum of the votes, the voting rules (sorted)."""
+
+    regime: str
+    strength: Strength
+    score: int
+    rules: tuple[str, ...]
+
+
+class AxisShare(NamedTuple):
+    """One implicated D·A·M axis: its share of the weight, the weight, the rules behind it (sorted)."""
+
+    axis: Axis
+    share: float
+    strength: float
+    rules: tuple[str, ...]
+
+
+_Concludes = tuple["tuple[str, int] | None", "tuple[Axis, int] | None", tuple[str, ...], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class _Conclusions:
+    """What every rule of a rule set concludes, in the form `decide` reads it (built once per rule set)."""
+
+    kb: KnowledgeBase
+    position: dict[str, int]  # rule id -> place in (stratum, id) order
+    concludes: dict[str, _Concludes]  # rule id -> (regime, strength) vote, (axis, strength) vote, recommends, wastes
+    tables: dict[str, RegimeTable]
+    precedence: dict[str, int]
+    strength_names: dict[int, Strength]
+    threshold: int
+    bands: tuple[tuple[str, Callable[[float | None], str]], ...]  # (fact, its band function) per scorecard metric
+
+
+def _build(ruleset: RuleSet) -> _Conclusions:
+    kb = ruleset.kb
+    regimes = kb.regimes
+    concludes: dict[str, _Concludes] = {}
+    for lr in ruleset.rules.values():
+        then = lr.rule.then
+        vote = (then.bottleneck.regime, regimes.strengths[then.bottleneck.strength]) if then.bottleneck else None
+        axis = (then.axis.axis, regimes.strengths[then.axis.strength]) if then.axis else None
+        concludes[lr.id] = (vote, axis, tuple(r.id for r in then.recommend), tuple(w.id for w in then.waste))
+    return _Conclusions(
+        kb=kb,
+        position={lr.id: i for i, lr in enumerate(ruleset.by_stratum)},
+        concludes=concludes,
+        tables={regime: table for regime, (_, table) in ruleset.tables.items()},
+        precedence={name: i for i, name in enumerate(regimes.precedence)},
+        strength_names={v: k for k, v in regimes.strengths.items()},
+        threshold=regimes.strengths[regimes.verdict_min_strength],
+        bands=tuple((metric.fact, metric.band) for metric in kb.scorecard.metrics),
+    )
+
+
+_conclusions: PerObject[RuleSet, _Conclusions] = PerObject(_build)
+
+
+def table_id(regime: str) -> str:
+    """How a regime table is named among the rules behind a recommendation or a ruled-out optimization."""
+    return f"table/{regime}"
+
+
+@dataclass
+class Decision:
+    """What the rules that fired decide, before any wording: the answer a user cares about (not to be changed)."""
+
+    fired: frozenset[str]
+    findings: frozenset[str]
+    candidates: tuple[Vote, ...]  # best first
+    verdict: str | None  # the best candidate, when its strength reaches the verdict threshold
+    table: RegimeTable | None  # the verdict's regime table, if it has one
+    proposed: dict[str, list[str]]  # optimization -> rules proposing it (the verdict's table last), in proposal order
+    wasted: dict[str, list[str]]  # optimization -> rules ruling it out (the verdict's table first)
+    recommended: frozenset[str]  # proposed and not ruled out
+    bands: tuple[str, ...]  # one scorecard band per metric, in scorecard order
+    _axis_votes: tuple[tuple[str, Axis, int], ...]  # (rule, axis, strength value) of the fired rules, stratum order
+    _kb: KnowledgeBase
+
+    @cached_property
+    def axes(self) -> tuple[AxisShare, ...]:
+        """The implicated axes, heaviest first: each candidate's strength spread over its regime's axes, plus the
+        rules' own axis votes."""
+        regimes = self._kb.regimes
+        strengths = regimes.strengths
+        order = list(regimes.axes)  # knowledge_base/regimes.yaml `axes`, in their order
+        score: dict[Axis, float] = dict.fromkeys(order, 0.0)
+        rules: dict[Axis, set[str]] = {a: set() for a in order}
+        for c in self.candidates:
+            for axis, weight in regimes.regimes[c.regime].axes.items():
+                score[axis] += strengths[c.strength] * weight
+                rules[axis].update(c.rules)
+        for rule_id, axis, strength in self._axis_votes:
+            score[axis] += strength
+            rules[axis].add(rule_id)
+        total = sum(score.values())
+        if total == 0:
+            return ()
+        axes = [AxisShare(a, round(score[a] / total, 4), score[a], tuple(sorted(rules[a])))
+                for a in order if score[a] > 0]
+        axes.sort(key=lambda x: (-x.strength, order.index(x.axis)))
+        return tuple(axes)
+
+
+def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], facts: Mapping[str, Value]) -> Decision:
+    """The decision of the rules that fired on these facts (their order does not matter)."""
+    c = _conclusions(ruleset)
+    ordered = sorted(fired, key=c.position.__getitem__)
+    votes: dict[str, list[Any]] = {}  # regime -> [strongest vote, sum of votes, voting rules]
+    proposed: dict[str, list[str]] = {}
+    wastes: list[tuple[str, str]] = []
+    axis_votes: list[tuple[str, Axis, int]] = []
+    for rule_id in ordered:
+        vote, axis, recommends, wasted_ids = c.concludes[rule_id]
+        if vote is not None:
+            tally = votes.get(vote[0])
+            if tally is None:
+                votes[vote[0]] = [vote[1], vote[1], [rule_id]]
+            else:
+                tally[0] = max(tally[0], vote[1])
+                tally[1] += vote[1]
+                tally[2].append(rule_id)
+        if axis is not None:
+            axis_votes.append((rule_id, *axis))
+        for opt in recommends:
+            proposed.setdefault(opt, []).append(rule_id)
+        for opt in wasted_ids:
+            wastes.append((opt, rule_id))
+    ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][1], c.precedence[kv[0]]))
+    candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(rules)))
+                       for regime, (top, total, rules) in ranked)
+    verdict = ranked[0][0] if ranked and ranked[0][1][0] >= c.threshold else None
+    table = c.tables.get(verdict) if verdict else None
+    wasted: dict[str, list[str]] = {}
+    if table is not None:
+        from_table = table_id(table.regime)
+        for entry in table.wasted:
+            wasted[entry.id] = [from_table]
+        for opt in table.effective:
+            proposed.setdefault(opt, []).append(from_table)
+    for opt, rule_id in wastes:
+        wasted.setdefault(opt, []).append(rule_id)
+    bands = tuple([band(float(raw) if isinstance(raw := facts.get(fact), (int, float)) else None)
+                   for fact, band in c.bands])
+    return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
+                    frozenset(proposed.keys() - wasted.keys()), bands, tuple(axis_votes), c.kb)
