@@ -189,8 +189,10 @@ def _peak(f: Facts, kb: KnowledgeBase) -> _Result | None:
     return _Result(peak, {f"{hw.id} dense {dtype} peak (TFLOP/s)": peak, "source": hw.source})
 
 
-def _bandwidth(f: Facts, kb: KnowledgeBase) -> _Result:
+def _bandwidth(f: Facts, kb: KnowledgeBase) -> _Result | None:
     hw = _hw(f, kb)
+    if hw.memory_bandwidth_gbs is None:  # the vendor publishes none (hardware.yaml null)
+        return None
     figures: dict[str, Value] = {f"{hw.id} memory bandwidth (GB/s)": hw.memory_bandwidth_gbs, "source": hw.source}
     return _Result(hw.memory_bandwidth_gbs, figures)
 
@@ -293,7 +295,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
                "knowledge_base/hardware.yaml", _peak, gated=True),
     Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
-               "knowledge_base/hardware.yaml", lambda f, kb: _bandwidth(f, kb)),
+               "knowledge_base/hardware.yaml", _bandwidth, gated=True),
     Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
                lambda f, kb: _Result(ridge_point(_num(f, "peak_tflops"), _num(f, "peak_bandwidth")))),
     Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,
