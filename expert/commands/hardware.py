@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     kb = make_expert(args).kb
     console = Console()
     if args.action == "list":
-        console.print(catalog_table(kb))
+        console.print(catalog_table(kb, with_names=console.width >= 100))  # ids alone on a narrow terminal
         return 0
     found = kb.hardware_resolution(args.id or "")
     if found is None:
@@ -60,15 +60,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def catalog_table(kb: Any) -> Any:
+def catalog_table(kb: Any, with_names: bool = True) -> Any:
     """The catalog as a rich table: one row per entry, dense peaks, memory and the bf16 ridge point."""
     from rich.table import Table
 
-    table = Table(title="Hardware catalog (dense peaks, TFLOP/s; memory GB, GB/s)",
-                  caption="— no published figure · n/a no such format · dam hardware show ID for links and sources")
-    for col, justify in (("id", "left"), ("name", "left"), ("bf16", "right"), ("fp8", "right"), ("fp32", "right"),
-                         ("memory", "right"), ("GB/s", "right"), ("ridge bf16 FLOP/B", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = Table(title="Hardware catalog (dense peaks in TFLOP/s; memory in GB and GB/s)",
+                  caption="ridge: bf16 (else fp16) peak over bandwidth, FLOP/byte · — no published figure · n/a no "
+                          "such format · dam hardware show ID: every format, links, sources")
+    table.add_column("id", no_wrap=True)
+    if with_names:
+        table.add_column("name", ratio=1)
+    for col in ("bf16", "fp8", "fp32", "memory", "GB/s", "ridge"):
+        table.add_column(col, justify="right", no_wrap=True)
     for hw in kb.hardware.values():
         half = "bf16" if "bf16" in hw.peak_tflops else "fp16"
         peak = hw.peak(half)
@@ -76,7 +79,8 @@ def catalog_table(kb: Any) -> Any:
         ridge = f"{peak * 1e12 / (bw * 1e9):.0f}" if peak and bw else "—"
         bf16 = _peak(hw, half) + (" (fp16)" if half == "fp16" and "fp16" in hw.peak_tflops else "")
         memory = f"{hw.memory_gb:g} {hw.memory_type or ''}".strip() if hw.memory_gb is not None else "—"
-        table.add_row(hw.id, hw.name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), memory, _opt(bw), ridge)
+        name = [hw.name] if with_names else []
+        table.add_row(hw.id, *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), memory, _opt(bw), ridge)
     return table
 
 
