@@ -309,3 +309,14 @@ def test_hardware_show_renders_every_entry(hw_id: str) -> None:
     console.print(entry_table(KB, KB.hardware[hw_id]))
     text = console.export_text()
     assert hw_id in text and "dense bf16 peak" in text and KB.hardware[hw_id].source[:40] in text
+
+
+def test_a_consultation_keeps_the_family_note() -> None:
+    from expert import Consultation
+
+    c = Consultation(EXPERT)
+    c.answer("job", "training")
+    c.answer("roof", "h100 bf16")  # the combined hardware-and-precision question
+    assert c.report().observations["hardware"].detail["resolved_from"] == "h100"
+    c.answer("hardware", "h100-pcie")  # an id as typed: no assumption any more
+    assert "resolved_from" not in c.report().observations["hardware"].detail
