@@ -308,7 +308,8 @@ def test_hardware_show_renders_every_entry(hw_id: str) -> None:
     console = Console(file=io.StringIO(), width=120, record=True)
     console.print(entry_table(KB, KB.hardware[hw_id]))
     text = console.export_text()
-    assert hw_id in text and "dense bf16 peak" in text and KB.hardware[hw_id].source[:40] in text
+    assert hw_id in text and "dense bf16 peak" in text
+    assert KB.hardware[hw_id].source.replace(" ", "")[:60] in text.replace(" ", "").replace("│", "").replace("\n", "")
 
 
 def test_a_consultation_keeps_the_family_note() -> None:

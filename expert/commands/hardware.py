@@ -90,7 +90,7 @@ def entry_table(kb: Any, hw: Any) -> Any:
 
     table = Table(title=f"{hw.id}: {hw.name}", show_header=False)
     table.add_column("field")
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long source URL wraps, never truncated
     for dtype in kb.units.dtypes:
         table.add_row(f"dense {dtype} peak", _peak_text(hw, dtype))
     table.add_row("memory", ", ".join(filter(None, (
