@@ -10,6 +10,7 @@ from ._resources import data_dir
 from .derive.graph import derive
 from .diagnosis.build import build_report
 from .engine import EngineName, make_engine
+from .kb.custom import ExtraHardware, extra_hardware_specs
 from .kb.knowledge import KnowledgeBase
 from .observations.normalise import Observations, normalise
 from .report.model import Report
@@ -31,11 +32,17 @@ class Expert:
         *,
         extra_rules_dirs: Sequence[str | Path] = (),
         engine: EngineName = "auto",
+        extra_hardware: ExtraHardware | None = None,
     ) -> None:
+        """`extra_hardware`: entries beside the hardware catalog, for this Expert only: a YAML/JSON file in the
+        catalog's schema, or a list of mappings / HardwareSpec. An id the catalog already has is an error."""
         kb_dir = Path(knowledge_base) if knowledge_base is not None else data_dir("knowledge_base")
         dirs = [Path(d) for d in rules_dirs] if rules_dirs is not None else [data_dir("rules")]
         dirs += [Path(d) for d in extra_rules_dirs]
         self.kb = KnowledgeBase.load(kb_dir)
+        if extra_hardware is not None:
+            specs, where = extra_hardware_specs(extra_hardware)
+            self.kb = self.kb.with_hardware(specs, where)
         self.ruleset = RuleSet.load(dirs, self.kb)
         self.engine = make_engine(self.ruleset, engine)
 

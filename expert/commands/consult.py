@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ..consult.session import Consultation, Question
+    from ..expert import Expert
     from ..report.model import Report
 
 EPILOG = """\
@@ -86,6 +87,9 @@ def register(sub: Any) -> None:
     from .ingest import add_input_options
 
     add_input_options(p.add_argument_group("--from options"), format_flag="--from-format")
+    from .hardware import add_hardware_file_option
+
+    add_hardware_file_option(p)
     p.set_defaults(func=run)
 
 
@@ -201,7 +205,7 @@ class TerminalReader:
         return line.decode("utf-8", errors="replace").rstrip("\r"), bool(arrived)
 
 
-def load(path: Path) -> Consultation:
+def load(path: Path, expert: Expert | None = None) -> Consultation:
     from ..consult.session import Consultation
     from ..errors import ObservationError, Problem
 
@@ -212,7 +216,7 @@ def load(path: Path) -> Consultation:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ObservationError([Problem(str(path), "cannot be read as UTF-8 text")], title="cannot resume") from exc
-    return Consultation.from_json(text, where=str(path))
+    return Consultation.from_json(text, expert, where=str(path))
 
 
 # ---- exports -------------------------------------------------------------------------------------------------------
@@ -411,6 +415,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..consult.session import Consultation
     from ..errors import ObservationError, Problem
+    from .diagnose import make_expert
 
     if args.output and not args.export:
         formats = ", ".join(_export_formats())
@@ -422,32 +427,29 @@ def run(args: argparse.Namespace) -> int:
         raise ObservationError([Problem("--from", "starts a new session and cannot be combined with --resume",
                                         "resume the session, and give a measured fact at a prompt as NAME=VALUE")])
     answers: dict[str, Any] | None = None
+    expert_ = make_expert(args)  # the default Expert, or one with the --hardware-file entries
     if args.answers:
         from ..observations.file import read_observation_file
 
         answers = dict(read_observation_file(Path(args.answers)).observations)
-        import expert
-
         from ..consult import combined
         from ..consult.session import AVAILABLE_TOOLS
 
-        kb = expert.default_expert().kb
+        kb = expert_.kb
         # answers to the tools question and to combined questions ("job: training") are not facts
         facts = {k: v for k, v in answers.items() if k != AVAILABLE_TOOLS and k not in kb.questions}
-        expert.default_expert().observations(facts)  # every problem in the file at once, before any question
+        expert_.observations(facts)  # every problem in the file at once, before any question
         for name in [k for k in answers if k in kb.questions]:
             try:
                 combined.parse(kb.questions[name], answers[name], kb)
             except ValueError as exc:
                 raise ObservationError([Problem(f"{args.answers}: {name}", str(exc),
                                                 f"accepted: {combined.accepted(kb.questions[name], kb)}")]) from exc
-    consultation = load(Path(args.resume)) if args.resume else Consultation()
+    consultation = load(Path(args.resume), expert_) if args.resume else Consultation(expert_)
     if args.from_files:
-        import expert
-
         from .ingest import ingested_observations
 
-        observations, _ = ingested_observations(args, args.from_files, expert.default_expert().kb)
+        observations, _ = ingested_observations(args, args.from_files, expert_.kb)
         for name, obs in observations.items():
             consultation.answer(name, obs["value"], source=obs.get("source"))
     path = Path(args.save) if args.save else (Path(args.resume) if args.resume else default_session_path())

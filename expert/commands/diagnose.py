@@ -44,7 +44,10 @@ def register(sub: Any) -> None:
                    help="rule engine (auto: durable-rules where it loads)")
     p.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
                    help="extra rules directory, used beside the built-in rules (repeatable)")
+    from .hardware import add_hardware_file_option
     from .ingest import add_input_options
+
+    add_hardware_file_option(p)
 
     add_input_options(p.add_argument_group("--from options"), format_flag="--from-format")
     p.set_defaults(func=run)
@@ -88,12 +91,20 @@ def _placed(exc: ObservationError, origins: dict[str, str]) -> ObservationError:
 
 
 def make_expert(args: argparse.Namespace) -> Any:
-    """The default shared Expert, or a custom one for --rules-dir / --engine."""
+    """The default shared Expert, or a custom one for --rules-dir / --engine / --hardware-file (built once per
+    command line)."""
     import expert
 
-    if args.rules_dir or args.engine != "auto":
-        return expert.Expert(extra_rules_dirs=args.rules_dir, engine=args.engine)
-    return expert.default_expert()
+    rules_dirs = getattr(args, "rules_dir", None) or []
+    engine: Any = getattr(args, "engine", "auto")
+    hardware_file = getattr(args, "hardware_file", None)
+    if not (rules_dirs or engine != "auto" or hardware_file):
+        return expert.default_expert()
+    built = getattr(args, "_expert", None)
+    if built is None:
+        built = expert.Expert(extra_rules_dirs=rules_dirs, engine=engine, extra_hardware=hardware_file)
+        args._expert = built
+    return built
 
 
 def emit(report: Any, fmt: str, output: str | None, description: str | None = None) -> None:

@@ -1,65 +1,132 @@
-"""`dam hardware list|show ID`: the hardware catalog."""
+"""`dam hardware list|show ID`: the hardware catalog (and the entries of a --hardware-file)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+EPILOG = """\
+examples:
+  dam hardware list
+  dam hardware show h100                  a family name: shows the variant it resolves to (h100-sxm)
+  dam hardware show "NVIDIA A10G"         nvidia-smi's name works too
+  dam hardware list --hardware-file my_gpu.yaml   the catalog plus your own entries
+
+peaks are dense (never the 2:4-sparse headline); "—" means the vendor publishes no figure, "n/a" that the part has
+no such format (the V100 has no bf16). A --hardware-file holds entries of the catalog's schema
+(knowledge_base/hardware.yaml; JSON Schema: dam schema hardware).
+"""
+
+
+def add_hardware_file_option(p: argparse.ArgumentParser) -> None:
+    """--hardware-file, shared by diagnose, consult, ingest and hardware."""
+    p.add_argument("--hardware-file", metavar="FILE",
+                   help="extra hardware entries (YAML or JSON, the schema of knowledge_base/hardware.yaml: a "
+                        "`hardware:` list, a list, or one entry) used beside the catalog; an id the catalog already "
+                        "has is an error (give it again with consult --resume)")
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("hardware", help="the hardware catalog (dense peaks, bandwidth, ridge points)",
-                       description="List the hardware catalog, or show one entry with its sources.")
+                       description="List the hardware catalog, or show one entry with its sources.", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=["list", "show"])
-    p.add_argument("id", nargs="?", help="catalog id or device name (for show)")
+    p.add_argument("id", nargs="?", help="catalog id, alias, device name or family name (for show)")
+    add_hardware_file_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
-
-    import expert
 
     from ..errors import ObservationError, Problem
+    from .diagnose import make_expert
 
-    kb = expert.default_expert().kb
+    kb = make_expert(args).kb
     console = Console()
     if args.action == "list":
-        table = Table(title="Hardware catalog (dense peaks; TFLOP/s, GB/s)")
-        for col in ("id", "name", "bf16", "fp8", "fp32", "memory GB/s", "ridge bf16 FLOP/B"):
-            table.add_column(col)
-        for hw in kb.hardware.values():
-            bf16 = hw.peak("bf16") or hw.peak("fp16")
-            ridge = f"{bf16 * 1e12 / (hw.memory_bandwidth_gbs * 1e9):.0f}" if bf16 else "—"
-            table.add_row(hw.id, hw.name, _opt(bf16), _opt(hw.peak("fp8")), _opt(hw.peak("fp32")),
-                          f"{hw.memory_bandwidth_gbs:g}", ridge)
-        console.print(table)
+        console.print(catalog_table(kb, with_names=console.width >= 100))  # ids alone on a narrow terminal
         return 0
-    hw_id = kb.resolve_hardware(args.id or "")
-    if hw_id is None:
+    found = kb.hardware_resolution(args.id or "")
+    if found is None:
         import difflib
 
         close = difflib.get_close_matches((args.id or "").casefold(), list(kb.hardware), n=3, cutoff=0.4)
         raise ObservationError([Problem(f"hardware {args.id}", "not in the catalog",
                                         f"did you mean {', '.join(close)}?" if close else "see dam hardware list")])
-    hw = kb.hardware[hw_id]
+    if found.note:
+        console.print(found.note, style="dim")
+    console.print(entry_table(kb, kb.hardware[found.id]))
+    return 0
+
+
+def catalog_table(kb: Any, with_names: bool = True) -> Any:
+    """The catalog as a rich table: one row per entry, dense peaks, memory and the bf16 ridge point."""
+    from rich.table import Table
+
+    table = Table(title="Hardware catalog (dense peaks in TFLOP/s; memory in GB and GB/s)",
+                  caption="ridge: bf16 (else fp16) peak over bandwidth, FLOP/byte · — no published figure · n/a no "
+                          "such format · dam hardware show ID: every format, links, sources")
+    table.add_column("id", no_wrap=True)
+    if with_names:
+        table.add_column("name", ratio=1)
+    for col in ("bf16", "fp8", "fp32", "memory", "GB/s", "ridge"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for hw in kb.hardware.values():
+        half = "bf16" if "bf16" in hw.peak_tflops else "fp16"
+        peak = hw.peak(half)
+        bw = hw.memory_bandwidth_gbs
+        ridge = f"{peak * 1e12 / (bw * 1e9):.0f}" if peak and bw else "—"
+        bf16 = _peak(hw, half) + (" (fp16)" if half == "fp16" and "fp16" in hw.peak_tflops else "")
+        memory = f"{hw.memory_gb:g} {hw.memory_type or ''}".strip() if hw.memory_gb is not None else "—"
+        name = [hw.name] if with_names else []
+        table.add_row(hw.id, *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), memory, _opt(bw), ridge)
+    return table
+
+
+def entry_table(kb: Any, hw: Any) -> Any:
+    """One entry as a rich table: every dtype, memory, links, sparsity, aliases, source and notes."""
+    from rich.table import Table
+
     table = Table(title=f"{hw.id}: {hw.name}", show_header=False)
     table.add_column("field")
-    table.add_column("value")
-    for dtype, peak in hw.peak_tflops.items():
-        table.add_row(f"dense {dtype} peak", f"{peak:g} TFLOP/s" if peak is not None else "not published")
-    table.add_row("memory", f"{hw.memory_gb:g} GB {hw.memory_type}, {hw.memory_bandwidth_gbs:g} GB/s")
+    table.add_column("value", overflow="fold")  # a long source URL wraps, never truncated
+    for dtype in kb.units.dtypes:
+        table.add_row(f"dense {dtype} peak", _peak_text(hw, dtype))
+    table.add_row("memory", ", ".join(filter(None, (
+        f"{hw.memory_gb:g} GB" if hw.memory_gb is not None else "size not published", hw.memory_type,
+        f"{hw.memory_bandwidth_gbs:g} GB/s" if hw.memory_bandwidth_gbs is not None else "bandwidth not published"))))
     if hw.host_link:
-        table.add_row("host link", f"{hw.host_link} ({hw.host_link_gbs:g} GB/s bidirectional)")
+        table.add_row("host link", hw.host_link + _link_gbs(hw.host_link_gbs))
     if hw.scale_up_link:
-        table.add_row("scale-up link", hw.scale_up_link + (f" ({hw.scale_up_gbs:g} GB/s)" if hw.scale_up_gbs else ""))
-    table.add_row("vendor headline is sparse", "yes (dense shown)" if hw.sparse_headline else "no")
-    table.add_row("aliases", ", ".join(hw.aliases))
+        table.add_row("scale-up link", hw.scale_up_link + _link_gbs(hw.scale_up_gbs))
+    table.add_row("vendor headline is sparse", "yes (dense shown: half of it)" if hw.sparse_headline else "no")
+    table.add_row("aliases", ", ".join(hw.aliases) or "—")
+    families = [name for name, f in kb.hardware_families.items() if f.default == hw.id]
+    if families:
+        table.add_row("default of family", ", ".join(families))
     table.add_row("source", hw.source)
     if hw.notes:
         table.add_row("notes", hw.notes)
-    console.print(table)
-    return 0
+    return table
+
+
+def _peak(hw: Any, dtype: str) -> str:
+    if dtype not in hw.peak_tflops:
+        return "n/a"
+    return _opt(hw.peak(dtype))
+
+
+def _peak_text(hw: Any, dtype: str) -> str:
+    if dtype not in hw.peak_tflops:
+        return "no such format on this part"
+    peak = hw.peak(dtype)
+    unit = "TOPS" if dtype == "int8" else "TFLOP/s"
+    return f"{peak:g} {unit}" if peak is not None else "not published by the vendor"
+
+
+def _link_gbs(gbs: float | None) -> str:
+    return f" ({gbs:g} GB/s bidirectional)" if gbs is not None else " (bandwidth not published)"
 
 
 def _opt(value: float | None) -> str:

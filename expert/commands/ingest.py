@@ -76,6 +76,9 @@ def register(sub: Any) -> None:
     p.add_argument("--as", "--output-format", dest="output_format", choices=["rich", "json", "yaml"], default="rich",
                    help="output: rich (a table), or json/yaml (an observation file `dam diagnose FILE` reads)")
     p.add_argument("--output", metavar="FILE", help="write json/yaml output to FILE instead of stdout")
+    from .hardware import add_hardware_file_option
+
+    add_hardware_file_option(p)  # device names a trace gives are looked up in these entries too
     p.set_defaults(func=run)
 
 
@@ -173,7 +176,9 @@ def ingested_observations(args: argparse.Namespace, files: list[str], kb: Any) -
 
 
 def run(args: argparse.Namespace) -> int:
-    result = ingest_args(args, args.files)
+    from .diagnose import make_expert
+
+    result = ingest_args(args, args.files, make_expert(args).kb if args.hardware_file else None)
     if args.output_format == "rich":
         from rich.console import Console
 

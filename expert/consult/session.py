@@ -31,7 +31,7 @@ from ..kb.knowledge import CombinedQuestion, FactSpec
 from ..observations.normalise import Observation, Observations, convert, format_value, is_unknown
 from ..report.model import Report
 from . import combined
-from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, Why
+from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, Why, _Scalar
 from .planner import Plan, State, choose, index, make_plan
 from .questions import (
     combined_for,
@@ -366,8 +366,29 @@ class Consultation:
     # results ----------------------------------------------------------------------------------------------------------
 
     def observations(self) -> Observations:
-        """The answers as Observations (source "consultation")."""
-        return Observations(facts={n: Observation(value=v, source=_SOURCE) for n, v in self.answers.items()})
+        """The answers as Observations (source "consultation"); a hardware family name keeps the note saying which
+        variant it was read as (as `expert.diagnose` records it)."""
+        details = self._hardware_choices()
+        return Observations(facts={n: Observation(value=v, source=_SOURCE, detail=details.get(n, {}))
+                                   for n, v in self.answers.items()})
+
+    def _hardware_choices(self) -> dict[str, dict[str, _Scalar]]:
+        """Hardware fact -> {resolved_from, note} when the answer in force named a family ("h100 bf16")."""
+        kb, answers = self._ix.kb, self.answers
+        out: dict[str, dict[str, _Scalar]] = {}
+        for turn in self._turns:
+            names = list(turn.sets) if turn.sets else [turn.fact]
+            for name in [n for n in names if n in kb.facts and kb.facts[n].type == "hardware"]:
+                if turn.undone or not turn.raw:
+                    continue
+                out.pop(name, None)
+                raw = turn.raw
+                for piece in [raw, *raw.replace(";", ",").split(","), *raw.split()]:
+                    found = kb.hardware_resolution(piece)
+                    if found is not None and found.note and found.id == answers.get(name):
+                        out[name] = {"resolved_from": piece.strip(), "note": found.note}
+                        break
+        return out
 
     def report(self) -> Report:
         """The diagnosis of everything answered so far: the same Report `expert.diagnose` gives on these facts."""

@@ -143,6 +143,12 @@ def _default_links(kb: KnowledgeBase) -> Condition:
     return _fact("interconnect", **{"in": kinds})
 
 
+def _published_bandwidths(kb: KnowledgeBase) -> Condition:
+    """hardware is one whose catalog entry publishes its memory bandwidth (some parts have none published)."""
+    return _fact("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.memory_bandwidth_gbs is not None]})
+
+
+PUBLISHED_BANDWIDTH = Gate("the hardware catalog publishes this hardware's memory bandwidth", _published_bandwidths)
 PUBLISHED_PEAK = Gate("the hardware catalog publishes a dense peak for this hardware and dtype", _published_peaks)
 OWN_LINK = Gate("an NVLink or PCIe link the hardware catalog gives for this hardware", _own_links)
 CATALOG_LINK = Gate("a link kind the interconnect catalog has a default for", _default_links)
@@ -173,8 +179,9 @@ def _peak(f: Facts, kb: KnowledgeBase) -> Result:
 
 def _bandwidth(f: Facts, kb: KnowledgeBase) -> Result:
     hw = _hw(f, kb)
-    figures: dict[str, Value] = {f"{hw.id} memory bandwidth (GB/s)": hw.memory_bandwidth_gbs, "source": hw.source}
-    return Result(hw.memory_bandwidth_gbs, figures)
+    bandwidth = _required(hw.memory_bandwidth_gbs, f"the memory bandwidth of {hw.id}")
+    figures: dict[str, Value] = {f"{hw.id} memory bandwidth (GB/s)": bandwidth, "source": hw.source}
+    return Result(bandwidth, figures)
 
 
 def _decode_params(f: Facts) -> float:
@@ -276,7 +283,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
                "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
     Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
-               "knowledge_base/hardware.yaml", lambda f, kb: _bandwidth(f, kb)),
+               "knowledge_base/hardware.yaml", _bandwidth, gate=PUBLISHED_BANDWIDTH),
     Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
                lambda f, kb: Result(ridge_point(_num(f, "peak_tflops"), _num(f, "peak_bandwidth")))),
     Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,

@@ -52,12 +52,13 @@ class FileResult(BaseModel):
         for inputs that list more than one device model.
         """
         name = max(counts, key=lambda n: counts[n])
-        resolved = kb.resolve_hardware(name)
-        if resolved is None:
+        found = kb.hardware_resolution(name)
+        if found is None:
             self.missing("hardware", f"{what} {name!r} is not in the hardware catalog; give --set hardware=ID "
-                         "(dam hardware list)")
-        else:
-            self.add("hardware", resolved, metric=metric, method=method, device_name=name, file=file or self.path)
+                         "(dam hardware list) or --hardware-file")
+        else:  # a family name ("NVIDIA H100") resolves to its default variant, and the detail says so
+            self.add("hardware", found.id, metric=metric, method=method, device_name=name, file=file or self.path,
+                     resolved_from=name if found.note else None, note=found.note)
         if several and len(counts) > 1:
             self.notes.append(f"{several} ({', '.join(sorted(counts))}); used {name!r}")
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -99,16 +103,19 @@ class FactCatalog(_Strict):
 
 
 class HardwareSpec(_Strict):
-    """One accelerator: dense peaks per dtype, memory bandwidth, links, source."""
+    """One accelerator: dense peaks per dtype, memory bandwidth, links, source.
+
+    A dtype left out of `peak_tflops` is a format the part lacks; a null peak (or memory figure) is one its vendor
+    does not publish."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     name: str
     vendor: str
     peak_tflops: dict[Dtype, float | None]
     sparse_headline: bool
-    memory_gb: float
-    memory_type: str
-    memory_bandwidth_gbs: float = Field(gt=0)
+    memory_gb: float | None = Field(gt=0)
+    memory_type: str | None
+    memory_bandwidth_gbs: float | None = Field(gt=0)
     host_link: str | None = None
     host_link_gbs: float | None = None
     scale_up_link: str | None = None
@@ -122,9 +129,44 @@ class HardwareSpec(_Strict):
         return self.peak_tflops.get(dtype)
 
 
+class HardwareFamily(_Strict):
+    """A bare family name ("h100") and the catalog variant it resolves to; the report says which was picked."""
+
+    default: str
+    variants: list[str] = []  # the other variants, named in the note ("say --set hardware=h100-pcie if not")
+    why: str = "the most common variant"
+
+
 class HardwareCatalog(_Strict):
     schema_version: int = 1
     hardware: list[HardwareSpec]
+    families: dict[str, HardwareFamily] = {}
+    name_prefixes: list[str] = []  # leading vendor words a device name may carry ("NVIDIA", "Tesla", "AMD Instinct")
+
+
+@dataclass(frozen=True)
+class HardwareResolution:
+    """How a hardware name mapped to a catalog id: through an id or alias, or through a family's default."""
+
+    id: str
+    family: str | None = None  # the family name the input named, when the id is that family's default
+    note: str | None = None  # "h100 -> h100-sxm (the most common variant; say --set hardware=h100-pcie if not)"
+
+
+_NAME_WORDS = re.compile(r"[^0-9a-z]+")
+
+
+def hardware_key(name: str, prefixes: Iterable[str] = ()) -> str:
+    """The form names are matched in: case-folded, separators dropped, leading vendor words (`prefixes`) removed.
+
+    >>> hardware_key("NVIDIA H100-SXM 80GB", ["nvidia"])
+    'h100sxm80gb'
+    """
+    words = [w for w in _NAME_WORDS.split(name.casefold()) if w]
+    drop = set(prefixes)
+    while len(words) > 1 and words[0] in drop:
+        words.pop(0)
+    return "".join(words)
 
 
 class InterconnectSpec(_Strict):
@@ -338,6 +380,8 @@ class KnowledgeBase:
         self.facts = {f.name: f for f in facts.facts}
         self.questions = {q.id: q for q in facts.questions}
         self.hardware = {h.id: h for h in hardware.hardware}
+        self.hardware_families = dict(hardware.families)
+        self.hardware_prefixes = tuple(p.casefold() for p in hardware.name_prefixes)
         self.optimizations = {o.id: o for o in optimizations.optimizations}
         self.tools = tools
         self.scorecard = scorecard
@@ -369,15 +413,7 @@ class KnowledgeBase:
 
     def _check_references(self) -> None:
         where = str(self.source or "knowledge_base")
-        problems: list[Problem] = []
-        seen: dict[str, str] = {}
-        for hw in self.hardware.values():
-            for alias in [hw.id, *hw.aliases]:
-                key = alias.casefold()
-                if key in seen and seen[key] != hw.id:
-                    problems.append(Problem(f"{where}/hardware.yaml: {hw.id}",
-                                            f"alias {alias!r} also names {seen[key]}"))
-                seen[key] = hw.id
+        problems: list[Problem] = self._check_hardware_names(f"{where}/hardware.yaml")
         for fact in self.facts.values():
             if fact.dimension and fact.dimension not in self.units.dimensions:
                 problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown dimension {fact.dimension!r}"))
@@ -410,6 +446,59 @@ class KnowledgeBase:
         problems.extend(self._check_interconnects(where))
         if problems:
             raise KnowledgeBaseError(problems, title="the knowledge base refers to things it does not define")
+
+    def _check_hardware_names(self, where: str) -> list[Problem]:
+        """Ids and aliases name one entry each (as matched: `hardware_key`); families name an entry and no alias."""
+        problems: list[Problem] = []
+        seen: dict[str, str] = {}
+        for hw in self.hardware.values():
+            for alias in [hw.id, *hw.aliases]:
+                key = hardware_key(alias, self.hardware_prefixes)
+                if not key:
+                    problems.append(Problem(f"{where}: {hw.id}", f"alias {alias!r} has no letters or digits"))
+                elif key in seen and seen[key] != hw.id:
+                    problems.append(Problem(f"{where}: {hw.id}", f"alias {alias!r} also names {seen[key]}",
+                                            "names match ignoring case, separators and a leading vendor word"))
+                seen.setdefault(key, hw.id)
+        for name, family in self.hardware_families.items():
+            at = f"{where}: families.{name}"
+            for target in [family.default, *family.variants]:
+                if target not in self.hardware:
+                    problems.append(Problem(at, f"{target!r} is not a catalog id"))
+            key = hardware_key(name, self.hardware_prefixes)
+            if key in seen and seen[key] != family.default:
+                problems.append(Problem(at, f"the family name also names {seen[key]}, not its default "
+                                        f"{family.default}", "a family name must not be another entry's name"))
+            elif any(hardware_key(hw.id, self.hardware_prefixes) == key for hw in self.hardware.values()):
+                problems.append(Problem(at, "the family name is a catalog id", "a family name must not be an id"))
+        return problems
+
+    def with_hardware(self, extra: Iterable[HardwareSpec], where: str = "extra hardware") -> KnowledgeBase:
+        """A copy of this knowledge base whose catalog also holds `extra` (this one is left unchanged).
+
+        Raises KnowledgeBaseError when an extra entry reuses a catalog id or alias, or names an unknown dtype."""
+        added = list(extra)
+        problems: list[Problem] = []
+        hardware = dict(self.hardware)
+        for hw in added:
+            if hw.id in hardware:
+                origin = "the catalog" if hw.id in self.hardware else "another entry of the same file"
+                problems.append(Problem(f"{where}: {hw.id}", f"the id is already used by {origin}",
+                                        "choose another id (dam hardware list shows the catalog ids)"))
+            hardware[hw.id] = hw
+            for dtype in hw.peak_tflops:
+                if dtype not in self.units.dtypes:
+                    problems.append(Problem(f"{where}: {hw.id}: peak_tflops", f"unknown dtype {dtype!r}",
+                                            f"units.yaml `dtypes` defines: {', '.join(self.units.dtypes)}"))
+        if problems:
+            raise KnowledgeBaseError(problems, title="the extra hardware cannot be added")
+        kb = copy.copy(self)
+        kb.hardware = hardware
+        kb.__dict__.pop("_alias_index", None)  # the copy builds its own name index
+        name_problems = kb._check_hardware_names(where)
+        if name_problems:
+            raise KnowledgeBaseError(name_problems, title="the extra hardware cannot be added")
+        return kb
 
     def dtype_bytes(self, dtype: str) -> int | float:
         """Bytes per element of a numeric format (units.yaml `dtypes`)."""
@@ -504,16 +593,40 @@ class KnowledgeBase:
         return next((i for i in self.interconnects.values() if i.kind == kind and i.default), None)
 
     @cached_property
-    def _alias_index(self) -> dict[str, str]:
-        index: dict[str, str] = {}
+    def _alias_index(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(case-folded id or alias -> catalog id, `hardware_key` of every id and alias -> catalog id)."""
+        exact: dict[str, str] = {}
+        loose: dict[str, str] = {}
         for hw in self.hardware.values():
             for alias in [hw.id, *hw.aliases]:
-                index[alias.casefold()] = hw.id
-        return index
+                exact.setdefault(alias.strip().casefold(), hw.id)
+                loose.setdefault(hardware_key(alias, self.hardware_prefixes), hw.id)
+        return exact, loose
 
     def resolve_hardware(self, name: str) -> str | None:
-        """Map a catalog id or a device name (e.g. "NVIDIA H100 80GB HBM3") to a catalog id."""
-        return self._alias_index.get(name.strip().casefold())
+        """Map a catalog id, alias, device name ("NVIDIA H100 80GB HBM3", "Tesla T4") or family name ("h100") to a
+        catalog id; case, separators and a leading vendor word do not matter. See `hardware_resolution`."""
+        found = self.hardware_resolution(name)
+        return found.id if found is not None else None
+
+    def hardware_resolution(self, name: str) -> HardwareResolution | None:
+        """How `name` maps to a catalog id. An id or alias as written (any case) wins; then a family name, which maps
+        to its default variant with a note saying so; then an id or alias spelled with other separators or without
+        the vendor word ("h100_sxm", "A100-80GB")."""
+        exact, loose = self._alias_index
+        hw_id = exact.get(name.strip().casefold())
+        if hw_id is not None:
+            return HardwareResolution(hw_id)
+        key = hardware_key(name, self.hardware_prefixes)
+        if not key:
+            return None
+        for family_name, family in self.hardware_families.items():
+            if hardware_key(family_name, self.hardware_prefixes) == key:
+                others = f"; say --set hardware={' or '.join(family.variants)} if not" if family.variants else ""
+                note = f"{name.strip()} -> {family.default} ({family.why}{others})"
+                return HardwareResolution(family.default, family_name, note)
+        hw_id = loose.get(key)
+        return HardwareResolution(hw_id) if hw_id is not None else None
 
     def strength(self, name: str) -> int:
         return self.regimes.strengths[name]  # type: ignore[index]

@@ -104,7 +104,8 @@ class Resources:
         return catalog.model_dump_json(indent=2, exclude_none=True)
 
     def _hardware(self) -> str:
-        return HardwareCatalog(hardware=list(self.kb.hardware.values())).model_dump_json(indent=2)
+        return HardwareCatalog(hardware=list(self.kb.hardware.values()), families=self.kb.hardware_families,
+                               name_prefixes=list(self.kb.hardware_prefixes)).model_dump_json(indent=2)
 
     @cached_property
     def _tests(self) -> list[tuple[Path, RuleTestFile]]:

@@ -368,17 +368,20 @@ class Toolbox:
 
     def _hardware(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(HardwareArgs, arguments, "hardware")
-        hw_id = self.kb.resolve_hardware(args.id)
-        if hw_id is None:
+        found = self.kb.hardware_resolution(args.id)
+        if found is None:
             close = difflib.get_close_matches(args.id.casefold(), list(self.kb.hardware), n=3, cutoff=0.4)
             raise ObservationError([Problem(f"hardware {args.id}", "not in the catalog",
                                             f"did you mean {', '.join(close)}?" if close
                                             else "see dam hardware list")])
-        hw = self.kb.hardware[hw_id]
-        lines = [f"{hw.id}: {hw.name} ({hw.vendor})"]
+        hw = self.kb.hardware[found.id]
+        lines = [f"{hw.id}: {hw.name} ({hw.vendor})"] + ([f"assumed {found.note}"] if found.note else [])
         lines += [f"dense {dtype} peak: " + (f"{peak:g} TFLOP/s" if peak is not None else "not published")
                   for dtype, peak in hw.peak_tflops.items()]
-        lines.append(f"memory: {hw.memory_gb:g} GB {hw.memory_type}, {hw.memory_bandwidth_gbs:g} GB/s")
+        size = f"{hw.memory_gb:g} GB" if hw.memory_gb is not None else "size not published"
+        bw = hw.memory_bandwidth_gbs
+        bandwidth = f"{bw:g} GB/s" if bw is not None else "bandwidth not published"
+        lines.append("memory: " + ", ".join(filter(None, (size, hw.memory_type, bandwidth))))
         if hw.host_link:
             lines.append(f"host link: {hw.host_link}" + (f" ({hw.host_link_gbs:g} GB/s)" if hw.host_link_gbs else ""))
         if hw.scale_up_link:

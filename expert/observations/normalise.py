@@ -218,6 +218,14 @@ def _raw_items(raw: Mapping[str, Any] | Observations) -> list[tuple[str, object,
     return items
 
 
+def _hardware_choice(kb: KnowledgeBase, raw: str) -> dict[str, str]:
+    """Provenance detail for a family name resolved to its default variant: what was given and the note saying so."""
+    found = kb.hardware_resolution(raw)
+    if found is None or found.note is None:
+        return {}
+    return {"resolved_from": raw.strip(), "note": found.note}
+
+
 def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Observations:
     """Validate observations against the vocabulary; collect every problem before raising ObservationError.
 
@@ -243,6 +251,8 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
             problems.append(Problem(name, str(exc), f"accepted: {spec.range_text()}"))
             continue
         clean_detail = {k: v for k, v in detail.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        if spec.type == "hardware" and isinstance(value_in, str):
+            clean_detail.update(_hardware_choice(kb, value_in))
         # value and detail were just checked and converted above, so the model is built without validating again
         clean[name] = Observation.model_construct(value=value, source=source, detail=clean_detail)
     if problems:

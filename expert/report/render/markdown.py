@@ -78,7 +78,8 @@ def _verdict(report: Report) -> list[str]:
 def _evidence(report: Report) -> list[str]:
     lines = ["## Evidence", "", "| fact | value | source |", "|---|---|---|"]
     for name, obs in report.observations.items():
-        lines.append(f"| `{name}` | {_cell(_fmt(obs.value))} | {_cell(obs.source)} |")
+        chosen = f"; assumed {obs.detail['note']}" if "resolved_from" in obs.detail and "note" in obs.detail else ""
+        lines.append(f"| `{name}` | {_cell(_fmt(obs.value))} | {_cell(obs.source + chosen)} |")
     for name, d in report.derived.items():
         unit = f" {d.unit}" if d.unit else ""
         lines.append(f"| `{name}` | {_cell(_fmt(d.value) + unit)} | derived: {_cell(d.formula)} ({_cell(d.source)}) |")

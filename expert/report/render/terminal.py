@@ -201,8 +201,18 @@ def missing_table(report: Report, limit: int = 8) -> Table | None:
     return table
 
 
+def resolution_notes(report: Report) -> Text | None:
+    """The choices the expert made for the user while reading the input ("h100 -> h100-sxm (the most common ...)")."""
+    notes = [str(obs.detail["note"]) for obs in report.observations.values()
+             if "resolved_from" in obs.detail and "note" in obs.detail]
+    return Text("\n".join(f"Assumed {note}" for note in notes), style="dim") if notes else None
+
+
 def report_renderable(report: Report) -> RenderableType:
     parts: list[RenderableType] = [verdict_panel(report)]
+    notes = resolution_notes(report)
+    if notes is not None:
+        parts.append(notes)
     sections = (iron_law_table(report), cluster_table(report), ranks_table(report), findings_table(report),
                 optimizations_table(report),
                 scorecard_table(report), measurements_table(report), missing_table(report))
