@@ -24,7 +24,7 @@ start here:
   dam consult                               not sure what to measure? answer a few questions
 """
 
-COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult"]
+COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult", "fleet"]
 
 
 def build_parser() -> argparse.ArgumentParser:
