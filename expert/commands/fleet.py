@@ -30,7 +30,7 @@ examples:
   dam fleet query fleet/ "select job_key, error from fleet where error is not null"
 
 output: OUT/part-*.parquet (one file per worker chunk; columns job_key, files, labels, bottleneck, strength,
-axes, recommended, wasted, key facts, error, report_json, ...), OUT/summary.md and OUT/summary.html.
+axes, recommended, wasted, key facts, error, report_json, ...), OUT/_summary.md and OUT/_summary.html.
 Without --resume a run replaces the dataset in OUT; with it, jobs whose files (URL, size, ETag/mtime), facts,
 rules and version are unchanged keep their rows, and only the others run.
 A bad, empty or oversized file or a timeout becomes an error row with the message; the run goes on.

@@ -20,7 +20,7 @@ from ._worker import TRANSIENT, Chunk, ChunkResult, DiagnoseFn, ExpertOptions, T
 
 ROW_VERSION = 1  # bump when the row layout or its meaning changes: --resume then reruns every job
 ENGINES = ("local", "dask")
-SUMMARY_FILES = ("summary.md", "summary.html")
+SUMMARY_FILES = ("_summary.md", "_summary.html")
 _GB = 1e9
 _MAX_CHUNK = 64
 
@@ -115,7 +115,7 @@ def run(jobs: str | os.PathLike[str] | Iterable[Any], *, out: str | os.PathLike[
 
     jobs:     a manifest (CSV/JSONL), a glob or a directory (fsspec URLs; a list of them), or Job objects / mappings
               {job_key, files, facts, labels}.
-    out:      the dataset folder (Parquet part files, summary.md, summary.html); None keeps rows in memory only.
+    out:      the dataset folder (Parquet part files, _summary.md, _summary.html); None keeps rows in memory only.
     engine:   "local" (a process pool here) or "dask" (`client`, the scheduler at `scheduler`, or a LocalCluster).
     resume:   leave jobs whose files (URL, size, ETag/mtime), facts, labels, rules and version are unchanged since
               the run that wrote `out` (error rows of timeouts, I/O errors and crashes are run again).
@@ -239,7 +239,7 @@ def run(jobs: str | os.PathLike[str] | Iterable[Any], *, out: str | os.PathLike[
 
 
 def write_summary(result: FleetRun, expert: Any, storage_options: Mapping[str, Any]) -> list[str]:
-    """summary.md and summary.html beside the part files."""
+    """_summary.md and _summary.html beside the part files."""
     import posixpath
 
     from ._summary import summarize, to_html, to_markdown
@@ -251,7 +251,7 @@ def write_summary(result: FleetRun, expert: Any, storage_options: Mapping[str, A
     s = summarize(result.rows, titles, notes)
     fs, folder = url_to_fs(result.out, storage_options)
     written = []
-    for name, text in (("summary.md", to_markdown(s)), ("summary.html", to_html(s))):
+    for name, text in (("_summary.md", to_markdown(s)), ("_summary.html", to_html(s))):
         with fs.open(posixpath.join(folder, name), "w", encoding="utf-8") as fh:
             fh.write(text)
         written.append(posixpath.join(result.out.rstrip("/"), name))

@@ -115,7 +115,7 @@ def read_rows(out: str, keep: Mapping[str, str] | None = None, columns: Sequence
     for name in list_parts(out, storage_options):
         if keep is not None and name not in set(keep.values()):
             continue
-        for record in read_part(out, name, columns, storage_options).to_pylist():
+        for record in read_part(out, name, columns, storage_options).to_pylist(maps_as_pydicts="strict"):
             if keep is None or keep.get(record["job_key"]) == name:
                 rows.append(record)
     return rows
