@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -89,7 +90,10 @@ class DaskEngine:
             return
         if self.scheduler:
             try:
-                client = Client(self.scheduler, timeout="15s")  # type: ignore[no-untyped-call]
+                import dask
+
+                timeout = dask.config.get("distributed.comm.timeouts.connect")  # 30 s unless configured
+                client = Client(self.scheduler, timeout=timeout)  # type: ignore[no-untyped-call]
             except (OSError, TimeoutError) as exc:
                 from ..errors import Problem
                 from ._inputs import FleetInputError
@@ -101,8 +105,11 @@ class DaskEngine:
             with client:
                 yield client
             return
-        cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
-                               processes=True, dashboard_address=None, host="127.0.0.1", silence_logs=logging.ERROR)
+        with warnings.catch_warnings():  # the scheduler's (loopback) health endpoint moves off a busy port 8787
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
+                                   processes=True, dashboard_address=None, host="127.0.0.1",
+                                   silence_logs=logging.ERROR)
         with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
             yield client
 
