@@ -361,3 +361,27 @@ def test_cli_bad_arguments_exit_2(tmp_path: Path, args: list[str], capsys: pytes
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("dam fleet:") and "Traceback" not in err
+
+
+def test_resume_runs_again_what_was_too_large_once_the_limit_allows(tmp_path: Path) -> None:
+    trace = tmp_path / "in" / "trace.json"
+    trace.parent.mkdir()
+    shutil.copy(TELEMETRY / "kineto_two_steps.json", trace)
+    out = tmp_path / "out"
+    first = expert.fleet.run(tmp_path / "in", out=out, workers=1, max_trace_gb=1e-7)
+    assert first.rows[0]["error_kind"] == "too-large"
+    second = expert.fleet.run(tmp_path / "in", out=out, workers=1, resume=True)
+    assert second.ran == 1 and second.rows[0]["error"] is None
+
+
+def test_a_single_telemetry_csv_is_a_job_not_a_manifest(tmp_path: Path) -> None:
+    jobs, _ = expert.fleet.collect_jobs([str(TELEMETRY / "nvidia_smi_query.csv")])
+    assert [j.files for j in jobs] == [[str(TELEMETRY / "nvidia_smi_query.csv")]]
+
+
+def test_progress_is_reported_per_job(tmp_path: Path) -> None:
+    write_inputs(tmp_path / "in")
+    calls: list[tuple[int, int, int]] = []
+    expert.fleet.run(tmp_path / "in", workers=2, chunk_size=2, progress=lambda *a: calls.append(a))
+    assert calls[0] == (0, 7, 0) and calls[-1] == (7, 7, 2)
+    assert [c[0] for c in calls] == list(range(8))

@@ -31,8 +31,9 @@ examples:
 
 output: OUT/part-*.parquet (one file per worker chunk; columns job_key, files, labels, bottleneck, strength,
 axes, recommended, wasted, key facts, error, report_json, ...), OUT/_summary.md and OUT/_summary.html.
-Without --resume a run replaces the dataset in OUT; with it, jobs whose files (URL, size, ETag/mtime), facts,
-rules and version are unchanged keep their rows, and only the others run.
+With --engine dask --scheduler, the inputs and OUT must be reachable from every worker (a shared filesystem or
+object storage). Without --resume a run replaces the dataset in OUT; with it, jobs whose files (URL, size,
+ETag/mtime), facts, rules and version are unchanged keep their rows, and only the others run.
 A bad, empty or oversized file or a timeout becomes an error row with the message; the run goes on.
 exit codes: 0 the run finished (even with error rows), 2 invalid arguments or input, 130 interrupted.
 """
@@ -67,15 +68,9 @@ def register(sub: Any) -> None:
 
 
 def _need(modules: list[str]) -> None:
-    import importlib.util
+    from ..fleet._run import require
 
-    from ..errors import Problem
-    from ..fleet._inputs import FleetInputError
-
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise FleetInputError([Problem("dam fleet", f"needs {', '.join(missing)}, which is not installed",
-                                       "pip install 'dam-expert[fleet]'")], title="missing extra")
+    require(modules)
 
 
 @contextmanager
@@ -171,7 +166,7 @@ def query(args: argparse.Namespace) -> int:
         example = 'dam fleet query fleet/ "select bottleneck, count(*) from fleet group by 1"'
         raise FleetInputError([Problem("dam fleet query", "expected OUT and one SQL statement", example)],
                               title="invalid arguments")
-    _need(["pyarrow", "fsspec"])
+    _need(["pyarrow", "fsspec", "duckdb"])
     from ..fleet._query import query as run_query
 
     columns, rows = run_query(args.inputs[1], args.inputs[2])

@@ -135,7 +135,7 @@ def collect_jobs(inputs: Sequence[str], *, job_key: str | None = None,
                 raise FleetInputError([Problem(text, "the glob matches no file")])
             root = _glob_root(path)
             listed += [(_relative(p, root), _ref(fs, p, files[p])) for p in sorted(files)]
-        elif path.lower().endswith(MANIFEST_SUFFIXES) and fs.isfile(path):
+        elif path.lower().endswith(MANIFEST_SUFFIXES) and fs.isfile(path) and _is_manifest(fs, path):
             jobs += read_manifest(text, storage_options=storage_options)
         elif fs.isdir(path):
             found = fs.find(path, detail=True)
@@ -158,6 +158,16 @@ def collect_jobs(inputs: Sequence[str], *, job_key: str | None = None,
             notes.append(f"{len(unmatched)} file(s) do not match --job-key and were left out: {shown}")
     _check_unique(jobs)
     return jobs, notes
+
+
+def _is_manifest(fs: Any, path: str) -> bool:
+    """JSONL always; a CSV when its header names a `files` or `facts` column (else it is, say, an nvidia-smi log)."""
+    if not path.lower().endswith(".csv"):
+        return True
+    with fs.open(path, "rb") as fh:
+        head = fh.read(4096).decode("utf-8-sig", errors="replace").splitlines()
+    cells = {c.strip().strip('"') for c in head[0].split(",")} if head else set()
+    return bool(cells & {"files", "facts"})
 
 
 def _compile_job_key(text: str | None) -> re.Pattern[str] | None:

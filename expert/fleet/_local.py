@@ -150,8 +150,11 @@ class LocalEngine:
                         slots.append(_Slot(ctx, self.options))
                 if not slots and queue:
                     slots.append(_Slot(ctx, self.options))
-        finally:
-            self._stop(slots)
+        except BaseException:  # interrupted (or a bug): do not wait for the workers' chunks
+            for slot in slots:
+                slot.kill()
+            raise
+        self._stop(slots)
 
     @staticmethod
     def _wait(slots: list[_Slot]) -> float | None:

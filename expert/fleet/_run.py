@@ -22,6 +22,7 @@ ROW_VERSION = 1  # bump when the row layout or its meaning changes: --resume the
 ENGINES = ("local", "dask")
 SUMMARY_FILES = ("_summary.md", "_summary.html")
 _GB = 1e9
+RERUN = TRANSIENT | {"too-large"}  # error kinds --resume runs again (the limit may have changed)
 _MAX_CHUNK = 64
 
 
@@ -83,6 +84,17 @@ def _jobs(jobs: str | os.PathLike[str] | Iterable[Any], job_key: str | None,
     return out, []
 
 
+def require(modules: Sequence[str]) -> None:
+    """Raise a FleetInputError naming the extra to install when a module the fleet needs is missing."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        extra = "fleet-query" if missing == ["duckdb"] else "fleet"
+        raise FleetInputError([Problem("dam fleet", f"needs {', '.join(missing)}, which is not installed",
+                                       f"pip install 'dam-expert[{extra}]'")], title="missing extra")
+
+
 def _check(engine: str, workers: int | None, timeout: float | None, retries: int, max_trace_gb: float | None,
            resume: bool, out: str | None, scheduler: str | None, client: Any) -> None:
     problems = []
@@ -128,6 +140,7 @@ def run(jobs: str | os.PathLike[str] | Iterable[Any], *, out: str | os.PathLike[
     started = time.perf_counter()
     out_url = os.fspath(out) if out is not None else None
     _check(engine, workers, timeout, retries, max_trace_gb, resume, out_url, scheduler, client)
+    require(["pyarrow", "fsspec", *(["distributed"] if engine == "dask" else [])])
     so = dict(storage_options or {})
     options = ExpertOptions(tuple(os.fspath(d) for d in extra_rules_dirs), rule_engine)
     driver_expert = options.build()  # validates --rules-dir / engine here, before any worker starts
@@ -166,7 +179,7 @@ def run(jobs: str | os.PathLike[str] | Iterable[Any], *, out: str | os.PathLike[
             message = "; ".join(f"{r.url} is {r.size / _GB:.2f} GB, over --max-trace-gb {max_trace_gb:g}"
                                 for r in big if r.size is not None)
             driver_rows.append(error_row(task, run_id, "driver", "too-large", message))
-        elif old is not None and old.fingerprint == task.fingerprint and old.error_kind not in TRANSIENT:
+        elif old is not None and old.fingerprint == task.fingerprint and old.error_kind not in RERUN:
             keep[job.key] = old.part
             resumed += 1
         else:
