@@ -143,6 +143,8 @@ def main() -> None:
     args = parser.parse_args()
     from distributed import Client, LocalCluster
 
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     clusters: dict[int, Any] = {}

@@ -112,8 +112,9 @@ def read_rows(out: str, keep: Mapping[str, str] | None = None, columns: Sequence
               storage_options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Rows of the dataset; with `keep` (job key -> part file) only those rows."""
     rows: list[dict[str, Any]] = []
+    wanted = set(keep.values()) if keep is not None else None
     for name in list_parts(out, storage_options):
-        if keep is not None and name not in set(keep.values()):
+        if wanted is not None and name not in wanted:
             continue
         for record in read_part(out, name, columns, storage_options).to_pylist(maps_as_pydicts="strict"):
             if keep is None or keep.get(record["job_key"]) == name:
