@@ -258,6 +258,8 @@ def test_job_key_groups_and_leaves_out_unmatched_files(tmp_path: Path) -> None:
     assert notes and "notes.txt" in notes[0]
     with pytest.raises(FleetInputError, match="not a regular expression"):
         expert.fleet.collect_jobs([str(tmp_path)], job_key="(")
+    with pytest.raises(FleetInputError, match="matches none of the 5 files"):
+        expert.fleet.collect_jobs([str(tmp_path)], job_key="rank9")
 
 
 def test_other_filesystems_through_fsspec(tmp_path: Path) -> None:

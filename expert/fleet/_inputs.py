@@ -152,6 +152,9 @@ def collect_jobs(inputs: Sequence[str], *, job_key: str | None = None,
                                            "give a MANIFEST (.csv/.jsonl), a GLOB (quoted) or a DIR")])
     if listed:
         grouped, unmatched = _group(listed, pattern)
+        if not grouped:
+            raise FleetInputError([Problem(f"--job-key {job_key}", f"matches none of the {len(listed)} files",
+                                           f"e.g. {listed[0][1].url}")], title="invalid option")
         jobs += grouped
         if unmatched:
             shown = ", ".join(unmatched[:3]) + (f" and {len(unmatched) - 3} more" if len(unmatched) > 3 else "")

@@ -22,7 +22,9 @@ from typing import Any
 
 from ._worker import TRANSIENT, Chunk, ChunkResult, ExpertOptions, Task, classify, initialize, run_chunk
 
-PRELOAD = ["expert.fleet._worker", "expert.fleet._table", "pyarrow.parquet", "fsspec"]
+# Imported once by the forkserver, so that each worker forks with them (none starts threads or compiles rules:
+# pyarrow, whose thread pools are not fork-safe, is imported by each worker itself).
+PRELOAD = ["expert.fleet._worker", "expert.fleet._table", "fsspec"]
 
 
 def grace(timeout: float) -> float:
@@ -201,6 +203,12 @@ class LocalEngine:
             return []
         index = slot.current[0] if slot.current is not None else None
         again = [t for i, t in enumerate(chunk.tasks) if i != index]
+        if index is None:  # died between jobs (writing the chunk?): run it again, but not for ever
+            chunk.crashes += 1
+            if chunk.crashes > 2:
+                for task in again:
+                    callbacks.failed(task, kind, f"{message} (three times on this job's chunk)")
+                return []
         requeue = [again] if again else []
         if index is not None:
             task = chunk.tasks[index]

@@ -264,6 +264,7 @@ class Chunk:
     retries: int = 0
     storage_options: dict[str, Any] = field(default_factory=dict)
     diagnose: DiagnoseFn | None = None  # tests put a job that hangs or crashes here; None is `diagnose_job`
+    crashes: int = 0  # times a worker died on this chunk between jobs (the local pool gives up after a few)
 
     @property
     def part(self) -> str:
