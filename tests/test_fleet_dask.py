@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("distributed")
 
+import dask
 import fleet_support
 import pyarrow.parquet as pq
 from distributed import Client, LocalCluster
@@ -31,8 +32,9 @@ import expert.fleet
 def client() -> Iterator[Client]:
     with warnings.catch_warnings():  # the scheduler's loopback health endpoint moves off a busy port 8787
         warnings.filterwarnings("ignore", message="Port .* is already in use")
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                               host="127.0.0.1", silence_logs=logging.ERROR)
+        with dask.config.set({"distributed.scheduler.allowed-failures": 1}):  # a crashing job fails sooner
+            cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   host="127.0.0.1", silence_logs=logging.ERROR)
     with cluster, Client(cluster) as c:
         yield c
 
@@ -140,3 +142,13 @@ def test_unreachable_scheduler_is_exit_2(tmp_path: Path, capsys: pytest.CaptureF
     with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
         assert cli.main(args) == 2
     assert "cannot connect to the Dask scheduler" in capsys.readouterr().err
+
+
+def test_a_job_that_kills_its_worker_becomes_an_error_row(client: Client, tmp_path: Path) -> None:
+    facts = {"hardware": "h100-sxm", "gpu_util": 0.45, "data_wait_s": 0.12, "step_time_s": 0.3}
+    jobs = [{"job_key": "crash", "facts": facts}, {"job_key": "fine", "facts": facts}]
+    result = expert.fleet.run(jobs, engine="dask", client=client, chunk_size=2, _diagnose=fleet_support.crash)
+    rows = by_key(result)
+    assert rows["crash"]["error_kind"] == "crash" and "the Dask task failed" in rows["crash"]["error"]
+    assert rows["fine"]["bottleneck"] == "input"  # its chunk was split, and it ran on its own
+    client.wait_for_workers(2, timeout=60)

@@ -113,6 +113,13 @@ class DaskEngine:
         with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
             yield client
 
+    def _done(self, result: ChunkResult, callbacks: Callbacks) -> None:
+        self.peak_rss[result.worker] = max(self.peak_rss.get(result.worker, 0), result.peak_rss)
+        self.abandoned += result.abandoned
+        for row in result.rows:
+            callbacks.job(row)
+        callbacks.chunk(result)
+
     def run(self, chunks: list[Chunk], callbacks: Callbacks) -> None:
         if not chunks:
             return
@@ -130,25 +137,35 @@ class DaskEngine:
                 return future
 
             futures = as_completed([submit(c) for c in chunks])  # type: ignore[no-untyped-call]
+            isolate: list[Chunk] = []  # single jobs whose task failed: run again alone, after the rest
             try:
                 for future in futures:
                     chunk = pending.pop(future)
                     try:
                         result: ChunkResult = future.result()
-                    except Exception as exc:
+                    except Exception:
                         if len(chunk.tasks) > 1:  # find the job that fails: run each on its own
                             for task in chunk.tasks:
-                                futures.add(submit(replace(chunk, id=next_id, tasks=[task])))  # type: ignore[no-untyped-call]
+                                single = submit(replace(chunk, id=next_id, tasks=[task]))
+                                futures.add(single)  # type: ignore[no-untyped-call]
                                 next_id += 1
                         else:
-                            callbacks.failed(chunk.tasks[0], "crash", f"the Dask task failed: {type(exc).__name__}: "
-                                                                      f"{exc}")
+                            isolate.append(chunk)
                         continue
-                    self.peak_rss[result.worker] = max(self.peak_rss.get(result.worker, 0), result.peak_rss)
-                    self.abandoned += result.abandoned
-                    for row in result.rows:
-                        callbacks.job(row)
-                    callbacks.chunk(result)
+                    self._done(result, callbacks)
+                # A worker that dies takes the blame for every task it held; alone, only the culprit fails again.
+                for chunk in isolate:
+                    future = submit(replace(chunk, id=next_id))
+                    next_id += 1
+                    try:
+                        result = future.result()
+                    except Exception as exc:
+                        message = f"the Dask task failed: {type(exc).__name__}: {exc}"
+                        callbacks.failed(chunk.tasks[0], "crash", message)
+                        continue
+                    finally:
+                        pending.pop(future, None)
+                    self._done(result, callbacks)
             finally:
                 for future in pending:
                     future.cancel()

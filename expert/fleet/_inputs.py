@@ -139,8 +139,7 @@ def collect_jobs(inputs: Sequence[str], *, job_key: str | None = None,
             jobs += read_manifest(text, storage_options=storage_options)
         elif fs.isdir(path):
             found = fs.find(path, detail=True)
-            files = {p: i for p, i in found.items() if i.get("type", "file") == "file"
-                     and not posixpath.basename(p).startswith((".", "_")) and p.lower().endswith(DIR_SUFFIXES)}
+            files = {p: i for p, i in found.items() if i.get("type", "file") == "file" and _listed(p, path)}
             if not files:
                 raise FleetInputError([Problem(text, "the directory holds no trace, telemetry or observation file",
                                                "files ending in " + ", ".join(DIR_SUFFIXES))])
@@ -161,6 +160,14 @@ def collect_jobs(inputs: Sequence[str], *, job_key: str | None = None,
             notes.append(f"{len(unmatched)} file(s) do not match --job-key and were left out: {shown}")
     _check_unique(jobs)
     return jobs, notes
+
+
+def _listed(path: str, root: str) -> bool:
+    """A directory input takes files with a telemetry or observation suffix, not hidden ones (nor in hidden
+    folders), nor `_`-prefixed ones (such as a fleet summary)."""
+    parts = _relative(path, root).split("/")
+    return (path.lower().endswith(DIR_SUFFIXES) and not any(p.startswith(".") for p in parts)
+            and not parts[-1].startswith("_"))
 
 
 def _is_manifest(fs: Any, path: str) -> bool:
