@@ -99,40 +99,47 @@ def fleet(jobs: list[dict[str, Any]], tmp: Path, **kwargs: Any) -> dict[str, Any
             "workers": len(result.workers)}
 
 
-def median_of(repeat: int, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    runs = [fn() for _ in range(repeat)]
-    runs.sort(key=lambda r: r["wall_s"])
+def median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    runs = sorted(runs, key=lambda r: r["wall_s"])
     best = dict(runs[len(runs) // 2])
     best["spread"] = (runs[0]["wall_s"], runs[-1]["wall_s"])
     return best
 
 
+CONFIGS = [(engine, workers) for engine in ("local", "dask", "dask-warm") for workers in (1, 2)]
+
+
 def report(name: str, jobs: list[dict[str, Any]], tmp: Path, repeat: int, client_for: Callable[[int], Any]) -> None:
+    """Every configuration once per round, `repeat` rounds (so that a busy spell on the machine spreads over all
+    of them), then the median of each."""
     n = len(jobs)
-    base = median_of(repeat, lambda: sequential(jobs, tmp))
-    base_rate = n / base["wall_s"]
-    print(f"\n== {name}: {n} jobs ==")
-    print(f"  sequential loop, fresh process: {base['wall_s']:.2f} s end to end ({base_rate:.1f} jobs/s; "
+    runs: dict[Any, list[dict[str, Any]]] = {key: [] for key in ["loop", *CONFIGS]}
+    for _ in range(repeat):
+        runs["loop"].append(sequential(jobs, tmp))
+        for engine, workers in CONFIGS:
+            if engine == "dask-warm":
+                runs[(engine, workers)].append(fleet(jobs, tmp, engine="dask", client=client_for(workers)))
+            else:
+                runs[(engine, workers)].append(fleet(jobs, tmp, engine=engine, workers=workers))
+    base = median(runs["loop"])
+    print(f"\n== {name}: {n} jobs, median of {repeat} rounds ==")
+    print(f"  sequential loop, fresh process: {base['wall_s']:.2f} s end to end ({n / base['wall_s']:.1f} jobs/s; "
           f"import + compile {base['setup_s']:.2f} s, loop {base['loop_s']:.2f} s = {n / base['loop_s']:.1f} jobs/s), "
           f"peak RSS {base['rss'] / 2**20:.0f} MiB")
-    print(f"  {'engine':<22} {'workers':>7} {'wall s':>8} {'jobs/s':>8} {'vs loop':>8} {'RSS/worker':>11} "
-          f"{'vs loop':>8} {'vs local':>9}")
+    print(f"  {'engine':<10} {'workers':>7} {'wall s':>7} {'(min-max)':>13} {'jobs/s':>7} {'vs loop':>8} "
+          f"{'RSS/worker':>11} {'vs loop':>8} {'vs local':>9}")
     local: dict[int, float] = {}
-    for engine in ("local", "dask", "dask-warm"):
-        for workers in (1, 2):
-            if engine == "dask-warm":
-                client = client_for(workers)
-                m = median_of(repeat, lambda c=client: fleet(jobs, tmp, engine="dask", client=c))
-            else:
-                m = median_of(repeat, lambda e=engine, w=workers: fleet(jobs, tmp, engine=e, workers=w))
-            if engine == "local":
-                local[workers] = m["wall_s"]
-            over = "" if engine == "local" else f"{m['wall_s'] / local[workers]:8.2f}x"
-            print(f"  {engine:<22} {workers:>7} {m['wall_s']:8.2f} {n / m['wall_s']:8.1f} "
-                  f"{base['wall_s'] / m['wall_s']:7.2f}x {m['rss'] / 2**20:8.0f} MiB {m['rss'] / base['rss']:7.2f}x "
-                  f"{over:>9}")
-            if m["errors"]:
-                print(f"    ({m['errors']} error rows)")
+    for engine, workers in CONFIGS:
+        m = median(runs[(engine, workers)])
+        if engine == "local":
+            local[workers] = m["wall_s"]
+        over = "" if engine == "local" else f"{m['wall_s'] / local[workers]:8.2f}x"
+        lo, hi = m["spread"]
+        print(f"  {engine:<10} {workers:>7} {m['wall_s']:7.2f} {f'({lo:.2f}-{hi:.2f})':>13} {n / m['wall_s']:7.1f} "
+              f"{base['wall_s'] / m['wall_s']:7.2f}x {m['rss'] / 2**20:7.0f} MiB {m['rss'] / base['rss']:7.2f}x "
+              f"{over:>9}")
+        if m["errors"]:
+            print(f"    ({m['errors']} error rows)")
 
 
 def main() -> None:
