@@ -9,7 +9,7 @@ then `ingest_result` + `diagnose` + `to_json` per job (what a fleet row needs, m
 end to end: `run()` from the call to its return, so it includes starting the workers (or the Dask LocalCluster),
 compiling the rules in each, writing Parquet and the summary. "Dask overhead" is Dask's wall time over the local
 pool's for the same jobs and workers; "warm" Dask runs on a cluster started beforehand (start-up excluded).
-Peak RSS per worker is each worker process's own peak (ru_maxrss); the baseline's is the loop process's.
+Peak RSS per worker is each worker process's own peak (VmHWM); the baseline's is the loop process's.
 The machine is small and shared: read the ratios, not the absolute numbers, and look at the load average printed.
 """
 
@@ -38,7 +38,7 @@ from expert.observation_file import read_observation_file  # noqa: E402
 TRACES = ROOT.parent / "shared" / "traces"
 
 _LOOP = r"""
-import json, resource, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 import expert
 from expert.ingest import ingest_result
@@ -53,7 +53,8 @@ for job in jobs:
     raw.update(job["facts"])
     e.diagnose(raw).to_json(indent=None)
 t2 = time.perf_counter()
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+from expert.fleet._worker import peak_rss_bytes  # VmHWM, as the fleet workers measure themselves
+rss = peak_rss_bytes()
 print(json.dumps({"setup_s": t1 - t0, "loop_s": t2 - t1, "rss": rss}))
 """
 

@@ -350,6 +350,7 @@ def test_cli_run_query_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixt
     ["fleet", "IN"],
     ["fleet", "IN", "--out", "OUT", "--scheduler", "tcp://127.0.0.1:1"],
     ["fleet", "NOWHERE", "--out", "OUT"],
+    ["fleet", "IN", "--out", "/proc/dam-fleet-out"],
     ["fleet", "query", "OUT"],
     ["fleet", "query", "IN", "select 1"],
     ["fleet", "query", "OUT", "select nonsense from fleet"],

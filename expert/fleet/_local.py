@@ -131,7 +131,7 @@ class LocalEngine:
                         if fatal:
                             failures += 1
                             if failures >= 3:
-                                raise RuntimeError(f"fleet worker processes cannot start: {fatal}")
+                                raise _cannot_start(fatal)
                     if (slot.eof or slot.process.sentinel in ready) and not slot.process.is_alive():
                         code = slot.process.exitcode
                         dead.append((slot, "crash", f"the worker process died ({_exit_text(code)})"))
@@ -141,6 +141,10 @@ class LocalEngine:
                             dead.append((slot, "timeout", f"timed out after {limit:g} s (--timeout); the job did not "
                                                           "stop, so its worker process was killed"))
                 for slot, kind, message in dead:
+                    if not slot.ready:  # died before its initializer finished: do not respawn for ever
+                        failures += 1
+                        if failures >= 3:
+                            raise _cannot_start(message)
                     slot.kill()
                     requeue = self._salvage(slot, kind, message, callbacks)
                     for tasks in requeue:
@@ -231,6 +235,16 @@ class LocalEngine:
                 slot.kill()
             else:
                 slot.conn.close()
+
+
+def _cannot_start(reason: str) -> Exception:
+    from ..errors import Problem
+    from ._inputs import FleetInputError
+
+    return FleetInputError([Problem("worker processes", f"cannot start: {reason}",
+                                    "see the worker's error above; a main program read from stdin cannot be "
+                                    "re-imported by spawned workers: run it from a file")],
+                           title="cannot start the fleet workers")
 
 
 def _exit_text(code: int | None) -> str:

@@ -95,6 +95,23 @@ def require(modules: Sequence[str]) -> None:
                                        f"pip install 'dam-expert[{extra}]'")], title="missing extra")
 
 
+def _writable(out: str, storage_options: Mapping[str, Any]) -> None:
+    """Create the output folder and make sure it takes files, before any work (a clear error, exit code 2)."""
+    import posixpath
+
+    fs, folder = url_to_fs(out, storage_options)
+    probe = posixpath.join(folder, f".dam-fleet-probe-{secrets.token_hex(4)}")
+    try:
+        fs.makedirs(folder, exist_ok=True)
+        with fs.open(probe, "wb") as fh:
+            fh.write(b"")
+        fs.rm(probe)
+    except (OSError, ValueError) as exc:
+        raise FleetInputError([Problem(f"--out {out}", f"cannot write there: {exc}",
+                                       "give a folder this user (and every Dask worker) can write")],
+                              title="invalid option") from exc
+
+
 def _check(engine: str, workers: int | None, timeout: float | None, retries: int, max_trace_gb: float | None,
            resume: bool, out: str | None, scheduler: str | None, client: Any) -> None:
     problems = []
@@ -154,8 +171,7 @@ def run(jobs: str | os.PathLike[str] | Iterable[Any], *, out: str | os.PathLike[
 
     index = {}
     if out_url is not None:
-        fs, folder = url_to_fs(out_url, so)
-        fs.makedirs(folder, exist_ok=True)
+        _writable(out_url, so)
         if resume:
             index = read_index(out_url, so)
         elif list_parts(out_url, so):

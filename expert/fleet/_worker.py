@@ -88,10 +88,15 @@ def initialize(options: ExpertOptions) -> WorkerState:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size."""
+    """This process's peak resident set size: VmHWM where /proc has it (ru_maxrss on Linux also counts the memory
+    of the process this one was forked from before its exec), else ru_maxrss."""
     import resource
     import sys
 
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
