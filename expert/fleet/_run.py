@@ -166,6 +166,8 @@ def run(jobs: str | os.PathLike[str] | Iterable[Any], *, out: str | os.PathLike[
     stat_jobs(job_list, so)
     run_id = new_run_id()
     n_workers = workers or cpu_count()
+    if workers and (scheduler or client is not None):
+        notes.append("--workers applies to a cluster of dam fleet's own; the scheduler's workers ran the jobs")
 
     from ._table import compact, list_parts, read_index, read_rows, write_part
 
