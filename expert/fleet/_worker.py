@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
+import inspect
 import os
 import signal
 import socket
@@ -172,6 +174,15 @@ class _NamedStream:
         self._fh.close()
 
 
+@functools.cache
+def _in_process() -> dict[str, Any]:
+    """Read a job's files in this worker (`workers=1`) where ingestion can read rank files in processes of its own:
+    the fleet already keeps every CPU busy with jobs, and its workers (daemonic, like Dask's) cannot start any."""
+    from ..ingest import ingest_result
+
+    return {"workers": 1} if "workers" in inspect.signature(ingest_result).parameters else {}
+
+
 def _ingest(state: WorkerState, urls: list[str], storage_options: Mapping[str, Any]) -> dict[str, Any]:
     """The observations the trace and telemetry files of one job give, as `dam diagnose --from` takes them.
 
@@ -189,7 +200,7 @@ def _ingest(state: WorkerState, urls: list[str], storage_options: Mapping[str, A
             else:
                 fh = stack.enter_context(fs.open(path, "rb"))
                 sources.append(_NamedStream(fh, url))
-        result = ingest_result(sources, kb=state.expert.kb)
+        result = ingest_result(sources, kb=state.expert.kb, **_in_process())
     observations = result.to_observation_file()["observations"]
     return {k: v for k, v in observations.items() if v["value"] != "unknown"}
 
