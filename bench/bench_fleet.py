@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import expert.fleet  # noqa: E402
-from expert.observation_file import read_observation_file  # noqa: E402
+from expert.fleet._worker import _read_observation_file as read_observation_file  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 

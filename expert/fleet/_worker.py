@@ -205,9 +205,21 @@ def _ingest(state: WorkerState, urls: list[str], storage_options: Mapping[str, A
     return {k: v for k, v in observations.items() if v["value"] != "unknown"}
 
 
+def _read_observation_file(path: Path) -> Any:
+    """`dam diagnose FILE`'s reader (expert.observations.file since the restructuring of issue 11)."""
+    import importlib
+
+    try:
+        module = importlib.import_module("expert.observations.file")
+    except ImportError:
+        module = importlib.import_module("expert.observation_file")
+    return module.read_observation_file(path)
+
+
 def _observation_file(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
     from ..errors import ObservationError, Problem
-    from ..observation_file import read_observation_file
+
+    read_observation_file = _read_observation_file
 
     fs, path = url_to_fs(url, storage_options)
     if is_local(fs):
