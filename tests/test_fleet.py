@@ -388,3 +388,19 @@ def test_progress_is_reported_per_job(tmp_path: Path) -> None:
     expert.fleet.run(tmp_path / "in", workers=2, chunk_size=2, progress=lambda *a: calls.append(a))
     assert calls[0] == (0, 7, 0) and calls[-1] == (7, 7, 2)
     assert [c[0] for c in calls] == list(range(8))
+
+
+def test_a_program_read_from_stdin_can_run_a_fleet(tmp_path: Path) -> None:
+    """`python - < script`: spawned workers would try to run "<stdin>" again; the pool hides it from them."""
+    import subprocess
+    import sys
+
+    script = ("import expert.fleet\n"
+              "rows = expert.fleet.run([{'job_key': 'a', 'facts': {'gpu_util': 0.5}}], workers=1).rows\n"
+              "print(rows[0]['job_key'], rows[0]['error'])\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "a None"

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -72,11 +72,30 @@ class Callbacks:
     failed: Callable[[Task, str, str], None]
 
 
+@contextlib.contextmanager
+def _no_phantom_main() -> Iterator[None]:
+    """A main program read from stdin has `__file__ == "<stdin>"`, which a spawned worker would try to run again and
+    die on; hide such a name while a worker starts (the workers never need the main module)."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
 class _Slot:
     def __init__(self, ctx: Any, options: ExpertOptions) -> None:
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker_main, args=(child, options), name="dam-fleet-worker", daemon=True)
-        self.process.start()
+        with _no_phantom_main():
+            self.process.start()
         child.close()
         self.ready = False
         self.worker = ""
