@@ -26,7 +26,7 @@ start here:
 """
 
 COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "plot", "ingest", "consult", "compare",
-            "mcp"]
+            "fleet", "mcp"]
 
 
 def build_parser() -> argparse.ArgumentParser:
