@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,8 +38,8 @@ from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, KnowledgeBase
 from ..observations.normalise import format_value
 from ..rules.evaluate import evaluate
-from ..rules.logic import facts_used, findings_used, walk
-from ..rules.model import AllOf, Condition, FactTest, FindingRef, NotOf
+from ..rules.logic import OUTCOMES, Outcome, conjunctions, fact_tests, facts_used, findings_used, possible
+from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
 from .witness import MAX_WITNESSES, Box, Witness, domain
 
@@ -68,7 +68,7 @@ class Index:
         self.tests: dict[str, list[tuple[str, Any]]] = {}
         self.readers: dict[str, list[str]] = {}  # fact -> rules testing it
         for lr in self.rules:
-            for node in _fact_tests(lr.condition):
+            for node in fact_tests(lr.condition):
                 ops = self.tests.setdefault(node.fact, [])
                 for op_const in node.ops():
                     if op_const not in ops:
@@ -94,8 +94,8 @@ class Index:
         self.relevant = relevant
         self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
         for lr in self.rules:
-            for conjunction in _all_nodes(lr.condition):
-                together = {t.fact for t in _fact_tests(conjunction)}
+            for conjunction in conjunctions(lr.condition):
+                together = {t.fact for t in fact_tests(conjunction)}
                 for name in together:
                     self.conjoined.setdefault(name, set()).update(together - {name})
         self.question_of: dict[str, CombinedQuestion] = {
@@ -112,14 +112,6 @@ def decisive(lr: LoadedRule) -> bool:
     return bool(then.bottleneck or then.recommend or then.waste)
 
 
-def _fact_tests(node: Condition) -> Iterator[FactTest]:
-    return (n for n in walk(node) if isinstance(n, FactTest))
-
-
-def _all_nodes(node: Condition) -> Iterator[AllOf]:
-    return (n for n in walk(node) if isinstance(n, AllOf))
-
-
 index: PerObject[Expert, Index] = PerObject(Index)  # one index per Expert: `index(expert)`
 
 
@@ -130,20 +122,7 @@ def decision_on(ix: Index, facts: Mapping[str, Value]) -> Decision:
     return decide(ix.ruleset, result.fired, result.findings, facts)
 
 
-def _and3(a: str, b: str) -> str:
-    if "false" in (a, b):
-        return "false"
-    return "unknown" if "unknown" in (a, b) else "true"
-
-
-def _or3(a: str, b: str) -> str:
-    if "true" in (a, b):
-        return "true"
-    return "unknown" if "unknown" in (a, b) else "false"
-
-
-_FLIP3 = {"true": "false", "false": "true", "unknown": "unknown"}
-_ALL3 = frozenset({"true", "false", "unknown"})
+_TWO_VALUED: frozenset[Outcome] = frozenset({"true", "false"})
 
 
 class State:
@@ -242,24 +221,18 @@ class State:
     # which rules could still change ------------------------------------------------------------------------------
 
     def possible(self, node: Condition) -> frozenset[str]:
-        """Every outcome the condition could still take as open facts get answered (three-valued)."""
-        if isinstance(node, FactTest):
-            if not self.is_open(node.fact):
-                return frozenset({evaluate(node, self.facts, self.now.findings)})
-            return _ALL3 if node.ops() else frozenset({"true", "false"})
-        if isinstance(node, FindingRef):
-            if node.finding in self.open_findings:
-                return frozenset({"true", "false"})
-            return frozenset({"true" if node.finding in self.now.findings else "false"})
-        if isinstance(node, NotOf):
-            return frozenset(_FLIP3[o] for o in self.possible(node.not_))
-        children = node.all if isinstance(node, AllOf) else node.any  # type: ignore[union-attr]
-        combine = _and3 if isinstance(node, AllOf) else _or3
-        acc = self.possible(children[0])
-        for child in children[1:]:
-            other = self.possible(child)
-            acc = frozenset(combine(a, b) for a in acc for b in other)
-        return acc
+        """Every outcome the condition could still take as open facts get answered (three-valued, rules.logic)."""
+        return possible(node, fact=self._fact_outcomes, finding=self._finding_outcomes)
+
+    def _fact_outcomes(self, node: FactTest) -> frozenset[Outcome]:
+        if not self.is_open(node.fact):
+            return frozenset({evaluate(node, self.facts, self.now.findings)})
+        return OUTCOMES if node.ops() else _TWO_VALUED
+
+    def _finding_outcomes(self, node: FindingRef) -> frozenset[Outcome]:
+        if node.finding in self.open_findings:
+            return _TWO_VALUED
+        return frozenset({"true" if node.finding in self.now.findings else "false"})
 
     def _possibility(self) -> None:
         while True:
