@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from .breakdown import TimeBreakdown
 from .consult import Consultation
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 from .expert import Expert
@@ -36,9 +37,9 @@ def default_expert() -> Expert:
     return _default
 
 
-def diagnose(observations: Mapping[str, Any] | Observations) -> Report:
-    """Diagnose observations with the bundled rules. See `Expert` for custom rules or engines."""
-    return default_expert().diagnose(observations)
+def diagnose(observations: Mapping[str, Any] | Observations, *, time_breakdown: TimeBreakdown | None = None) -> Report:
+    """Diagnose observations with the bundled rules. See `Expert` for custom rules or engines (and `time_breakdown`)."""
+    return default_expert().diagnose(observations, time_breakdown=time_breakdown)
 
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "Observations",
     "Problem",
     "Report",
+    "TimeBreakdown",
     "default_expert",
     "diagnose",
     "ingest",

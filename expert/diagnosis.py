@@ -281,8 +281,11 @@ def _verdict(ctx: _Context, fired: list[LoadedRule]) -> tuple[list[Candidate], s
         if vote:
             votes.setdefault(vote.regime, []).append((regimes.strengths[vote.strength], lr.id))
     names = {v: k for k, v in regimes.strengths.items()}
+    concluded = {lr.rule.then.finding.id for lr in fired if lr.rule.then.finding}
+    caps = [c for c in regimes.evidence_caps if c.finding in concluded]  # thin evidence: no stronger than the cap
+    cap = min((regimes.strengths[c.max_strength] for c in caps), default=max(regimes.strengths.values()))
     candidates = [
-        Candidate(regime=regime, title=regimes.regimes[regime].title, strength=names[max(s for s, _ in vs)],
+        Candidate(regime=regime, title=regimes.regimes[regime].title, strength=names[min(cap, max(s for s, _ in vs))],
                   score=sum(s for s, _ in vs), rules=sorted(r for _, r in vs))
         for regime, vs in votes.items()
     ]
@@ -295,6 +298,8 @@ def _verdict(ctx: _Context, fired: list[LoadedRule]) -> tuple[list[Candidate], s
                             verdict=c.regime == verdict)
         for rule_id in c.rules:
             ctx.add_edge(f"rule:{rule_id}", node, "concluded")
+        for capped in caps:
+            ctx.add_edge(f"finding:{capped.finding}", node, "used")
     return candidates, verdict
 
 

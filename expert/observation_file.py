@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ._yaml import load_yaml
+from .breakdown import TimeBreakdown
 from .errors import KnowledgeBaseError, ObservationError, Problem
 
 
@@ -19,6 +20,7 @@ class ObservationFile(BaseModel):
 
     description: str | None = None
     observations: dict[str, Any]
+    time_breakdown: TimeBreakdown | None = None  # written by `dam ingest` from a profiler trace
 
 
 def read_observation_file(path: Path) -> ObservationFile:
@@ -42,13 +44,23 @@ def read_observation_file(path: Path) -> ObservationFile:
     if not isinstance(data, dict):
         raise ObservationError([Problem(str(path), f"expected a mapping of fact: value, got {type(data).__name__}")])
     if "observations" in data:
-        extra = sorted(set(data) - {"observations", "description"})
+        extra = sorted(set(data) - {"observations", "description", "time_breakdown"})
         if extra:
             raise ObservationError([Problem(str(path), f"unexpected top-level keys {extra}",
                                             "put facts under `observations:`")])
         if not isinstance(data["observations"], dict):
             raise ObservationError([Problem(f"{path}: observations", "must be a mapping of fact: value")])
         description = data.get("description")
+        breakdown = None
+        if data.get("time_breakdown") is not None:
+            try:
+                breakdown = TimeBreakdown.model_validate(data["time_breakdown"])
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                raise ObservationError([Problem(f"{path}: time_breakdown.{where}", first["msg"],
+                                                "time_breakdown is what `dam ingest` wrote; remove it or re-ingest")]
+                                       ) from exc
         return ObservationFile(description=str(description) if description is not None else None,
-                               observations=data["observations"])
+                               observations=data["observations"], time_breakdown=breakdown)
     return ObservationFile(observations=data)

@@ -361,6 +361,9 @@ class RuleSet:
                     spec = kb.facts.get(n.fact)
                     if spec is None:
                         problems.append(Problem(f"{where}: when", f"unknown fact {n.fact!r}"))
+                    elif spec.type == "text":
+                        problems.extend(Problem(f"{where}: when", f"{n.fact} is text, quoted in messages; only "
+                                                "`known` may test it") for op, _ in n.ops() if op != "known")
                     elif spec.type in ("enum", "hardware"):
                         for op, value in n.ops():
                             if op in ("lt", "le", "gt", "ge"):

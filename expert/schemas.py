@@ -58,6 +58,8 @@ def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
         return {"description": described, "enum": [*(spec.choices or []), "unknown"]}
     if spec.type == "hardware":
         return {"description": described, "type": "string", "examples": sorted(kb.hardware)}
+    if spec.type == "text":
+        return {"description": described, "type": "string", **({"examples": [spec.example]} if spec.example else {})}
     return {"description": described, "type": ["number", "string"],
             **({"examples": [spec.example]} if spec.example else {})}
 

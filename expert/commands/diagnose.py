@@ -60,11 +60,14 @@ def gather(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         observations, result = ingested_observations(args, args.from_files, make_expert(args).kb)
         raw.update(observations)
         description = "Diagnosed from " + ", ".join(f"{f.name} ({f.format})" for f in result.files)
+        args.time_breakdown = result.time_breakdown  # where the GPU time goes, for the report
     path = example_path(args.example) if args.example else (Path(args.file) if args.file else None)
     if path is not None:
         obs_file = read_observation_file(path)
         raw.update(obs_file.observations)
         description = obs_file.description or description
+        if obs_file.time_breakdown is not None:
+            args.time_breakdown = obs_file.time_breakdown
     raw.update(parse_sets(args.set))
     return raw, description
 
@@ -104,11 +107,12 @@ def emit(report: Any, fmt: str, output: str | None, description: str | None = No
 
 def run(args: argparse.Namespace) -> int:
     raw, description = gather(args)
-    if not raw:
+    if not raw and not getattr(args, "from_files", None):
         print("dam diagnose: nothing to diagnose; give an observation FILE, --example NAME or --set NAME=VALUE "
               "(see dam diagnose --help)", file=sys.stderr)
         return 2
-    report = make_expert(args).diagnose(raw)
+    # a trace that gives nothing to judge is diagnosed all the same: a report with no verdict, not an input error
+    report = make_expert(args).diagnose(raw, time_breakdown=getattr(args, "time_breakdown", None))
     if args.export:
         from ..export import export, write
 
