@@ -308,7 +308,11 @@ class _Index:
             for fact in facts_used(lr.condition):
                 self.readers.setdefault(fact, []).append(lr.id)
         self.producers = expert.ruleset.producers
-        direct = {lr.id for lr in self.rules if _decisive(lr)}
+        # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding them decide too
+        self.caps = [(c.finding, self.kb.regimes.strengths[c.max_strength]) for c in self.kb.regimes.evidence_caps]
+        capping = {finding for finding, _ in self.caps}
+        direct = {lr.id for lr in self.rules if _decisive(lr)
+                  or (lr.rule.then.finding is not None and lr.rule.then.finding.id in capping)}
         relevant = set(direct)
         changed = True
         while changed:  # a rule matters when its finding feeds a rule that matters
@@ -403,10 +407,11 @@ def _answer_of(ix: _Index, facts: Mapping[str, Value]) -> _Answer:
         proposals.update(recommends)
         wasted.update(wastes)
     order = ix.precedence
-    ranked = sorted(votes.items(), key=lambda kv: (-max(kv[1]), -sum(kv[1]), order[kv[0]]))
+    cap = min((strength for finding, strength in ix.caps if finding in findings), default=max(ix.strength_names))
+    ranked = sorted(votes.items(), key=lambda kv: (-min(cap, max(kv[1])), -sum(kv[1]), order[kv[0]]))
     names = ix.strength_names
-    candidates = tuple((regime, names[max(s)], sum(s)) for regime, s in ranked)
-    verdict = ranked[0][0] if ranked and max(ranked[0][1]) >= ix.verdict_threshold else None
+    candidates = tuple((regime, names[min(cap, max(s))], sum(s)) for regime, s in ranked)
+    verdict = ranked[0][0] if ranked and min(cap, max(ranked[0][1])) >= ix.verdict_threshold else None
     table = ix.tables.get(verdict) if verdict else None
     if table is not None:
         proposals.update(table.effective)
