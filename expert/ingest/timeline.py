@@ -478,7 +478,7 @@ def _host_intervals(tl: Timeline, threads: set[int], *, launch_free_spans: bool,
                 continue
             lst = starts.get(th, [])
             k = bisect_left(lst, tl.s_start[i])
-            if k < len(lst) and lst[k] <= tl.s_end[i]:
+            if k < len(lst) and lst[k] < tl.s_end[i]:
                 continue  # launches GPU work: a caller
             keep.append(i)
         out = union([*out, *_union_arrays(tl.s_start, tl.s_end, keep)])
@@ -944,6 +944,8 @@ class _Analyzer:
                        [i for i in range(len(tl.o_start)) if tl.o_thread[i] in threads])
         spans = _Nesting(tl.s_start, tl.s_end, tl.s_thread,
                          [i for i in range(len(tl.s_start)) if tl.s_thread[i] in threads])
+        calls = _Nesting(tl.r_start, tl.r_end, tl.r_thread,
+                         [i for i in range(len(tl.r_start)) if tl.r_thread[i] in threads])
         credit: dict[str, float] = {}
         count: dict[str, int] = {}
         for a, b in pieces:
@@ -956,8 +958,9 @@ class _Analyzer:
                 sp = spans.innermost(th, mid, mid)
                 if sp >= 0 and tl.s_start[sp] > best_start:
                     best, best_start, best_name = sp, tl.s_start[sp], tl.names[tl.s_name[sp]]
-            if best < 0:
-                best_name = "runtime calls"
+            if best < 0:  # only a runtime call (outside any operator) was running
+                found = next((c for th in threads if (c := calls.innermost(th, mid, mid)) >= 0), -1)
+                best_name = tl.names[tl.r_name[found]] if found >= 0 else "runtime calls"
             credit[best_name] = credit.get(best_name, 0.0) + (b - a)
             count[best_name] = count.get(best_name, 0) + 1
         span = self.span or 1.0
