@@ -269,20 +269,44 @@ def subtract(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
     return out
 
 
-def _union_arrays(starts: Sequence[float], ends: Sequence[float], keep: Iterable[int]) -> list[Interval]:
-    """Union of the intervals at the indices `keep` (sorted by start, merged)."""
-    idx = sorted(keep, key=starts.__getitem__)
-    out: list[Interval] = []
-    for i in idx:
+def _union_arrays(starts: Sequence[float], ends: Sequence[float], keep: Iterable[int],
+                  threads: Sequence[int] | None = None, slack: float = 0.0) -> list[Interval]:
+    """Union of the intervals at the indices `keep`. Events of one thread arrive nested, in start order (children
+    after their parent) or in end order (children first, as older profilers write them); a running span per thread
+    absorbs both, and a parent that arrives after its children takes the finished children back, so only the
+    top-level spans are sorted at the end: a million operators become a few thousand intervals. Gaps shorter than
+    `slack` are filled (to find only the long stretches without events)."""
+    running: dict[int, list[float]] = {}
+    finished: dict[int, list[Interval]] = {}
+    for i in keep:
         s, e = starts[i], ends[i]
         if e <= s:
             continue
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
+        th = threads[i] if threads is not None else 0
+        cur = running.get(th)
+        if cur is None:
+            running[th] = [s, e]
+            finished[th] = []
+        elif s <= cur[1] + slack and e >= cur[0] - slack:  # overlaps (nested, enclosing or partial): absorb
+            if s < cur[0]:
+                cur[0] = s
+                done = finished[th]
+                while done and done[-1][1] + slack >= s:  # an enclosing span arriving after its children
+                    if done[-1][0] < cur[0]:
+                        cur[0] = done[-1][0]
+                    done.pop()
+            if e > cur[1]:
+                cur[1] = e
+        elif s > cur[1]:
+            finished[th].append((cur[0], cur[1]))
+            cur[0], cur[1] = s, e
+        else:  # entirely before the running span: out of order
+            finished[th].append((s, e))
+    out: list[Interval] = []
+    for th, done in finished.items():
+        out.extend(done)
+        out.append((running[th][0], running[th][1]))
+    return union(out)
 
 
 # ---- the catalog, compiled ---------------------------------------------------------------------------------------
@@ -413,8 +437,9 @@ def steady_window(tl: Timeline, first_us: float, last_us: float, devices: set[in
         parts.append(f"no steady tail after first-call warm-up ({len(seen)} distinct kernels, the last new one "
                      f"{tail} kernels before the end), so the warm-up is kept")
     # stretches without any event (host or GPU) are outside the workload
-    host = _host_intervals(tl, _launching_threads(tl), launch_free_spans=True)
-    busy = union([*((tl.g_start[i], tl.g_end[i]) for i in acts), *host, *tl.loader])
+    slack = settings.event_free_gap_us / 2  # gaps shorter than this cannot be an event-free stretch
+    host = _host_intervals(tl, _launching_threads(tl), launch_free_spans=True, slack=slack)
+    busy = union([*_union_arrays(tl.g_start, tl.g_end, acts, slack=slack), *host, *tl.loader])
     inside = intersect_all(busy, [(start, g1)])
     windows: list[Interval] = []
     excluded = 0.0
@@ -460,15 +485,17 @@ def _launch_starts(tl: Timeline) -> dict[int, list[float]]:
 
 
 def _host_intervals(tl: Timeline, threads: set[int], *, launch_free_spans: bool,
-                    blocking: set[int] | None = None) -> list[Interval]:
+                    blocking: set[int] | None = None, slack: float = 0.0) -> list[Interval]:
     """Union of host activity on `threads`: operators, runtime calls (less `blocking` names) and the spans (python
     functions, annotations) that launch no GPU work themselves; a span that launches is a caller whose own time is
     covered by what it calls."""
     ops = (i for i in range(len(tl.o_start)) if tl.o_thread[i] in threads)
-    out = _union_arrays(tl.o_start, tl.o_end, ops)
+    out = _union_arrays(tl.o_start, tl.o_end, ops, tl.o_thread, slack)
+    inside = Cover(out)  # runtime calls run inside operators: only the few outside them add anything
     rts = (r for r in range(len(tl.r_start)) if tl.r_thread[r] in threads
-           and (blocking is None or tl.r_name[r] not in blocking))
-    out = union([*out, *_union_arrays(tl.r_start, tl.r_end, rts)])
+           and (blocking is None or tl.r_name[r] not in blocking)
+           and inside.between(tl.r_start[r], tl.r_end[r]) < tl.r_end[r] - tl.r_start[r])
+    out = union([*out, *_union_arrays(tl.r_start, tl.r_end, rts, tl.r_thread, slack)])
     if launch_free_spans and len(tl.s_start):
         starts = _launch_starts(tl)
         keep = []
@@ -481,7 +508,7 @@ def _host_intervals(tl: Timeline, threads: set[int], *, launch_free_spans: bool,
             if k < len(lst) and lst[k] < tl.s_end[i]:
                 continue  # launches GPU work: a caller
             keep.append(i)
-        out = union([*out, *_union_arrays(tl.s_start, tl.s_end, keep)])
+        out = union([*out, *_union_arrays(tl.s_start, tl.s_end, keep, tl.s_thread, slack)])
     return out
 
 
@@ -717,76 +744,81 @@ class _Analyzer:
 
     def _device(self, idx: list[int], classes: list[str], cov_w: Cover, cov_l: Cover, cov_s: Cover, cov_h: Cover,
                 sync_point: Cover, launch_gap: float) -> DeviceIdle:
-        """One device: busy time in the windows, and each idle gap split (see the module docstring)."""
+        """One device: busy time in the windows, and each idle gap split (see the module docstring). One pass over
+        the activities sorted by start: a gap is the stretch before an activity that starts after everything so far
+        has ended, and that activity is the one whose launch decides the gap."""
         tl, acc = self.tl, DeviceIdle()
-        m_start: list[float] = []
-        m_end: list[float] = []
-        m_first: list[int] = []
-        for i in idx:
-            s, e = tl.g_start[i], tl.g_end[i]
-            if m_end and s <= m_end[-1]:
-                if e > m_end[-1]:
-                    m_end[-1] = e
-            else:
-                m_start.append(s)
-                m_end.append(e)
-                m_first.append(i)
-        if not m_start or not self.windows:
-            return acc
-        for s, e in zip(m_start, m_end, strict=True):
-            acc.busy += cov_w.between(s, e)
-        if acc.busy <= 0:
+        if not idx or not self.windows:
             return acc
         launch, short = tl.launch, self.kernel_wait_us
-        prev = self.windows[0][0]
-        gaps: list[tuple[float, float, int]] = []
-        for j in range(len(m_start)):
-            if m_start[j] > prev:
-                gaps.append((prev, m_start[j], m_first[j]))
-            if m_end[j] > prev:
-                prev = m_end[j]
-        if prev < self.windows[-1][1]:
-            gaps.append((prev, self.windows[-1][1], -1))
-        for a, b, nxt in gaps:
-            inside = cov_w.between(a, b)
-            if inside <= 0:
+        w_lo, w_hi = self.windows[0][0], self.windows[-1][1]
+        g_start, g_end = tl.g_start, tl.g_end
+        prev = w_lo  # the end of the GPU work so far (or the window start)
+        ms = me = math.nan  # the merged busy interval being built
+        for i in idx:
+            s, e = g_start[i], g_end[i]
+            if me == me and s <= me:
+                if e > me:
+                    me = e
                 continue
-            data = min(inside, cov_l.between(a, b))
-            rest = max(0.0, inside - data)
-            acc.data += data
-            at = launch[nxt] if nxt >= 0 else _NAN
-            if at == at and at > a:
-                acc.hta_host += rest
-            elif nxt >= 0 and b - a < short:
-                acc.hta_kernel += rest
-            else:
-                acc.hta_other += rest
-            if nxt >= 0 and at == at and at <= a:
-                acc.gpu_wait += rest  # already queued: the GPU waited on something of its own
-                continue
-            if sync_point.contains(a):
-                acc.sync += rest  # the host blocked while the GPU drained, then had to refill the queue
-                continue
-            sync = min(rest, cov_s.between(a, b))
-            acc.sync += sync
-            rest -= sync
-            if nxt >= 0 and b - a <= launch_gap:
-                acc.launch += rest
-                continue
-            hostc = min(rest, cov_h.between(a, b))
-            acc.host += hostc
-            acc.unattributed += rest - hostc
-            if hostc > 0:
-                self.host_gaps.append((a, b))
+            if me == me:
+                acc.busy += cov_w.between(ms, me)
+                if me > prev:
+                    prev = me
+            if s > prev:
+                self._gap(acc, prev, s, i, launch, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap)
+            ms, me = s, e
+        if me == me:
+            acc.busy += cov_w.between(ms, me)
+            if me > prev:
+                prev = me
+        if acc.busy <= 0:
+            return acc
+        if prev < w_hi:
+            self._gap(acc, prev, w_hi, -1, launch, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap)
         # host-to-device copies and exposed communication on this device
-        h2d = union((tl.g_start[i], tl.g_end[i]) for i in idx if tl.g_flag[i] & H2D)
+        h2d = _union_arrays(g_start, g_end, (i for i in idx if tl.g_flag[i] & H2D))
         acc.h2d = Cover(intersect_all(h2d, self.windows)).total
-        comm = [i for i in idx if classes[i] == "communication"]
-        if comm:
-            comm_w = intersect_all(union((tl.g_start[i], tl.g_end[i]) for i in comm), self.windows)
-            compute = union((tl.g_start[i], tl.g_end[i]) for i in idx if classes[i] != "communication")
+        if any(classes[i] == "communication" for i in idx):
+            comm_w = intersect_all(_union_arrays(g_start, g_end, (i for i in idx if classes[i] == "communication")),
+                                   self.windows)
+            compute = _union_arrays(g_start, g_end, (i for i in idx if classes[i] != "communication"))
             acc.comm = total(comm_w) - Cover(intersect_all(comm_w, compute)).total
         return acc
+
+    def _gap(self, acc: DeviceIdle, a: float, b: float, nxt: int, launch: array[float], short: float, cov_w: Cover,
+             cov_l: Cover, cov_s: Cover, cov_h: Cover, sync_point: Cover, launch_gap: float) -> None:
+        """Split one idle gap [a, b) before activity `nxt` (-1: the window's end) by cause."""
+        inside = cov_w.between(a, b)
+        if inside <= 0:
+            return
+        data = min(inside, cov_l.between(a, b))
+        rest = max(0.0, inside - data)
+        acc.data += data
+        at = launch[nxt] if nxt >= 0 else _NAN
+        if at == at and at > a:
+            acc.hta_host += rest
+        elif nxt >= 0 and b - a < short:
+            acc.hta_kernel += rest
+        else:
+            acc.hta_other += rest
+        if nxt >= 0 and at == at and at <= a:
+            acc.gpu_wait += rest  # already queued: the GPU waited on something of its own
+            return
+        if sync_point.contains(a):
+            acc.sync += rest  # the host blocked while the GPU drained, then had to refill the queue
+            return
+        sync = min(rest, cov_s.between(a, b))
+        acc.sync += sync
+        rest -= sync
+        if nxt >= 0 and b - a <= launch_gap:
+            acc.launch += rest
+            return
+        hostc = min(rest, cov_h.between(a, b))
+        acc.host += hostc
+        acc.unattributed += rest - hostc
+        if hostc > 0:
+            self.host_gaps.append((a, b))
 
     # -- where the GPU time goes -------------------------------------------------------------------------------------
     def _breakdown(self, in_w: list[int], classes: list[str], source: str, window: TraceWindow | None,
@@ -800,12 +832,18 @@ class _Analyzer:
         gpu_total = sum(tl.g_end[i] - tl.g_start[i] for i in in_w)
         per_class: dict[str, list[float]] = {}
         per_kernel: dict[int, list[float]] = {}  # name -> [time, count, kind]
-        # per activity: the op group it belongs to, and the op instance whose FLOPs it shares
-        inst_time: dict[int, float] = {}  # instance -> kernel time
-        children: dict[int, set[str]] = {}  # instance -> the launching operators inside it
+        # per activity (columns, in the order of in_w): the operator that launched it, and the operator instance
+        # whose FLOPs it carries (the launcher if costed, else its innermost costed ancestor)
+        n_ops = len(tl.o_start)
+        act_op = array("q")
+        act_inst = array("q")
+        inst_time = array("d", bytes(8 * n_ops))  # kernel time per instance
+        children: dict[int, set[str]] = {}  # instance -> the launching operators inside it (when not itself)
         child_costs: dict[tuple[int, frozenset[str]], OpCost | None] = {}
-        act_inst: list[tuple[int, int, str]] = []  # (activity, instance or -1, group name)
         for i in in_w:
+            act_op.append(ops.launcher(i))
+        ops.prepare_claims(act_op)
+        for k, i in enumerate(in_w):
             d = tl.g_end[i] - tl.g_start[i]
             c = classes[i]
             pc = per_class.setdefault(c, [0.0, 0.0])
@@ -814,37 +852,42 @@ class _Analyzer:
             pk = per_kernel.setdefault(tl.g_name[i], [0.0, 0.0, tl.g_kind[i]])
             pk[0] += d
             pk[1] += 1
-            op = ops.launcher(i)
-            if op < 0:
-                act_inst.append((i, -1, ""))
-                continue
-            inst = ops.claim(op)
-            group = names[tl.o_name[inst if inst >= 0 else op]]
-            act_inst.append((i, inst, group))
+            op = act_op[k]
+            inst = ops.claim(op) if op >= 0 else -1
+            act_inst.append(inst)
             if inst >= 0 and tl.g_kind[i] == KIND_KERNEL:
-                inst_time[inst] = inst_time.get(inst, 0.0) + d
+                inst_time[inst] += d
                 if inst != op:
                     children.setdefault(inst, set()).add(names[tl.o_name[op]])
         # distribute each instance's FLOPs/bytes over its kernels by duration
-        groups: dict[str, _Acc] = {}
+        groups: dict[int, _Acc] = {}  # operator name id -> accumulator
         kern_roof: dict[int, _Acc] = {}
         class_roof: dict[str, _Acc] = {}
         totals = _Acc()
-        counted: set[int] = set()
-        group_instances: dict[str, set[int]] = {}
-        class_groups: dict[str, dict[str, float]] = {}
-        for i, inst, group in act_inst:
+        counted = 0
+        seen = bytearray(n_ops)  # operator instances already counted in their group
+        group_count: dict[int, int] = {}
+        class_groups: dict[str, dict[int, float]] = {}
+        for k, i in enumerate(in_w):
+            op, inst = act_op[k], act_inst[k]
             d = tl.g_end[i] - tl.g_start[i]
             c = classes[i]
-            if group:
-                g = groups.setdefault(group, _Acc())
+            if op >= 0:
+                who = inst if inst >= 0 else op
+                group = tl.o_name[who]
+                g = groups.get(group)
+                if g is None:
+                    g = groups[group] = _Acc()
                 g.time += d
                 g.cls[c] = g.cls.get(c, 0.0) + d
-                group_instances.setdefault(group, set()).add(inst if inst >= 0 else -1 - ops.launcher(i))
+                if not seen[who]:
+                    seen[who] = 1
+                    group_count[group] = group_count.get(group, 0) + 1
                 cg = class_groups.setdefault(c, {})
                 cg[group] = cg.get(group, 0.0) + d
             if inst < 0 or tl.g_kind[i] != KIND_KERNEL:
                 continue
+            group = tl.o_name[inst]
             sid = tl.o_shape[inst]
             cost = costs[sid] if sid >= 0 else None
             if cost is not None and inst in children:
@@ -858,13 +901,12 @@ class _Analyzer:
             dtype = cost.dtype
             if dtype == "fp32" and "tf32" in names[tl.g_name[i]].lower():
                 dtype = "tf32"
-            share = d / inst_time[inst] if inst_time.get(inst) else 0.0
+            share = d / inst_time[inst] if inst_time[inst] > 0 else 0.0
             f, b = cost.flops * share, cost.bytes * share
             for acc in (groups[group], kern_roof.setdefault(tl.g_name[i], _Acc()), class_roof.setdefault(c, _Acc()),
                         totals):
                 acc.add(f, b, d, dtype)
-            if inst not in counted:
-                counted.add(inst)
+            counted += 1
         roof = self.roof
         class_list = [ClassShare(class_=c, gpu_time_s=_r(t / 1e6), share=_r(t / gpu_total if gpu_total else 0.0),
                                  count=int(cnt), memory_bound_by_nature=self.cls.memory_bound.get(c, False),
@@ -878,11 +920,11 @@ class _Analyzer:
                                  count=int(cnt), class_=self.cls.of(names, nm, int(kind)),
                                  **kern_roof.get(nm, _Acc()).roofline(roof))
                        for nm, (t, cnt, kind) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:top_n]]
-        top_ops = [TimeEntry(name=g, gpu_time_s=_r(acc.time / 1e6), share=_r(acc.time / gpu_total if gpu_total else 0),
-                             count=len(group_instances.get(g, ())), class_=max(acc.cls, key=lambda c: acc.cls[c]),
-                             **acc.roofline(roof))
+        top_ops = [TimeEntry(name=names[g], gpu_time_s=_r(acc.time / 1e6),
+                             share=_r(acc.time / gpu_total if gpu_total else 0), count=group_count.get(g, 0),
+                             class_=max(acc.cls, key=lambda c: acc.cls[c]), **acc.roofline(roof))
                    for g, acc in sorted(groups.items(), key=lambda kv: -kv[1].time)[:top_n]]
-        modules = self._modules(act_inst, ops, gpu_total, top_n)
+        modules = self._modules(in_w, act_op, gpu_total, top_n)
         step_times = [StepTime(number=num, duration_s=_r((e - s) / 1e6)) for num, s, e in steps]
         cv = None
         if len(step_times) >= 2:
@@ -901,7 +943,7 @@ class _Analyzer:
         launched = sum(acc.time for acc in groups.values())
         coverage = sum(acc.ktime for acc in groups.values() if acc.flops > 0 or acc.bytes > 0)
         notes: list[str] = []
-        if groups and len(counted) == 0:
+        if groups and counted == 0:
             notes.append("no launching operator has a FLOP/byte count from its shapes (record_shapes=True records "
                          "them)")
         if graph_launches:
@@ -922,8 +964,8 @@ class _Analyzer:
             picked: list[str] = []
             covered = 0.0
             total_c = sum(t for _, t in ranked)
-            for name, t in ranked[:3]:
-                picked.append(name)
+            for name_id, t in ranked[:3]:
+                picked.append(names[name_id])
                 covered += t
                 if total_c and covered / total_c >= 0.6:
                     break
@@ -940,12 +982,15 @@ class _Analyzer:
         pieces = intersect_all(host_w, gaps)
         if not pieces:
             return [], None
-        ops = _Nesting(tl.o_start, tl.o_end, tl.o_thread,
-                       [i for i in range(len(tl.o_start)) if tl.o_thread[i] in threads])
-        spans = _Nesting(tl.s_start, tl.s_end, tl.s_thread,
-                         [i for i in range(len(tl.s_start)) if tl.s_thread[i] in threads])
-        calls = _Nesting(tl.r_start, tl.r_end, tl.r_thread,
-                         [i for i in range(len(tl.r_start)) if tl.r_thread[i] in threads])
+        inside = Cover(pieces)  # only the events that overlap host work inside such gaps can be credited
+
+        def around(starts: Sequence[float], ends: Sequence[float], thread: Sequence[int]) -> _Nesting:
+            keep = [i for i in range(len(starts)) if thread[i] in threads and inside.between(starts[i], ends[i]) > 0]
+            return _Nesting(starts, ends, thread, keep)
+
+        ops = around(tl.o_start, tl.o_end, tl.o_thread)
+        spans = around(tl.s_start, tl.s_end, tl.s_thread)
+        calls = around(tl.r_start, tl.r_end, tl.r_thread)
         credit: dict[str, float] = {}
         count: dict[str, int] = {}
         for a, b in pieces:
@@ -985,8 +1030,7 @@ class _Analyzer:
         return model, sig_names, [model.cost(sig_names[sid], shapes) if shapes is not None and sig_names[sid]
                                   else None for sid, shapes in enumerate(tl.shapes)]
 
-    def _modules(self, act_inst: list[tuple[int, int, str]], ops: _OpIndex, gpu_total: float,
-                 top_n: int) -> list[TimeEntry]:
+    def _modules(self, in_w: list[int], act_op: array[int], gpu_total: float, top_n: int) -> list[TimeEntry]:
         """GPU time by the innermost `nn.Module:` python function around each launching operator (module type)."""
         tl = self.tl
         mods = [i for i in range(len(tl.s_start)) if tl.names[tl.s_name[i]].startswith("nn.Module: ")]
@@ -995,8 +1039,8 @@ class _Analyzer:
         nest = _Nesting(tl.s_start, tl.s_end, tl.s_thread, mods)
         per: dict[str, list[float]] = {}
         seen: dict[str, set[int]] = {}
-        for i, _inst, _group in act_inst:
-            op = ops.launcher(i)
+        for k, i in enumerate(in_w):
+            op = act_op[k]
             if op < 0:
                 continue
             m = nest.innermost(tl.o_thread[op], tl.o_start[op], tl.o_end[op])
@@ -1093,50 +1137,86 @@ class _OpIndex:
         n = len(tl.o_ext)
         ext = tl.o_ext
         self.order: Sequence[int] = range(n)
-        if any(ext[i] > ext[i + 1] for i in range(n - 1)):
-            self.order = sorted(range(n), key=ext.__getitem__)
-        self.ext_sorted = array("q", (ext[i] for i in self.order)) if not isinstance(self.order, range) else ext
-        self.costed = [sid >= 0 and costs[sid] is not None for sid in tl.o_shape]
-        self.costed_nest = _Nesting(tl.o_start, tl.o_end, tl.o_thread, [i for i in range(n) if self.costed[i]])
+        self.ext_sorted: Sequence[int] = ext
+        self.slot: array[int] | None = None  # external id -> operator, when the ids are dense and unique
+        top = max(ext, default=-1)
+        if 0 <= top <= 2 * n + 100_000:  # dense ids, as profilers assign them
+            slot = array("i" if n < (1 << 31) else "q", [-1]) * (top + 1)
+            unique = True
+            for i in range(n):
+                x = ext[i]
+                if x >= 0:
+                    if slot[x] >= 0:
+                        unique = False  # ids repeat (traces stitched together): look them up by time as well
+                        break
+                    slot[x] = i
+            self.slot = slot if unique else None
+        if self.slot is None and any(ext[i] > ext[i + 1] for i in range(n - 1)):
+            packed = [ext[i] * (1 << 24) + i if ext[i] >= 0 else -1 for i in range(n)] if n < (1 << 24) else None
+            if packed is not None and top < (1 << 38):
+                packed.sort()  # in place: no second list
+                self.order = array("q", (p & ((1 << 24) - 1) if p >= 0 else 0 for p in packed))
+                self.ext_sorted = array("q", (p >> 24 if p >= 0 else -1 for p in packed))
+                del packed
+            else:
+                self.order = array("q", sorted(range(n), key=ext.__getitem__))
+                self.ext_sorted = array("q", (ext[i] for i in self.order))
+        self.costed = bytearray(1 if sid >= 0 and costs[sid] is not None else 0 for sid in tl.o_shape)
+        self._costed_nest: _Nesting | None = None
         self._all_nest: _Nesting | None = None
-        self._launcher: dict[int, int] = {}
         self._claim: dict[int, int] = {}
 
     def launcher(self, act: int) -> int:
         """The operator behind GPU activity `act`, or -1."""
-        found = self._launcher.get(act)
-        if found is not None:
-            return found
         tl = self.tl
         r = tl.launcher[act]
-        op = -1
         ext = tl.r_ext[r] if r >= 0 else tl.g_ext[act]
         at = tl.r_start[r] if r >= 0 else tl.g_start[act]
-        if ext >= 0 and len(self.ext_sorted):
+        op = -1
+        if ext >= 0 and self.slot is not None:
+            op = self.slot[ext] if ext < len(self.slot) else -1
+        elif ext >= 0 and len(self.ext_sorted):
             j = bisect_left(self.ext_sorted, ext)
-            best = -1
-            while j < len(self.ext_sorted) and self.ext_sorted[j] == ext:
+            while j < len(self.ext_sorted) and self.ext_sorted[j] == ext:  # several only in stitched traces
                 cand = self.order[j]
-                if tl.o_start[cand] <= at <= tl.o_end[cand] or best < 0:
-                    best = cand
+                if op < 0 or tl.o_start[cand] <= at <= tl.o_end[cand]:
+                    op = cand
                     if tl.o_start[cand] <= at <= tl.o_end[cand]:
                         break
                 j += 1
-            op = best
         if op < 0 and r >= 0 and len(tl.o_start):
             if self._all_nest is None:
                 self._all_nest = _Nesting(tl.o_start, tl.o_end, tl.o_thread, list(range(len(tl.o_start))))
             op = self._all_nest.innermost(tl.r_thread[r], tl.r_start[r], tl.r_end[r])
-        self._launcher[act] = op
         return op
+
+    def prepare_claims(self, launchers: Iterable[int]) -> None:
+        """Nest the costed operators that could be an ancestor of an uncosted launcher (they overlap one on the same
+        thread): few, so the sort stays small."""
+        tl = self.tl
+        uncosted = bytearray(len(tl.o_start))
+        for op in launchers:
+            if op >= 0 and not self.costed[op]:
+                uncosted[op] = 1
+        by_thread: dict[int, list[Interval]] = {}
+        for op in (i for i, flag in enumerate(uncosted) if flag):
+            by_thread.setdefault(tl.o_thread[op], []).append((tl.o_start[op], tl.o_end[op]))
+        covers = {th: Cover(union(ivs)) for th, ivs in by_thread.items()}
+        keep = [i for i in range(len(tl.o_start)) if self.costed[i] and tl.o_thread[i] in covers
+                and covers[tl.o_thread[i]].between(tl.o_start[i], tl.o_end[i]) > 0] if covers else []
+        self._costed_nest = _Nesting(tl.o_start, tl.o_end, tl.o_thread, keep)
 
     def claim(self, op: int) -> int:
         """The operator whose FLOP/byte count covers `op`'s kernels: `op` if costed, else its innermost costed
-        ancestor on the same thread, else -1."""
+        ancestor on the same thread (among those `prepare_claims` kept), else -1."""
+        if self.costed[op]:
+            return op
         found = self._claim.get(op)
         if found is None:
             tl = self.tl
-            found = op if self.costed[op] else self.costed_nest.innermost(tl.o_thread[op], tl.o_start[op],
-                                                                          tl.o_end[op])
+            if self._costed_nest is None:
+                self.prepare_claims([op])
+            assert self._costed_nest is not None
+            found = self._costed_nest.innermost(tl.o_thread[op], tl.o_start[op], tl.o_end[op])
             self._claim[op] = found
         return found
