@@ -273,6 +273,8 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
     o_shape = tl.o_shape
     s_start, s_end, s_thread, s_name = tl.s_start, tl.s_end, tl.s_thread, tl.s_name
     name_id, thread_of, shape_id = tl.name_id, tl.thread, tl.shape_id
+    name_ids = tl._name_ids
+    shape_ids = tl._shape_ids
     threads: dict[tuple[Any, Any], int] = {}
     first, last = c.first, c.last
     count = complete = malformed = 0
@@ -327,7 +329,8 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
                 s_start.append(ts)
                 s_end.append(end)
                 s_thread.append(thread)
-                s_name.append(name_id(name))
+                nid = name_ids.get(name)
+                s_name.append(nid if nid is not None else name_id(name))
                 continue
             ext = -1
             sig = -1
@@ -344,13 +347,17 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
                 dims = args.dims
                 if dims:
                     dims_b, types_b, conc_b = bytes(dims), bytes(args.types), bytes(args.concrete)
-                    sig = shape_id((name, dims_b, types_b, conc_b), partial(_shapes, dims_b, types_b, conc_b))
+                    sig_key = (name, dims_b, types_b, conc_b)
+                    sig = shape_ids.get(sig_key, -1)
+                    if sig < 0:
+                        sig = shape_id(sig_key, partial(_shapes, dims_b, types_b, conc_b))
                     c.shaped_ops += 1
             o_start.append(ts)
             o_end.append(end)
             o_thread.append(thread)
             o_ext.append(ext)
-            o_name.append(name_id(name))
+            nid = name_ids.get(name)
+            o_name.append(nid if nid is not None else name_id(name))
             o_shape.append(sig)
         elif kind == _RUNTIME:
             rcorr: Any = -1
@@ -372,7 +379,8 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
             r_start.append(ts)
             r_end.append(end)
             r_corr.append(rcorr)
-            r_name.append(name_id(name))
+            nid = name_ids.get(name)
+            r_name.append(nid if nid is not None else name_id(name))
             r_thread.append(thread)
             r_ext.append(rext)
             if name.startswith("hip"):
@@ -398,7 +406,8 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
             g_stream.append(stream if type(stream) is int else -1)
             g_kind.append(_GPU_KIND[kind])
             g_flag.append(flag)
-            g_name.append(name_id(name))
+            nid = name_ids.get(name)
+            g_name.append(nid if nid is not None else name_id(name))
             g_ext.append(ext2 if type(ext2) is int else -1)
     c.first, c.last = first, last
     c.events += count

@@ -230,6 +230,16 @@ class Cover:
         i = bisect_right(self.starts, t) - 1
         return i >= 0 and t <= self.ends[i]
 
+    def holds(self, a: float, b: float) -> bool:
+        """[a, b] lies inside one interval."""
+        i = bisect_right(self.starts, a) - 1
+        return i >= 0 and b <= self.ends[i]
+
+    def touches(self, a: float, b: float) -> bool:
+        """Some interval meets [a, b] (one bisect: cheaper than `between` when only yes or no matters)."""
+        i = bisect_left(self.ends, a)
+        return i < len(self.ends) and self.starts[i] <= b
+
     @property
     def total(self) -> float:
         return self.cum[-1]
@@ -494,7 +504,7 @@ def _host_intervals(tl: Timeline, threads: set[int], *, launch_free_spans: bool,
     inside = Cover(out)  # runtime calls run inside operators: only the few outside them add anything
     rts = (r for r in range(len(tl.r_start)) if tl.r_thread[r] in threads
            and (blocking is None or tl.r_name[r] not in blocking)
-           and inside.between(tl.r_start[r], tl.r_end[r]) < tl.r_end[r] - tl.r_start[r])
+           and not inside.holds(tl.r_start[r], tl.r_end[r]))
     out = union([*out, *_union_arrays(tl.r_start, tl.r_end, rts, tl.r_thread, slack)])
     if launch_free_spans and len(tl.s_start):
         starts = _launch_starts(tl)
@@ -691,7 +701,8 @@ class _Analyzer:
         cov_w, cov_l, cov_s, cov_h, sync_point = Cover(wl), Cover(loader), Cover(sync_w), Cover(host_w), Cover(sync_all)
         launch_gap = self.catalog.analysis.launch_gap_max_us
         per_dev: list[tuple[int, DeviceIdle]] = []
-        classes = [self.cls.of(names, tl.g_name[i], tl.g_kind[i]) for i in range(n)]
+        of, g_name, g_kind = self.cls.of, tl.g_name, tl.g_kind
+        classes = [of(names, g_name[i], g_kind[i]) for i in range(n)]
         k = 0
         while k < len(idx):
             dev = tl.g_dev[idx[k]]
@@ -843,22 +854,29 @@ class _Analyzer:
         for i in in_w:
             act_op.append(ops.launcher(i))
         ops.prepare_claims(act_op)
+        g_start, g_end, g_name, g_kind, o_name = tl.g_start, tl.g_end, tl.g_name, tl.g_kind, tl.o_name
+        claim = ops.claim
         for k, i in enumerate(in_w):
-            d = tl.g_end[i] - tl.g_start[i]
+            d = g_end[i] - g_start[i]
             c = classes[i]
-            pc = per_class.setdefault(c, [0.0, 0.0])
+            pc = per_class.get(c)
+            if pc is None:
+                pc = per_class[c] = [0.0, 0.0]
             pc[0] += d
             pc[1] += 1
-            pk = per_kernel.setdefault(tl.g_name[i], [0.0, 0.0, tl.g_kind[i]])
+            nm = g_name[i]
+            pk = per_kernel.get(nm)
+            if pk is None:
+                pk = per_kernel[nm] = [0.0, 0.0, g_kind[i]]
             pk[0] += d
             pk[1] += 1
             op = act_op[k]
-            inst = ops.claim(op) if op >= 0 else -1
+            inst = claim(op) if op >= 0 else -1
             act_inst.append(inst)
-            if inst >= 0 and tl.g_kind[i] == KIND_KERNEL:
+            if inst >= 0 and g_kind[i] == KIND_KERNEL:
                 inst_time[inst] += d
                 if inst != op:
-                    children.setdefault(inst, set()).add(names[tl.o_name[op]])
+                    children.setdefault(inst, set()).add(names[o_name[op]])
         # distribute each instance's FLOPs/bytes over its kernels by duration
         groups: dict[int, _Acc] = {}  # operator name id -> accumulator
         kern_roof: dict[int, _Acc] = {}
@@ -868,13 +886,15 @@ class _Analyzer:
         seen = bytearray(n_ops)  # operator instances already counted in their group
         group_count: dict[int, int] = {}
         class_groups: dict[str, dict[int, float]] = {}
+        tf32: dict[int, bool] = {}  # kernel name id -> runs TF32 math (a tf32 kernel under fp32 inputs)
+        o_shape = tl.o_shape
         for k, i in enumerate(in_w):
             op, inst = act_op[k], act_inst[k]
-            d = tl.g_end[i] - tl.g_start[i]
+            d = g_end[i] - g_start[i]
             c = classes[i]
             if op >= 0:
                 who = inst if inst >= 0 else op
-                group = tl.o_name[who]
+                group = o_name[who]
                 g = groups.get(group)
                 if g is None:
                     g = groups[group] = _Acc()
@@ -885,10 +905,10 @@ class _Analyzer:
                     group_count[group] = group_count.get(group, 0) + 1
                 cg = class_groups.setdefault(c, {})
                 cg[group] = cg.get(group, 0.0) + d
-            if inst < 0 or tl.g_kind[i] != KIND_KERNEL:
+            if inst < 0 or g_kind[i] != KIND_KERNEL:
                 continue
-            group = tl.o_name[inst]
-            sid = tl.o_shape[inst]
+            group = o_name[inst]
+            sid = o_shape[inst]
             cost = costs[sid] if sid >= 0 else None
             if cost is not None and inst in children:
                 key = (sid, frozenset(children[inst]))
@@ -899,13 +919,25 @@ class _Analyzer:
             if cost is None:
                 continue
             dtype = cost.dtype
-            if dtype == "fp32" and "tf32" in names[tl.g_name[i]].lower():
-                dtype = "tf32"
+            nm = g_name[i]
+            if dtype == "fp32":
+                is_tf32 = tf32.get(nm)
+                if is_tf32 is None:
+                    is_tf32 = tf32[nm] = "tf32" in names[nm].lower()
+                if is_tf32:
+                    dtype = "tf32"
             share = d / inst_time[inst] if inst_time[inst] > 0 else 0.0
             f, b = cost.flops * share, cost.bytes * share
-            for acc in (groups[group], kern_roof.setdefault(tl.g_name[i], _Acc()), class_roof.setdefault(c, _Acc()),
-                        totals):
-                acc.add(f, b, d, dtype)
+            kr = kern_roof.get(nm)
+            if kr is None:
+                kr = kern_roof[nm] = _Acc()
+            cr = class_roof.get(c)
+            if cr is None:
+                cr = class_roof[c] = _Acc()
+            groups[group].add(f, b, d, dtype)
+            kr.add(f, b, d, dtype)
+            cr.add(f, b, d, dtype)
+            totals.add(f, b, d, dtype)
             counted += 1
         roof = self.roof
         class_list = [ClassShare(class_=c, gpu_time_s=_r(t / 1e6), share=_r(t / gpu_total if gpu_total else 0.0),
@@ -982,10 +1014,14 @@ class _Analyzer:
         pieces = intersect_all(host_w, gaps)
         if not pieces:
             return [], None
-        inside = Cover(pieces)  # only the events that overlap host work inside such gaps can be credited
+        mids = [(a + b) / 2 for a, b in pieces]  # each piece is credited to what runs at its middle
 
         def around(starts: Sequence[float], ends: Sequence[float], thread: Sequence[int]) -> _Nesting:
-            keep = [i for i in range(len(starts)) if thread[i] in threads and inside.between(starts[i], ends[i]) > 0]
+            keep = []
+            for i in range(len(starts)):
+                k = bisect_left(mids, starts[i])
+                if k < len(mids) and mids[k] <= ends[i] and thread[i] in threads:
+                    keep.append(i)
             return _Nesting(starts, ends, thread, keep)
 
         ops = around(tl.o_start, tl.o_end, tl.o_thread)
@@ -993,8 +1029,7 @@ class _Analyzer:
         calls = around(tl.r_start, tl.r_end, tl.r_thread)
         credit: dict[str, float] = {}
         count: dict[str, int] = {}
-        for a, b in pieces:
-            mid = (a + b) / 2
+        for (a, b), mid in zip(pieces, mids, strict=True):
             best, best_start, best_name = -1, -math.inf, ""
             for th in threads:
                 o = ops.innermost(th, mid, mid)
@@ -1203,7 +1238,7 @@ class _OpIndex:
             by_thread.setdefault(tl.o_thread[op], []).append((tl.o_start[op], tl.o_end[op]))
         covers = {th: Cover(union(ivs)) for th, ivs in by_thread.items()}
         keep = [i for i in range(len(tl.o_start)) if self.costed[i] and tl.o_thread[i] in covers
-                and covers[tl.o_thread[i]].between(tl.o_start[i], tl.o_end[i]) > 0] if covers else []
+                and covers[tl.o_thread[i]].touches(tl.o_start[i], tl.o_end[i])] if covers else []
         self._costed_nest = _Nesting(tl.o_start, tl.o_end, tl.o_thread, keep)
 
     def claim(self, op: int) -> int:
