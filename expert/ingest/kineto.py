@@ -39,7 +39,7 @@ from ..knowledge import KnowledgeBase
 from ._result import FileResult
 from ._source import Progress, Source
 from .intervals import Interval, total, union
-from .opflops import OpShapes
+from .opflops import KNOWN_OPS, OpShapes
 from .timeline import H2D, PAGEABLE, PINNED, Cover, Roof, Timeline, analyse, steady_window, step_windows
 
 FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us",
@@ -345,7 +345,7 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
                     c.flops_ts.append(ts)
                     c.flops.append(flop)
                 dims = args.dims
-                if dims:
+                if dims and name in KNOWN_OPS:  # only operators with a FLOP/byte formula need their shapes
                     dims_b, types_b, conc_b = bytes(dims), bytes(args.types), bytes(args.concrete)
                     sig_key = (name, dims_b, types_b, conc_b)
                     sig = shape_ids.get(sig_key, -1)

@@ -800,10 +800,10 @@ class _Analyzer:
     def _gap(self, acc: DeviceIdle, a: float, b: float, nxt: int, launch: array[float], short: float, cov_w: Cover,
              cov_l: Cover, cov_s: Cover, cov_h: Cover, sync_point: Cover, launch_gap: float) -> None:
         """Split one idle gap [a, b) before activity `nxt` (-1: the window's end) by cause."""
-        inside = cov_w.between(a, b)
+        inside = b - a if cov_w.holds(a, b) else cov_w.between(a, b)
         if inside <= 0:
             return
-        data = min(inside, cov_l.between(a, b))
+        data = min(inside, cov_l.between(a, b)) if cov_l.starts else 0.0
         rest = max(0.0, inside - data)
         acc.data += data
         at = launch[nxt] if nxt >= 0 else _NAN
@@ -816,10 +816,10 @@ class _Analyzer:
         if nxt >= 0 and at == at and at <= a:
             acc.gpu_wait += rest  # already queued: the GPU waited on something of its own
             return
-        if sync_point.contains(a):
+        if sync_point.starts and sync_point.contains(a):
             acc.sync += rest  # the host blocked while the GPU drained, then had to refill the queue
             return
-        sync = min(rest, cov_s.between(a, b))
+        sync = min(rest, cov_s.between(a, b)) if cov_s.starts else 0.0
         acc.sync += sync
         rest -= sync
         if nxt >= 0 and b - a <= launch_gap:
@@ -931,14 +931,16 @@ class _Analyzer:
             kr = kern_roof.get(nm)
             if kr is None:
                 kr = kern_roof[nm] = _Acc()
+            groups[group].add(f, b, d, dtype)
+            kr.add(f, b, d, dtype)
+            counted += 1
+        for nm, kr in kern_roof.items():  # a kernel name has one class: classes and totals sum their kernels
+            c = self.cls.of(names, nm, int(per_kernel[nm][2]))
             cr = class_roof.get(c)
             if cr is None:
                 cr = class_roof[c] = _Acc()
-            groups[group].add(f, b, d, dtype)
-            kr.add(f, b, d, dtype)
-            cr.add(f, b, d, dtype)
-            totals.add(f, b, d, dtype)
-            counted += 1
+            cr.merge(kr)
+            totals.merge(kr)
         roof = self.roof
         class_list = [ClassShare(class_=c, gpu_time_s=_r(t / 1e6), share=_r(t / gpu_total if gpu_total else 0.0),
                                  count=int(cnt), memory_bound_by_nature=self.cls.memory_bound.get(c, False),
@@ -1110,6 +1112,13 @@ class _Acc:
         self.ktime += d
         if dtype is not None:
             self.dtypes[dtype] = self.dtypes.get(dtype, 0.0) + (f or b)
+
+    def merge(self, other: _Acc) -> None:
+        self.flops += other.flops
+        self.bytes += other.bytes
+        self.ktime += other.ktime
+        for k, v in other.dtypes.items():
+            self.dtypes[k] = self.dtypes.get(k, 0.0) + v
 
     def dominant_dtype(self) -> str | None:
         return max(self.dtypes, key=lambda k: self.dtypes[k]) if self.dtypes else None
