@@ -24,6 +24,9 @@ examples:
   dam ingest smi.csv --window 60:300               seconds 60 to 300 of the log
   dam diagnose --from trace.json.gz dcgm.txt       ingest and diagnose in one go
 
+For a profiler trace the table is followed by where the GPU time goes (kernel classes, top kernels and operators with
+their intensity and share of the roofline, why the GPU idles); --as json|yaml writes it as `time_breakdown`, which
+`dam diagnose FILE` carries into the report. Record with record_shapes=True for per-operator FLOPs.
 Several files merge (a trace plus a DCGM log of the same run); when two measure the same fact the trace wins over
 DCGM, and DCGM over nvidia-smi. --format names the INPUT format; --as names the OUTPUT format.
 exit codes: 0 ingested, 2 unreadable or malformed input (the message names the file and line).

@@ -52,6 +52,10 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
         for name, reason in result.not_derived.items():
             missing.add_row(name, reason)
         console.print(missing)
+    if result.time_breakdown is not None:
+        from .terminal import time_breakdown_view
+
+        console.print(time_breakdown_view(result.time_breakdown))
     for note in result.notes:
         console.print(f"[dim]note:[/dim] {note}")
     for f in result.files:

@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..breakdown import TimeBreakdown
 from ..report import Report
 
 _BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
@@ -161,9 +162,11 @@ def _num(value: float | None) -> str:
 def time_breakdown_section(report: Report) -> RenderableType | None:
     """Where the GPU time goes (profiler traces): kernel classes as bars, top kernels and operators with their share,
     arithmetic intensity and % of roof, and what the GPU idle time was."""
-    tb = report.time_breakdown
-    if tb is None:
-        return None
+    return None if report.time_breakdown is None else time_breakdown_view(report.time_breakdown)
+
+
+def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
+    """The "where the time goes" section for one time breakdown (also shown by `dam ingest`)."""
     parts: list[RenderableType] = []
     head = Text(f"window: {tb.window.reason}", style="dim")
     if tb.roof is not None:
