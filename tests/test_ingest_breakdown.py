@@ -340,3 +340,16 @@ def test_a_broken_time_breakdown_in_an_observation_file_is_an_input_error(tmp_pa
     proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "diagnose", str(path)], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "time_breakdown" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_implausible_values_are_not_derived_instead_of_failing(tmp_path: Path) -> None:
+    """A 10^5-cube matmul in 2 us is 10^9 x the H100's roof: a corrupt trace, said so, not an ingest error."""
+    t = Trace()
+    for s in range(2):
+        t.launch("aten::mm", "sm90_xmma_gemm_bf16bf16", 1000 * s, 1000 * s + 10, 2,
+                 dims=[[100_000, 100_000], [100_000, 100_000]], types=[BF, BF])
+        t.step(s + 1, 1000 * s, 900)
+    result = ingest_result(t.write(tmp_path / "absurd.json"))
+    assert "top_op_pct_of_roof" in result.not_derived and "implausible" in result.not_derived["top_op_pct_of_roof"]
+    assert "achieved_tflops" in result.not_derived
+    expert.diagnose(result.observations)  # what remains is valid input

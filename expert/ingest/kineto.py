@@ -312,8 +312,10 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
             key = (ev.pid, ev.tid)
             try:
                 thread = threads[key]
-            except (KeyError, TypeError):
+            except KeyError:
                 thread = threads[key] = thread_of(str(ev.pid), str(ev.tid))
+            except TypeError:  # an unhashable pid/tid (a malformed trace): named by its text
+                thread = thread_of(str(ev.pid), str(ev.tid))
             if name.startswith("ProfilerStep#"):
                 number = name[13:]
                 if number.isascii() and number.isdigit():
@@ -374,8 +376,10 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
             key = (ev.pid, ev.tid)
             try:
                 thread = threads[key]
-            except (KeyError, TypeError):
+            except KeyError:
                 thread = threads[key] = thread_of(str(ev.pid), str(ev.tid))
+            except TypeError:  # an unhashable pid/tid (a malformed trace): named by its text
+                thread = thread_of(str(ev.pid), str(ev.tid))
             r_start.append(ts)
             r_end.append(end)
             r_corr.append(rcorr)
@@ -475,7 +479,24 @@ def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None
     if collected.malformed:
         result.notes.append(f"{collected.malformed} events without a numeric ts/dur were skipped")
     _Analysis(src, kb, collected, meta, result, steps, window, gpus, kernel_wait_us).run(breakdown)
+    _drop_implausible(result, kb)
     return result
+
+
+def _drop_implausible(result: FileResult, kb: KnowledgeBase) -> None:
+    """A value outside its fact's range (a corrupt trace: zero-length windows, absurd shapes) is not derived, with
+    the reason, rather than failing the whole ingest."""
+    from ..observations import convert
+
+    for name, m in list(result.measured.items()):
+        spec = kb.facts.get(name)
+        if spec is None:
+            continue
+        try:
+            convert(spec, m.value, kb)
+        except ValueError as exc:
+            del result.measured[name]
+            result.missing(name, f"the trace gives an implausible value ({exc}); its shapes or durations are off")
 
 
 @contextmanager
