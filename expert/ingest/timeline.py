@@ -13,10 +13,13 @@ Entry point (a reader fills a `Timeline`, chooses the window, then analyses it):
     windows = [(s, e) for _, s, e in step_windows(tl, steps, devices)] or steady_window(tl, t0, t1, devices,
                                                                                      kb.kernels).windows
     result = analyse(tl, windows, devices, kb.kernels, roof=Roof(...))  # -> TimelineAnalysis
-    result.add_facts(file_result, label=..., n_steps=...)               # the standard facts, with provenance
+    result.add_facts(file_result, label=..., file=..., n_steps=...)     # the standard facts, with provenance
+    result.breakdown                                                    # the TimeBreakdown (expert/breakdown.py)
 
 Readers in a hurry may append to the `g_*`, `r_*`, `o_*` and `s_*` arrays directly (keeping each group the same
 length) instead of calling `add_*`. Times are microseconds on the trace's own clock; ids are ints (-1 when unknown).
+Runtime calls, operators and spans of one host thread must share its `thread` id: host coverage is judged on the
+threads that launch GPU work. Thresholds and kernel-name patterns come from knowledge_base/kernels.yaml.
 
 What it derives:
 
