@@ -3,8 +3,9 @@
     python bench/make_big_trace.py [--size-gb 1.0] [--out bench/data/big_trace.json]
 
 Copies of the two real traces (num_workers=0 and 4, alternating) are laid end to end: each copy's timestamps are
-shifted past the previous one, and its correlation/flow ids and ProfilerStep numbers renumbered, so the result is
-one long, consistent profile in libkineto's own layout (uncompressed JSON). Only the standard library is used.
+shifted past the previous one, and its correlation/flow ids, operator (External) ids and ProfilerStep numbers
+renumbered, so the result is one long, consistent profile in libkineto's own layout (uncompressed JSON). Only the
+standard library is used.
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ def _shift(ev: dict[str, Any], dt: float, dcorr: int, dstep: int) -> dict[str, A
     if isinstance(name, str) and name.startswith("ProfilerStep#") and name[13:].isdigit():
         ev["name"] = f"ProfilerStep#{int(name[13:]) + dstep}"
     args = ev.get("args")
-    if isinstance(args, dict) and isinstance(args.get("correlation"), int):
-        args = dict(args)
-        args["correlation"] += dcorr
-        ev["args"] = args
+    if isinstance(args, dict):
+        ids = [k for k in ("correlation", "External id", "external id") if isinstance(args.get(k), int)]
+        if ids:
+            args = dict(args)
+            for k in ids:
+                args[k] += dcorr  # one offset past every id of the copy before
+            ev["args"] = args
     return ev
 
 
@@ -51,8 +55,8 @@ def build(out: Path, size_bytes: int) -> int:
         events = [e for e in doc["traceEvents"] if e.get("ph") != "M" and e.get("cat") != "Trace"]
         ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
         ends = [e["ts"] + e.get("dur", 0) for e in events if isinstance(e.get("ts"), (int, float))]
-        corr = [e["args"]["correlation"] for e in events if isinstance(e.get("args"), dict)
-                and isinstance(e["args"].get("correlation"), int)]
+        corr = [e["args"][k] for e in events if isinstance(e.get("args"), dict)
+                for k in ("correlation", "External id", "external id") if isinstance(e["args"].get(k), int)]
         spans.append((min(ts), max(ends)))
         corr_spans.append(max(corr) + 1)
         step_spans.append(sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#")))

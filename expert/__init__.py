@@ -22,6 +22,7 @@ from ._version import __version__
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 
 if TYPE_CHECKING:
+    from .breakdown import TimeBreakdown
     from .compare.model import Comparison
     from .consult.session import Consultation
     from .expert import Expert
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .report.model import Report
 
 _LAZY = {
+    "TimeBreakdown": "expert.breakdown",
     "Consultation": "expert.consult.session",
     "Expert": "expert.expert",
     "IngestResult": "expert.ingest",
@@ -103,9 +105,9 @@ _default.set_factory(_build_default)
 default_expert = _default.default_expert
 
 
-def diagnose(observations: Mapping[str, Any] | Observations) -> Report:
-    """Diagnose observations with the bundled rules. See `Expert` for custom rules or engines."""
-    return default_expert().diagnose(observations)
+def diagnose(observations: Mapping[str, Any] | Observations, *, time_breakdown: TimeBreakdown | None = None) -> Report:
+    """Diagnose observations with the bundled rules. See `Expert` for custom rules or engines (and `time_breakdown`)."""
+    return default_expert().diagnose(observations, time_breakdown=time_breakdown)
 
 
 __all__ = [
@@ -120,6 +122,7 @@ __all__ = [
     "Observations",
     "Problem",
     "Report",
+    "TimeBreakdown",
     "__version__",
     "compare",
     "default_expert",

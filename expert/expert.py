@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ._resources import data_dir
+from .breakdown import TimeBreakdown
 from .derive.graph import derive
 from .diagnosis.build import build_report
 from .engine import EngineName, make_engine
@@ -54,10 +55,17 @@ class Expert:
         """Validate and normalise raw observations (units, percentages, hardware aliases)."""
         return normalise(self.kb, raw)
 
-    def diagnose(self, observations: Mapping[str, Any] | Observations) -> Report:
-        """Diagnose one set of observations. Raises ObservationError (with every problem) on invalid input."""
+    def diagnose(self, observations: Mapping[str, Any] | Observations, *,
+                 time_breakdown: TimeBreakdown | None = None) -> Report:
+        """Diagnose one set of observations. Raises ObservationError (with every problem) on invalid input.
+
+        time_breakdown: where the GPU time went (`IngestResult.time_breakdown` of the trace the observations came
+        from); it is carried into `Report.time_breakdown` for the report's "where the time goes" section."""
         obs = normalise(self.kb, observations)
         derived = derive(obs.values(), self.kb)
         facts = {**obs.values(), **{name: d.value for name, d in derived.items()}}
         result = self.engine.run(facts)
-        return build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result)
+        report = build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result)
+        if time_breakdown is not None:
+            report.time_breakdown = time_breakdown
+        return report

@@ -58,6 +58,8 @@ def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
         return {"description": described, "enum": [*(spec.choices or []), "unknown"]}
     if spec.type == "hardware":
         return {"description": described, "type": "string", "examples": sorted(kb.hardware)}
+    if spec.type == "text":
+        return {"description": described, "type": "string", **({"examples": [spec.example]} if spec.example else {})}
     return {"description": described, "type": ["number", "string"],
             **({"examples": [spec.example]} if spec.example else {})}
 
@@ -114,6 +116,8 @@ SCHEMAS: dict[str, SchemaSpec] = {
     "regimes": SchemaSpec(RegimeCatalog, "knowledge_base/regimes.yaml: bottleneck regimes, strengths, precedence."),
     "units": SchemaSpec(UnitTable, "knowledge_base/units.yaml: accepted units per dimension."),
 }
+SCHEMAS["kernels"] = SchemaSpec(_knowledge.KernelCatalog, "knowledge_base/kernels.yaml: kernel classes, host call "
+                                "roles and trace-analysis thresholds.")
 _interconnects = getattr(_knowledge, "InterconnectCatalog", None)
 if _interconnects is not None:  # the catalog of GPU-to-GPU links, where this version of the library has one
     SCHEMAS["interconnects"] = SchemaSpec(_interconnects, "knowledge_base/interconnects.yaml: GPU-to-GPU links.")

@@ -19,6 +19,8 @@ def _value(spec: FactSpec) -> st.SearchStrategy[Any]:
         return st.sampled_from(sorted(KB.hardware))
     if spec.type == "enum":
         return st.sampled_from(spec.choices or [])
+    if spec.type == "text":  # names a trace parser reports, quoted in messages
+        return st.sampled_from(["aten::add_ and aten::mul", "aten::mm", "preprocess", spec.example or "x"])
     if spec.type == "fraction":
         # thresholds sit on round numbers, so include them and their neighbourhoods
         edges = st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.15, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0])

@@ -374,6 +374,9 @@ def test_questions_carry_the_tool_that_measures_them() -> None:
     for _ in range(12):
         q = c.next_question()
         assert q is not None
+        if q.fact in KB.questions:  # a combined question: its members carry the tools
+            c.unknown(q.fact)
+            continue
         spec = KB.facts[q.fact]
         if spec.measure:
             m = KB.tools.measurements[spec.measure]
@@ -674,17 +677,19 @@ def _member_values(name: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(sorted(KB.hardware))
     if spec.type == "fraction":
         return st.floats(0, 1)
+    if spec.type == "integer":
+        return st.integers(int(spec.min or 0), int(spec.max or 10**12))
     return st.floats(spec.min or 1, spec.max or 1e15)
 
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.sampled_from(sorted(KB.questions)), st.data())
 def test_combined_answers_read_back_what_they_say(question_id: str, data: st.DataObject) -> None:
-    from expert.consult import combined
+    from expert.consult.session import combined
 
     question = KB.questions[question_id]
     values = {name: data.draw(st.one_of(st.none(), _member_values(name)), label=name) for name in question.facts}
-    typed = ", ".join("unknown" if v is None else repr(v) if isinstance(v, float) else v for v in values.values())
+    typed = ", ".join("unknown" if v is None else repr(v) if isinstance(v, float) else str(v) for v in values.values())
     assert combined.parse(question, typed, KB) == values
     assert combined.parse(question, {k: v for k, v in values.items() if v is not None}, KB) == values
 

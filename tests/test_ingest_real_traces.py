@@ -54,7 +54,7 @@ def test_every_real_trace_ingests_with_an_honest_account(path: Path) -> None:
 def test_no_steps_rocm_and_counter_only_traces_say_what_is_missing() -> None:
     alexnet = ingest_result(TRACES / "hta" / "critical_path_alexnet_trace.json.gz")
     assert "ProfilerStep" in alexnet.not_derived["step_time_s"]
-    assert "whole trace" in str(alexnet.observations.facts["gpu_util"].detail["window"])
+    assert "steady state" in str(alexnet.observations.facts["gpu_util"].detail["window"])
     cupti = ingest_result(TRACES / "hta" / "cupti_profiler_trace.json.gz")
     assert "GPU activity was not recorded" in cupti.not_derived["gpu_util"]
     mi250 = ingest_result(TRACES / "hta" / "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz")
@@ -71,3 +71,72 @@ def test_both_readers_agree_on_a_real_trace() -> None:
     slow = kineto.parse(Source(path), kb, engine="ijson")
     assert fast.stats["reader"] != slow.stats["reader"]
     assert {k: m.value for k, m in fast.measured.items()} == {k: m.value for k, m in slow.measured.items()}
+
+
+# ---- the trace read like a performance engineer ------------------------------------------------------------------
+
+def test_resnet50_time_goes_to_convolutions_and_its_flops_match_the_model() -> None:
+    result = ingest_result(_resnet(0))
+    tb = result.time_breakdown
+    assert tb is not None and tb.roof is not None and (tb.roof.hardware, tb.roof.dtype) == ("v100-sxm2", "fp32")
+    assert tb.classes[0].class_ == "conv" and 0.5 < tb.classes[0].share < 0.65
+    assert {c.class_ for c in tb.classes} >= {"conv", "reduction", "elementwise", "gemm", "memcpy"}
+    assert tb.top_ops[0].name == "aten::cudnn_convolution_backward"
+    assert tb.top_ops[1].name == "aten::cudnn_convolution" and tb.top_ops[1].count == 318  # 53 convs x 6 steps
+    # ResNet-50 at 224x224 is ~4.1 GMACs (8.2 GFLOP) per image forward; a training step of 32 images is ~3x that
+    flops = result.observations.values()["flops"]
+    assert 0.95 * 3 * 32 * 8.2e9 < flops < 1.05 * 3 * 32 * 8.2e9
+    assert tb.flops_coverage is not None and tb.flops_coverage > 0.9
+    conv = tb.top_ops[1]
+    assert conv.arithmetic_intensity is not None and conv.arithmetic_intensity > tb.roof.ridge_flop_per_byte
+    assert conv.pct_of_roof is not None and 0.5 < conv.pct_of_roof < 1.0
+    report = expert.diagnose(result.observations, time_breakdown=tb)
+    assert report.bottleneck == "input" and report.candidates[0].strength == "confirmed"
+
+
+def test_resnet50_with_workers_waits_on_host_work_not_launches() -> None:
+    result = ingest_result(_resnet(4))
+    values = result.observations.values()
+    assert values["host_compute_frac"] > 0.15 > values["launch_overhead_frac"]
+    report = expert.diagnose(result.observations)
+    assert report.bottleneck == "host"
+    assert "cuda_graphs" not in [r.id for r in report.recommended]
+
+
+def test_initialisation_and_warm_up_are_left_out_of_a_trace_without_steps() -> None:
+    """The PARAM AlexNet benchmark: 30 s of CUDA initialisation, a 12.7 s warm-up pass (cuDNN autotuning, cudaFree,
+    cudaMalloc) and two measured passes with a CPU cache-clearing step between them."""
+    result = ingest_result(TRACES / "hta" / "critical_path_alexnet_trace.json.gz")
+    tb = result.time_breakdown
+    assert tb is not None and tb.window.steps == 0
+    assert tb.window.start_us > 43e6 and "cudaDeviceGetStreamPriorityRange" in tb.window.reason
+    assert "first-call warm-up" in tb.window.reason
+    report = expert.diagnose(result.observations)
+    assert report.bottleneck == "host" and report.candidates[0].strength == "likely"  # 46 kernels: thin
+    assert "thin_trace" in [f.id for f in report.findings]
+
+
+def test_rocm_gemms_triton_and_flash_attention_are_classified() -> None:
+    mi250 = ingest_result(TRACES / "hta" / "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz").time_breakdown
+    assert mi250 is not None
+    assert any(k.class_ == "gemm" and k.name.startswith("Cijk_") for k in mi250.top_kernels)
+    triton = ingest_result(TRACES / "hta" / "triton_example_triton_example.json.gz")
+    assert triton.time_breakdown is not None and triton.time_breakdown.classes[0].class_ == "triton"
+    assert expert.diagnose(triton.observations).bottleneck is None  # one kernel: nothing to judge
+    for gpu in ("h100", "mi300"):
+        qwen = ingest_result(TRACES / "tracelens" / f"{gpu}_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+        tb = qwen.time_breakdown
+        assert tb is not None and tb.roof is not None and tb.roof.dtype == "bf16"
+        classes = {c.class_ for c in tb.classes}
+        assert {"gemm", "attention", "elementwise"} <= classes
+        flash = next(e for e in tb.top_ops if e.name == "aten::_flash_attention_forward")
+        assert flash.class_ == "attention" and flash.flops and flash.pct_of_roof
+        assert any(m.name == "nn.Module: Qwen2Attention" for m in tb.top_modules)
+        assert "thin_trace" in [f.id for f in expert.diagnose(qwen.observations).findings]  # one step
+
+
+def test_a_trace_that_replays_graphs_is_never_told_to_use_them() -> None:
+    result = ingest_result(TRACES / "hta" / "trace_diff_test_test.json.gz")
+    assert result.observations.values()["uses_cuda_graphs"] == "yes"
+    report = expert.diagnose(result.observations)
+    assert "cuda_graphs" not in [r.id for r in report.recommended]

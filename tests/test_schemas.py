@@ -19,7 +19,7 @@ from expert.schemas import SCHEMAS, file_name, render, schema_for
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "schemas"
 KB = expert.default_expert().kb
-KB_FILES = {"facts", "hardware", "optimizations", "tools", "scorecard", "regimes", "units", "interconnects"}
+KB_FILES = {"facts", "hardware", "optimizations", "tools", "scorecard", "regimes", "units", "interconnects", "kernels"}
 
 
 @functools.cache

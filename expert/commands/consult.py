@@ -449,7 +449,8 @@ def run(args: argparse.Namespace) -> int:
     if args.from_files:
         from .ingest import ingested_observations
 
-        observations, _ = ingested_observations(args, args.from_files, expert_.kb)
+        observations, ingested = ingested_observations(args, args.from_files, expert_.kb)
+        args.time_breakdown = ingested.time_breakdown  # for the final report's "where the time goes"
         for name, obs in observations.items():
             consultation.answer(name, obs["value"], source=obs.get("source"))
     path = Path(args.save) if args.save else (Path(args.resume) if args.resume else default_session_path())
@@ -505,6 +506,8 @@ def finish(session: _Session, args: argparse.Namespace, answers: dict[str, Any] 
             session.say(f"not asked (could not change the verdict or the recommendations): {', '.join(unused)}",
                         style="dim")
     report = c.report()
+    if getattr(args, "time_breakdown", None) is not None:
+        report.time_breakdown = args.time_breakdown
     print_report(report, session.console)
     if args.export:
         from ..errors import ObservationError, Problem

@@ -68,6 +68,7 @@ def gather(args: argparse.Namespace, origins: dict[str, str] | None = None) -> t
         raw.update(observations)
         args.ranks = list(result.observations.ranks)
         description = "Diagnosed from " + ", ".join(f"{f.name} ({f.format})" for f in result.files)
+        args.time_breakdown = result.time_breakdown  # where the GPU time goes, for the report
     path = example_path(args.example) if args.example else (Path(args.file) if args.file else None)
     if path is not None:
         obs_file = read_observation_file(path)
@@ -76,6 +77,8 @@ def gather(args: argparse.Namespace, origins: dict[str, str] | None = None) -> t
         description = obs_file.description or description
         if origins is not None:
             origins.update(dict.fromkeys(obs_file.observations, str(path)))
+        if obs_file.time_breakdown is not None:
+            args.time_breakdown = obs_file.time_breakdown
     sets = parse_sets(args.set)
     raw.update(sets)
     if origins is not None:
@@ -138,16 +141,19 @@ def emit(report: Any, fmt: str, output: str | None, description: str | None = No
 def run(args: argparse.Namespace) -> int:
     origins: dict[str, str] = {}
     raw, description = gather(args, origins)
-    if not raw:
+    if not raw and not getattr(args, "from_files", None):
         print("dam diagnose: nothing to diagnose; give an observation FILE, --example NAME or --set NAME=VALUE "
               "(see dam diagnose --help)", file=sys.stderr)
         return 2
+    # a trace that gives nothing to judge is diagnosed all the same: a report with no verdict, not an input error
     diagnostician = make_expert(args)
+    breakdown = getattr(args, "time_breakdown", None)
     try:
         if args.ranks:  # the rank table of a multi-GPU job travels with the (validated) observations
-            report = diagnostician.diagnose(diagnostician.observations(raw).model_copy(update={"ranks": args.ranks}))
+            report = diagnostician.diagnose(diagnostician.observations(raw).model_copy(update={"ranks": args.ranks}),
+                                            time_breakdown=breakdown)
         else:
-            report = diagnostician.diagnose(raw)
+            report = diagnostician.diagnose(raw, time_breakdown=breakdown)
     except ObservationError as exc:
         raise _placed(exc, origins) from None
     if args.export:

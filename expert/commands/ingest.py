@@ -35,6 +35,9 @@ into jobs by each trace's distributedInfo (or a rank in the file name: rank3.jso
 ranks compared (the straggler the others wait for, the waits, the transfers of the rank that waits least, the
 median rank's node-level facts), in any order the files are given. Several jobs or captures: pick one with --job N.
 
+For a profiler trace the table is followed by where the GPU time goes (kernel classes, top kernels and operators with
+their intensity and share of the roofline, why the GPU idles); --as json|yaml writes it as `time_breakdown`, which
+`dam diagnose FILE` carries into the report. Record with record_shapes=True for per-operator FLOPs.
 Several files merge (a trace plus a DCGM log of the same run); when two measure the same fact the trace wins over
 DCGM, and DCGM over nvidia-smi. --format names the INPUT format; --as names the OUTPUT format.
 exit codes: 0 ingested, 2 unreadable or malformed input (the message names the file and line).

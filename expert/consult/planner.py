@@ -76,7 +76,10 @@ class Index:
             for fact in facts_used(lr.condition):
                 self.readers.setdefault(fact, []).append(lr.id)
         self.producers = expert.ruleset.producers
-        direct = {lr.id for lr in self.rules if decisive(lr)}
+        # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding them decide too
+        capping = {cap.finding for cap in self.kb.regimes.evidence_caps}
+        direct = {lr.id for lr in self.rules if decisive(lr)
+                  or (lr.rule.then.finding is not None and lr.rule.then.finding.id in capping)}
         relevant = set(direct)
         changed = True
         while changed:  # a rule matters when its finding feeds a rule that matters

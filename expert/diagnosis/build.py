@@ -320,6 +320,8 @@ def _verdict(ctx: _Context, decision: Decision) -> list[Candidate]:
                             verdict=c.regime == decision.verdict)
         for rule_id in c.rules:
             ctx.add_edge(f"rule:{rule_id}", node, "concluded")
+        for capped in decision.caps:
+            ctx.add_edge(f"finding:{capped}", node, "used")
     return candidates
 
 

@@ -98,6 +98,7 @@ class Decision:
     wasted: dict[str, list[str]]  # optimization -> rules ruling it out (the verdict's table first)
     recommended: frozenset[str]  # proposed and not ruled out
     bands: tuple[str, ...]  # one scorecard band per metric, in scorecard order
+    caps: tuple[str, ...]  # findings of thin evidence that capped the candidates' strength (regimes.yaml evidence_caps)
     _axis_votes: tuple[tuple[str, Axis, int], ...]  # (rule, axis, strength value) of the fired rules, stratum order
     _kb: KnowledgeBase
 
@@ -150,6 +151,13 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
             proposed.setdefault(opt, []).append(rule_id)
         for opt in wasted_ids:
             wastes.append((opt, rule_id))
+    # thin evidence (a handful of kernels, one step): while a capping finding holds, no candidate is stronger
+    regimes = ruleset.kb.regimes
+    caps = tuple(cap.finding for cap in regimes.evidence_caps if cap.finding in findings)
+    ceiling = min((regimes.strengths[cap.max_strength] for cap in regimes.evidence_caps if cap.finding in caps),
+                  default=max(regimes.strengths.values()))
+    for tally in votes.values():
+        tally[0] = min(tally[0], ceiling)
     ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][1], c.precedence[kv[0]]))
     candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(rules)))
                        for regime, (top, total, rules) in ranked)
@@ -167,4 +175,4 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     bands = tuple([band(float(raw) if isinstance(raw := facts.get(fact), (int, float)) else None)
                    for fact, band in c.bands])
     return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
-                    frozenset(proposed.keys() - wasted.keys()), bands, tuple(axis_votes), c.kb)
+                    frozenset(proposed.keys() - wasted.keys()), bands, caps, tuple(axis_votes), c.kb)

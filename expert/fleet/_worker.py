@@ -173,7 +173,7 @@ class _NamedStream:
 
 
 def _ingest(state: WorkerState, urls: list[str],
-            storage_options: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+            storage_options: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any], Any]:
     """The observations the trace and telemetry files of one job give, as `dam diagnose --from` takes them.
 
     This is the one place the fleet calls ingestion: a job's files go together, so a multi-rank job gets whatever
@@ -195,7 +195,8 @@ def _ingest(state: WorkerState, urls: list[str],
         result = ingest_result(sources, kb=state.expert.kb, workers=1)
     observations = result.to_observation_file()["observations"]
     facts = {k: v for k, v in observations.items() if v["value"] != "unknown"}
-    return facts, list(result.observations.ranks)  # the rank table of a multi-GPU job, as `dam diagnose --from`
+    # the rank table of a multi-GPU job and the trace's time breakdown travel with the facts, as in dam diagnose --from
+    return facts, list(result.observations.ranks), result.time_breakdown
 
 
 def _observation_file(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,7 +220,7 @@ def diagnose_job(state: WorkerState, job: Job, storage_options: Mapping[str, Any
     """Diagnose one job as `dam diagnose FACTS.yaml --from TRACES... --set FACT=VALUE...` would: what the traces
     and telemetry give, then the observation files on top, then the typed facts."""
     traces = [u for u in job.files if not is_observation_file(u)]
-    raw, ranks = _ingest(state, traces, storage_options) if traces else ({}, [])
+    raw, ranks, breakdown = _ingest(state, traces, storage_options) if traces else ({}, [], None)
     for url in job.files:
         if is_observation_file(url):
             raw.update(_observation_file(url, storage_options))
@@ -229,8 +230,9 @@ def diagnose_job(state: WorkerState, job: Job, storage_options: Mapping[str, Any
 
         raise ObservationError([Problem(job.key, "the job's files give no fact")], title="nothing to diagnose")
     if ranks:
-        return state.expert.diagnose(state.expert.observations(raw).model_copy(update={"ranks": ranks}))
-    return state.expert.diagnose(raw)
+        return state.expert.diagnose(state.expert.observations(raw).model_copy(update={"ranks": ranks}),
+                                     time_breakdown=breakdown)
+    return state.expert.diagnose(raw, time_breakdown=breakdown)
 
 
 DiagnoseFn = Callable[[WorkerState, Job, Mapping[str, Any]], Any]

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..breakdown import TimeBreakdown
 from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import Observations, RankFigures
 
@@ -37,6 +38,7 @@ class FileResult(BaseModel):
     not_derived: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     stats: dict[str, Scalar] = Field(default_factory=dict)
+    time_breakdown: TimeBreakdown | None = None  # where the GPU time goes (profiler traces)
 
     def add(self, fact: str, value: Scalar, **detail: Scalar | None) -> None:
         """Record a measured fact with its provenance detail (None values are left out)."""
@@ -100,9 +102,14 @@ class IngestResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     job: JobResult | None = None
 
+    @property
+    def time_breakdown(self) -> TimeBreakdown | None:
+        """The time breakdown of the first file that has one (a profiler trace)."""
+        return next((f.time_breakdown for f in self.files if f.time_breakdown is not None), None)
+
     def to_observation_file(self) -> dict[str, Any]:
-        """A mapping `dam diagnose FILE` reads back: measured facts with source and detail, and the facts that
-        could not be derived as `unknown` with the reason (they are skipped on reading)."""
+        """A mapping `dam diagnose FILE` reads back: measured facts with source and detail, the facts that could
+        not be derived as `unknown` with the reason (they are skipped on reading), and the time breakdown."""
         names = ", ".join(f"{f.name} ({f.format})" for f in self.files)
         observations: dict[str, Any] = {}
         for name, obs in self.observations.facts.items():
@@ -112,4 +119,6 @@ class IngestResult(BaseModel):
         out: dict[str, Any] = {"description": f"Observations ingested from {names}", "observations": observations}
         if self.observations.ranks:
             out["ranks"] = [r.model_dump() for r in self.observations.ranks]
+        if self.time_breakdown is not None:
+            out["time_breakdown"] = self.time_breakdown.model_dump(mode="json", by_alias=True)
         return out

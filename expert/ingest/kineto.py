@@ -1,19 +1,18 @@
-"""PyTorch profiler (Kineto) Chrome traces: streamed with ijson, reduced to per-step facts.
+"""PyTorch profiler (Kineto) Chrome traces: streamed with ijson or msgspec, reduced to facts and a time breakdown.
 
-The trace is never held in memory: events are read one at a time and only the few numbers the analysis needs are kept
-in typed arrays (start, end, correlation, device of each GPU activity; start, end, correlation of each runtime call).
+The trace is never held in memory: events are read one at a time and only the fields the analysis reads are kept,
+in the columnar `timeline.Timeline` (GPU activities, runtime calls, CPU operators with their interned shapes, python
+functions and annotations, DataLoader spans). The analysis itself is format-neutral (expert/ingest/timeline.py and
+opflops.py); this module reads the format, chooses the window and adds what only a Kineto trace says.
 
-Derivations (per `ProfilerStep#N`, or over the whole trace when it has no step spans):
-
-- step windows: each CPU `ProfilerStep#N` span, its end extended to the last GPU activity launched inside it and
-  clipped so windows do not overlap (the TensorBoard plugin's device steps);
-- step_time_s: mean window length; data_wait_s: DataLoader `__next__` time inside the windows per step;
-- gpu_util: union of kernel, memcpy and memset intervals over the windows (per device, averaged over devices);
-- idle time split as HTA does: a gap is *host wait* when the launch call of the activity after it began after the
-  previous activity ended, *kernel wait* when it is shorter than `kernel_wait_us`, else *other*; the part of any
-  gap that overlaps a DataLoader span is counted as data wait, not host wait;
-- mean_kernel_us, kernels_per_step, host-to-device copy share and its pageable part, exposed NCCL/RCCL time,
-  host synchronizations, and with_flops FLOPs per step.
+- windows: each CPU `ProfilerStep#N` span, its end extended to the last GPU activity launched inside it and clipped
+  so windows do not overlap (the TensorBoard plugin's device steps); without steps a steady-state window (from the
+  first GPU activity, after first-call warm-up, stretches without events left out), or the --window given;
+- step_time_s (mean window), its spread (step_time_cv), data_wait_s (DataLoader `__next__` time per step);
+- gpu_util, the idle split (HTA's host/kernel wait, and input / launch / host compute / sync / unattributed), mean
+  kernel time, copies, exposed communication, graph replay, kernel classes, top kernels and operators;
+- FLOPs and bytes from the recorded shapes (record_shapes=True) or, failing that, the with_flops estimates;
+  hardware from deviceProperties, num_workers from the DataLoader iterator, workload from backward/optimizer ops.
 """
 
 from __future__ import annotations
@@ -24,38 +23,44 @@ import math
 import re
 import zlib
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from gzip import BadGzipFile
 from typing import IO, Any
 
 import msgspec
 
+from ..breakdown import TraceWindow
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
-from ._samples import Stat
 from ._source import Progress, Source
-from .intervals import Interval, intersect, overlap, total, union
+from .intervals import Interval, total, union
+from .opflops import KNOWN_OPS, OpShapes
+from .timeline import H2D, PAGEABLE, PINNED, Cover, Roof, Timeline, analyse, steady_window, step_windows
 
 FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us",
          "kernels_per_step", "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "flops", "achieved_tflops",
-         "hardware", "num_workers", "workload")
+         "hardware", "num_workers", "workload", "launch_overhead_frac", "host_compute_frac", "host_sync_frac",
+         "unattributed_idle_frac", "idle_host_ops", "uses_cuda_graphs", "memory_bound_kernel_frac", "top_kernel_class",
+         "top_kernel_class_frac", "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
+         "trace_kernels", "trace_steps", "trace_window_s", "step_time_cv", "bytes_moved", "arithmetic_intensity",
+         "dtype")
 """The facts a Kineto trace can give."""
 
 KERNEL_WAIT_US = 0.03
 """HTA's default consecutive-kernel delay (30 ns): shorter gaps are launch latency between back-to-back kernels."""
 
-_CPU, _ANNOTATION, _KERNEL, _MEMCPY, _MEMSET, _RUNTIME, _GPU_SYNC, _OTHER = range(8)
+_CPU, _ANNOTATION, _PYTHON, _KERNEL, _MEMCPY, _MEMSET, _RUNTIME, _GPU_SYNC, _OTHER = range(9)
 _CATEGORIES = {
-    "cpu_op": _CPU, "operator": _CPU, "user_annotation": _ANNOTATION,
+    "cpu_op": _CPU, "operator": _CPU, "user_annotation": _ANNOTATION, "python_function": _PYTHON,
     "kernel": _KERNEL, "gpu_memcpy": _MEMCPY, "memcpy": _MEMCPY, "gpu_memset": _MEMSET, "memset": _MEMSET,
     "cuda_runtime": _RUNTIME, "runtime": _RUNTIME, "cuda_driver": _RUNTIME, "cuda_sync": _GPU_SYNC,
 }
 _GPU_KIND = {_KERNEL: 0, _MEMCPY: 1, _MEMSET: 2}
-_H2D, _PAGEABLE, _PINNED, _COMM = 1, 2, 4, 8
 _NO_STEPS = "the trace has no ProfilerStep#N spans (profile with a schedule and call prof.step() every iteration)"
 _NO_GPU = ("CPU-only trace: no kernel, memcpy or memset events "
            "(profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
@@ -66,31 +71,22 @@ _HINT = "a PyTorch profiler trace from prof.export_chrome_trace() or tensorboard
 
 @dataclass
 class _Collected:
-    """The numbers kept from the event stream."""
+    """What is kept from the event stream: the timeline, and the few Kineto-only facts."""
 
     first: float = math.inf
     last: float = -math.inf
     events: int = 0
     complete: int = 0
     malformed: int = 0
-    g_ts: array[float] = field(default_factory=lambda: array("d"))
-    g_end: array[float] = field(default_factory=lambda: array("d"))
-    g_corr: array[int] = field(default_factory=lambda: array("q"))
-    g_dev: array[int] = field(default_factory=lambda: array("q"))
-    g_kind: array[int] = field(default_factory=lambda: array("b"))
-    g_flag: array[int] = field(default_factory=lambda: array("b"))
-    r_corr: array[int] = field(default_factory=lambda: array("q"))
-    r_ts: array[float] = field(default_factory=lambda: array("d"))
-    sync_ts: array[float] = field(default_factory=lambda: array("d"))
-    sync_end: array[float] = field(default_factory=lambda: array("d"))
+    tl: Timeline = field(default_factory=Timeline)
     flops_ts: array[float] = field(default_factory=lambda: array("d"))
     flops: array[float] = field(default_factory=lambda: array("d"))
     steps: set[tuple[int, float, float]] = field(default_factory=set)
-    loader: list[Interval] = field(default_factory=list)
     loader_iters: Counter[str] = field(default_factory=Counter)
     gpu_syncs: int = 0
     hip_calls: int = 0
     training_ops: int = 0
+    shaped_ops: int = 0
     categories: Counter[str] = field(default_factory=Counter)
 
 
@@ -138,12 +134,22 @@ class _Tap:
         return self.lines_before_last + self.last.count(b"\n") + 1
 
 
+_NO_RAW = msgspec.Raw()
+
+
 class _Args(msgspec.Struct, gc=False):
-    """The few event arguments the analysis reads; msgspec skips every other key without building it."""
+    """The few event arguments the analysis reads; msgspec skips every other key without building it. Shapes stay
+    raw JSON (interned per distinct operator call and parsed once each)."""
 
     correlation: Any = None
     device: Any = None
     flops: Any = None
+    stream: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+    external_id_old: Any = msgspec.field(default=None, name="external id")
+    dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -155,6 +161,7 @@ class _Event(msgspec.Struct, gc=False):
     ts: Any = None
     dur: Any = None
     pid: Any = None
+    tid: Any = None
     args: _Args | None = None
 
 
@@ -170,6 +177,10 @@ class _Document(msgspec.Struct):
 _SKIP = _Event()
 
 
+def _raw(value: Any) -> msgspec.Raw:
+    return msgspec.Raw(msgspec.json.encode(value)) if value is not None else _NO_RAW
+
+
 def _from_dicts(items: Iterable[Any], batch: int = 8192) -> Iterator[list[_Event]]:
     """ijson's event dicts as batches of _Event (only complete events are converted; others are skipped cheaply)."""
     out: list[_Event] = []
@@ -178,8 +189,11 @@ def _from_dicts(items: Iterable[Any], batch: int = 8192) -> Iterator[list[_Event
             out.append(_SKIP)
         else:
             a = ev.get("args")
-            args = _Args(a.get("correlation"), a.get("device"), a.get("flops")) if type(a) is dict else None
-            out.append(_Event("X", ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"), args))
+            args = _Args(a.get("correlation"), a.get("device"), a.get("flops"), a.get("stream"),
+                            a.get("External id"), a.get("external id"), _raw(a.get("Input Dims")),
+                            _raw(a.get("Input type")), _raw(a.get("Concrete Inputs"))) if type(a) is dict else None
+            out.append(_Event("X", ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"),
+                              ev.get("tid"), args))
         if len(out) >= batch:
             yield out
             out = []
@@ -242,12 +256,26 @@ def _keep_meta(doc: _Document, meta: dict[str, Any]) -> None:
             meta[key] = value
 
 
+def _shapes(dims: bytes, types: bytes, concrete: bytes) -> OpShapes:
+    decode = msgspec.json.decode
+    return OpShapes.of(decode(dims), decode(types), decode(concrete) if concrete else None)
+
+
 def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
-    """One pass over the events; keeps only what the analysis needs."""
+    """One pass over the events; keeps only what the analysis needs, in the timeline's columns."""
     kinds: dict[Any, int] = {}
-    steps, loader, loader_iters = c.steps, c.loader, c.loader_iters
-    g_ts, g_end, g_corr, g_dev, g_kind, g_flag = c.g_ts, c.g_end, c.g_corr, c.g_dev, c.g_kind, c.g_flag
-    r_corr, r_ts = c.r_corr, c.r_ts
+    tl = c.tl
+    steps, loader, loader_iters = c.steps, tl.loader, c.loader_iters
+    g_start, g_end, g_corr, g_dev, g_kind, g_flag = tl.g_start, tl.g_end, tl.g_corr, tl.g_dev, tl.g_kind, tl.g_flag
+    g_stream, g_name, g_ext = tl.g_stream, tl.g_name, tl.g_ext
+    r_start, r_end, r_corr, r_name, r_thread, r_ext = tl.r_start, tl.r_end, tl.r_corr, tl.r_name, tl.r_thread, tl.r_ext
+    o_start, o_end, o_thread, o_ext, o_name = tl.o_start, tl.o_end, tl.o_thread, tl.o_ext, tl.o_name
+    o_shape = tl.o_shape
+    s_start, s_end, s_thread, s_name = tl.s_start, tl.s_end, tl.s_thread, tl.s_name
+    name_id, thread_of, shape_id = tl.name_id, tl.thread, tl.shape_id
+    name_ids = tl._name_ids
+    shape_ids = tl._shape_ids
+    threads: dict[tuple[Any, Any], int] = {}
     first, last = c.first, c.last
     count = complete = malformed = 0
     for ev in (ev for batch in batches for ev in batch):
@@ -280,52 +308,111 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
         if type(name) is not str:
             name = ""
         args = ev.args
-        if kind <= _ANNOTATION:
+        if kind <= _PYTHON:
+            key = (ev.pid, ev.tid)
+            try:
+                thread = threads[key]
+            except KeyError:
+                thread = threads[key] = thread_of(str(ev.pid), str(ev.tid))
+            except TypeError:  # an unhashable pid/tid (a malformed trace): named by its text
+                thread = thread_of(str(ev.pid), str(ev.tid))
             if name.startswith("ProfilerStep#"):
                 number = name[13:]
-                if number.isdigit():
+                if number.isascii() and number.isdigit():
                     steps.add((int(number), float(ts), float(end)))
-            elif name.startswith(("enumerate(DataLoader)#", "enumerate(DataPipe)#")) and name.endswith("__next__"):
+                continue
+            if name.startswith(("enumerate(DataLoader)#", "enumerate(DataPipe)#")) and name.endswith("__next__"):
                 loader.append((float(ts), float(end)))
                 loader_iters[name[name.index("#") + 1:-9]] += 1
-            elif name.startswith(("autograd::engine::evaluate_function", "Optimizer.step#")):
+                continue
+            if name.startswith(("autograd::engine::evaluate_function", "Optimizer.step#")):
                 c.training_ops += 1
-            if kind == _CPU and args is not None:
+            if kind != _CPU:
+                s_start.append(ts)
+                s_end.append(end)
+                s_thread.append(thread)
+                nid = name_ids.get(name)
+                s_name.append(nid if nid is not None else name_id(name))
+                continue
+            ext = -1
+            sig = -1
+            if args is not None:
+                ext = args.external_id
+                if type(ext) is not int:
+                    ext = args.external_id_old
+                    if type(ext) is not int:
+                        ext = -1
                 flop = args.flops
                 if flop and (type(flop) is int or type(flop) is float):
                     c.flops_ts.append(ts)
                     c.flops.append(flop)
+                dims = args.dims
+                if dims and name in KNOWN_OPS:  # only operators with a FLOP/byte formula need their shapes
+                    dims_b, types_b, conc_b = bytes(dims), bytes(args.types), bytes(args.concrete)
+                    sig_key = (name, dims_b, types_b, conc_b)
+                    sig = shape_ids.get(sig_key, -1)
+                    if sig < 0:
+                        sig = shape_id(sig_key, partial(_shapes, dims_b, types_b, conc_b))
+                    c.shaped_ops += 1
+            o_start.append(ts)
+            o_end.append(end)
+            o_thread.append(thread)
+            o_ext.append(ext)
+            nid = name_ids.get(name)
+            o_name.append(nid if nid is not None else name_id(name))
+            o_shape.append(sig)
         elif kind == _RUNTIME:
-            corr = args.correlation if args is not None else None
-            if type(corr) is int:
-                r_corr.append(corr)
-                r_ts.append(ts)
-            if "Synchronize" in name:
-                c.sync_ts.append(ts)
-                c.sync_end.append(end)
+            rcorr: Any = -1
+            rext: Any = -1
+            if args is not None:
+                rcorr = args.correlation
+                if type(rcorr) is not int:
+                    rcorr = -1
+                rext = args.external_id
+                if type(rext) is not int:
+                    rext = args.external_id_old
+                    if type(rext) is not int:
+                        rext = -1
+            key = (ev.pid, ev.tid)
+            try:
+                thread = threads[key]
+            except KeyError:
+                thread = threads[key] = thread_of(str(ev.pid), str(ev.tid))
+            except TypeError:  # an unhashable pid/tid (a malformed trace): named by its text
+                thread = thread_of(str(ev.pid), str(ev.tid))
+            r_start.append(ts)
+            r_end.append(end)
+            r_corr.append(rcorr)
+            nid = name_ids.get(name)
+            r_name.append(nid if nid is not None else name_id(name))
+            r_thread.append(thread)
+            r_ext.append(rext)
             if name.startswith("hip"):
                 c.hip_calls += 1
         elif kind == _GPU_SYNC:
             c.gpu_syncs += 1
         else:
-            corr = dev = None
+            corr = dev = stream = ext2 = None
             if args is not None:
                 corr = args.correlation
                 dev = args.device
+                stream = args.stream
+                ext2 = args.external_id if args.external_id is not None else args.external_id_old
             if dev is None:
                 dev = ev.pid
             flag = 0
-            if kind == _MEMCPY:
-                if "HtoD" in name:
-                    flag = _H2D | (_PAGEABLE if "Pageable" in name else _PINNED if "Pinned" in name else 0)
-            elif kind == _KERNEL and ("nccl" in name or "rccl" in name):
-                flag = _COMM
-            g_ts.append(ts)
+            if kind == _MEMCPY and "HtoD" in name:
+                flag = H2D | (PAGEABLE if "Pageable" in name else PINNED if "Pinned" in name else 0)
+            g_start.append(ts)
             g_end.append(end)
             g_corr.append(corr if type(corr) is int else -1)
             g_dev.append(dev if type(dev) is int else -1)
+            g_stream.append(stream if type(stream) is int else -1)
             g_kind.append(_GPU_KIND[kind])
             g_flag.append(flag)
+            nid = name_ids.get(name)
+            g_name.append(nid if nid is not None else name_id(name))
+            g_ext.append(ext2 if type(ext2) is int else -1)
     c.first, c.last = first, last
     c.events += count
     c.complete += complete
@@ -356,11 +443,12 @@ def _metadata(tap: _Tap) -> dict[str, Any]:
 def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None] | None = None,
           window: tuple[float | None, float | None] | None = None, gpus: Sequence[int] | None = None,
           progress: Progress | None = None, kernel_wait_us: float = KERNEL_WAIT_US,
-          engine: str = "auto") -> FileResult:
-    """Read a Kineto trace and derive the facts listed in `FACTS`.
+          engine: str = "auto", breakdown: bool = True) -> FileResult:
+    """Read a Kineto trace and derive the facts listed in `FACTS` (and `FileResult.time_breakdown`).
 
     engine: "auto" decodes libkineto's own layout in typed batches (msgspec) and falls back to "ijson" (any JSON
     layout, streamed) when the file is laid out otherwise or is malformed; "ijson" forces the general reader.
+    breakdown: False skips the kernel classes, operators and shapes (what bench/bench_ingest.py compares against).
     """
     result = FileResult(path=src.label, name=src.name, format="kineto")
     collected: _Collected | None = None
@@ -382,19 +470,37 @@ def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None
     else:
         result.stats["reader"] = "msgspec batches"
     result.stats.update(bytes=read, events=collected.events, complete_events=collected.complete,
-                        gpu_activities=len(collected.g_ts), runtime_calls=len(collected.r_ts))
+                        gpu_activities=len(collected.tl.g_start), runtime_calls=len(collected.tl.r_start),
+                        operators=len(collected.tl.o_start), shaped_operators=collected.shaped_ops)
     if collected.events == 0:
         raise src.problem("no trace events: expected a Chrome trace with a non-empty `traceEvents` array", hint=_HINT)
     if collected.complete == 0 or collected.first == math.inf:
         raise src.problem("no complete ('ph': 'X') events with numeric ts/dur in the trace", hint=_HINT)
     if collected.malformed:
         result.notes.append(f"{collected.malformed} events without a numeric ts/dur were skipped")
-    _Analysis(src, kb, collected, meta, result, steps, window, gpus, kernel_wait_us).run()
+    _Analysis(src, kb, collected, meta, result, steps, window, gpus, kernel_wait_us).run(breakdown)
+    _drop_implausible(result, kb)
     info = meta.get("distributedInfo")
     if isinstance(info, dict):  # the rank's place in a multi-GPU job (expert/ingest/ranks.py compares the ranks)
         result.stats.update({k: v for k in ("rank", "world_size", "backend")
                              if isinstance(v := info.get(k), (int, str)) and not isinstance(v, bool)})
     return result
+
+
+def _drop_implausible(result: FileResult, kb: KnowledgeBase) -> None:
+    """A value outside its fact's range (a corrupt trace: zero-length windows, absurd shapes) is not derived, with
+    the reason, rather than failing the whole ingest."""
+    from ..observations.normalise import convert
+
+    for name, m in list(result.measured.items()):
+        spec = kb.facts.get(name)
+        if spec is None:
+            continue
+        try:
+            convert(spec, m.value, kb)
+        except ValueError as exc:
+            del result.measured[name]
+            result.missing(name, f"the trace gives an implausible value ({exc}); its shapes or durations are off")
 
 
 @contextmanager
@@ -441,7 +547,7 @@ def _fmt_s(us: float) -> str:
 
 
 class _Analysis:
-    """Turns collected events into facts on a FileResult."""
+    """Turns collected events into facts (and the time breakdown) on a FileResult."""
 
     def __init__(self, src: Source, kb: KnowledgeBase, c: _Collected, meta: dict[str, Any], result: FileResult,
                  steps: tuple[int | None, int | None] | None, window: tuple[float | None, float | None] | None,
@@ -449,7 +555,6 @@ class _Analysis:
         self.src, self.kb, self.c, self.meta, self.r = src, kb, c, meta, result
         self.step_range, self.time_window, self.gpus = steps, window, gpus
         self.kernel_wait_us = kernel_wait_us
-        self.launch = array("d")
         self.windows: list[Interval] = []
         self._starts: list[float] = []
         self.n_steps = 0
@@ -477,95 +582,98 @@ class _Analysis:
                                    hint="pick steps the trace has, e.g. --steps " + f"{available[0]}:{available[-1]}")
         return steps
 
-    def _launch_times(self) -> None:
-        """Start of the runtime call that launched each GPU activity (NaN when it is not in the trace)."""
-        c = self.c
-        n = len(c.r_corr)
-        corr, ts = c.r_corr, c.r_ts
-        if any(corr[i] > corr[i + 1] for i in range(n - 1)):
-            order = sorted(range(n), key=corr.__getitem__)
-            corr = array("q", (c.r_corr[i] for i in order))
-            ts = array("d", (c.r_ts[i] for i in order))
-            del order
-        nan = math.nan
-        launch = array("d", bytes(8 * len(c.g_corr)))
-        for i, k in enumerate(c.g_corr):
-            j = bisect_left(corr, k)
-            launch[i] = ts[j] if j < n and corr[j] == k and k >= 0 else nan
-        self.launch = launch
-
-    def _device_windows(self, steps: list[tuple[int, float, float]], devices: set[int]) -> list[Interval]:
-        """CPU step spans, each extended to the end of the GPU work launched in it, made non-overlapping."""
-        c = self.c
-        starts = [s[1] for s in steps]
-        ends = [s[2] for s in steps]
-        ext = list(ends)
-        for i, at in enumerate(self.launch):
-            if at != at or c.g_dev[i] not in devices:  # NaN: launch not found
-                continue
-            k = bisect_right(starts, at) - 1
-            if k >= 0 and at < ends[k] and c.g_end[i] > ext[k]:
-                ext[k] = c.g_end[i]
-        windows: list[Interval] = []
-        prev = -math.inf
-        for start, end in zip(starts, ext, strict=True):
-            start = max(start, prev)
-            if end > start:
-                windows.append((start, end))
-                prev = end
-        return windows
-
     # -- main ------------------------------------------------------------------------------------------------------
-    def run(self) -> None:
-        c, r = self.c, self.r
+    def run(self, breakdown: bool = True) -> None:
+        c, r, tl = self.c, self.r, self.c.tl
         for fact in FACTS:
             r.missing(fact, "not derived from this trace")
         steps = self._select_steps()
-        self._launch_times()
-        all_devices = sorted(set(c.g_dev))
+        tl.finish()
+        all_devices = sorted(set(tl.g_dev))
         devices = set(all_devices) if not self.gpus else set(all_devices) & set(self.gpus)
         if self.gpus and not devices and all_devices:
             raise self.src.problem(f"--gpu {','.join(map(str, self.gpus))}: the trace has GPU activity on devices "
                                    f"{', '.join(map(str, all_devices))} only")
+        numbered: list[tuple[int, float, float]] = []
+        excluded = 0.0
         if steps:
-            windows = self._device_windows(steps, devices)
-            n_steps = len(steps)
-            label = (f"ProfilerStep#{steps[0][0]}–#{steps[-1][0]} ({n_steps} steps)" if n_steps > 1
-                     else f"ProfilerStep#{steps[0][0]} (1 step)")
-        else:
+            numbered = step_windows(tl, steps, devices)
+            windows = [(a, b) for _, a, b in numbered]
+            n_steps = len(numbered)
+            label = (f"ProfilerStep#{numbered[0][0]}–#{numbered[-1][0]} ({n_steps} steps)" if n_steps > 1
+                     else f"ProfilerStep#{numbered[0][0]} (1 step)")
+            reason = f"{label}: each step span extended to the end of the GPU work it launched"
+        elif self.time_window is not None:
             lo, hi = c.first, c.last
-            if self.time_window is not None:
-                a, b = self.time_window
-                lo = max(lo, c.first + a * 1e6) if a is not None else lo
-                hi = min(hi, c.first + b * 1e6) if b is not None else hi
-                if hi <= lo:
-                    raise self.src.problem(f"--window is outside the trace, which lasts {_fmt_s(c.last - c.first)}")
+            a, b = self.time_window
+            lo = max(lo, c.first + a * 1e6) if a is not None else lo
+            hi = min(hi, c.first + b * 1e6) if b is not None else hi
+            if hi <= lo:
+                raise self.src.problem(f"--window is outside the trace, which lasts {_fmt_s(c.last - c.first)}")
             windows = [(lo, hi)]
             n_steps = 0
-            label = f"whole trace, {_fmt_s(lo - c.first)}–{_fmt_s(hi - c.first)} (no ProfilerStep spans)"
-            for fact in ("step_time_s", "data_wait_s", "kernels_per_step", "flops", "achieved_tflops"):
+            label = f"--window {_fmt_s(lo - c.first)}–{_fmt_s(hi - c.first)} (no ProfilerStep spans)"
+            reason = f"the window given ({label})"
+        else:
+            steady = steady_window(tl, c.first, c.last, devices or None, self._catalog())
+            windows, reason, excluded = steady.windows, steady.reason, steady.excluded_us
+            n_steps = 0
+            label = (f"steady state {_fmt_s(windows[0][0] - c.first)}–{_fmt_s(windows[-1][1] - c.first)} "
+                     "(no ProfilerStep spans)")
+        if not steps:
+            for fact in ("step_time_s", "data_wait_s", "kernels_per_step", "flops", "bytes_moved", "step_time_cv",
+                         "achieved_tflops"):
                 r.missing(fact, _NO_STEPS)
         self.windows, self.n_steps, self.label = windows, n_steps, label
         self._starts = [w[0] for w in windows]
         span = total(windows)
         r.stats.update(window=label, window_s=round(span / 1e6, 6))
-        self._steps_and_data(steps, windows)
+        r.add("trace_steps", n_steps, method="ProfilerStep spans in the window" if n_steps else
+              "no ProfilerStep spans: a steady-state window", window=label, file=self.src.label)
+        r.add("trace_window_s", span / 1e6, method="length of the analysed window", window=label,
+              file=self.src.label)
+        self._steps_and_data(numbered, windows)
         self._num_workers()
         self._hardware(devices)
         if c.hip_calls:
             r.notes.append(f"ROCm trace ({c.hip_calls} hip* runtime calls)")
-        if not c.g_ts:
-            reason = _NO_GPU if not c.r_ts else (
-                f"no kernel, memcpy or memset records although the trace has {len(c.r_ts)} runtime calls "
+        trace_window = TraceWindow(start_us=round(windows[0][0] - c.first, 3),
+                                   end_us=round(windows[-1][1] - c.first, 3), reason=reason, steps=n_steps,
+                                   excluded_us=round(excluded, 3))
+        analysis = None
+        if not len(tl.g_start):
+            why = _NO_GPU if not len(tl.r_start) else (
+                f"no kernel, memcpy or memset records although the trace has {len(tl.r_start)} runtime calls "
                 "(GPU activity was not recorded, e.g. a CUPTI-counter trace)")
-            for fact in ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us", "kernels_per_step",
-                         "pageable_copy_frac", "h2d_copy_frac", "comm_frac"):
-                r.missing(fact, reason)
+            for fact in _GPU_FACTS:
+                r.missing(fact, why)
         else:
-            self._gpu(sorted(devices), windows, span)
-        self._flops(windows, span)
-        self._syncs(windows, span)
+            analysis = analyse(tl, windows, devices or None, self._catalog(), roof=self._roof(),
+                               source=self.src.name, window=trace_window, steps=numbered,
+                               kernel_wait_us=self.kernel_wait_us)
+            if analysis is None:
+                for fact in _GPU_FACTS:
+                    r.missing(fact, f"no GPU activity inside {label}")
+            else:
+                analysis.add_facts(r, label=label, file=self.src.label, n_steps=n_steps)
+                self._syncs(analysis)
+                if breakdown:
+                    r.time_breakdown = analysis.breakdown
+        self._flops(span, analysis)
         self._workload()
+
+    def _catalog(self) -> Any:
+        if self.kb.kernels is None:
+            raise self.src.problem("the knowledge base has no kernels.yaml (kernel classes for trace analysis)")
+        return self.kb.kernels
+
+    def _roof(self) -> Roof | None:
+        m = self.r.measured.get("hardware")
+        hw = self.kb.hardware.get(str(m.value)) if m is not None else None
+        if hw is None or hw.memory_bandwidth_gbs is None:  # no roof without a published bandwidth
+            return None
+        return Roof(hardware=hw.id, peak_tflops={str(k): v for k, v in hw.peak_tflops.items()},
+                    bandwidth_gbs=hw.memory_bandwidth_gbs)
 
     def _steps_and_data(self, steps: list[tuple[int, float, float]], windows: list[Interval]) -> None:
         c, r, n = self.c, self.r, self.n_steps
@@ -575,12 +683,24 @@ class _Analysis:
         r.add("step_time_s", total(windows) / n / 1e6, method="mean step window: ProfilerStep span extended to the "
               "end of the GPU work it launched", window=self.label, samples=n,
               min=round(min(per_step) / 1e6, 6), max=round(max(per_step) / 1e6, 6), file=self.src.label)
-        if not c.loader:
+        if n >= 2:
+            mean = sum(per_step) / n
+            sd = math.sqrt(sum((x - mean) ** 2 for x in per_step) / (n - 1))
+            r.add("step_time_cv", sd / mean if mean > 0 else 0.0, method="sample standard deviation of the step "
+                  "windows over their mean", window=self.label, samples=n, file=self.src.label)
+            rest = sorted(per_step[1:])
+            median = rest[len(rest) // 2]
+            if n >= 3 and per_step[0] > 3 * median:
+                r.notes.append(f"ProfilerStep#{steps[0][0]} takes {per_step[0] / median:.1f}x the median of the "
+                               f"others (first-call warm-up?); --steps {steps[1][0]}: leaves it out")
+        else:
+            r.missing("step_time_cv", "a single step has no spread")
+        if not c.tl.loader:
             r.missing("data_wait_s", "the trace has no DataLoader __next__ spans (the input pipeline is not a torch "
                       "DataLoader, or it ran outside the profiled steps)")
             return
-        loader = union(c.loader)
-        waits = [overlap(loader, [w]) for w in windows]
+        loader = Cover(union(c.tl.loader))
+        waits = [loader.between(a, b) for a, b in windows]
         iters = ", ".join(sorted(c.loader_iters))
         r.add("data_wait_s", sum(waits) / n / 1e6, method=f"DataLoader __next__ time ({iters}) inside the step "
               "windows, per step", window=self.label, samples=n, min=round(min(waits) / 1e6, 6),
@@ -613,198 +733,79 @@ class _Analysis:
                        method="deviceProperties.name mapped through the hardware catalog's aliases",
                        several="the trace lists several device models")
 
-    def _gpu(self, devices: list[int], windows: list[Interval], span: float) -> None:
-        c, r = self.c, self.r
-        in_window = self._in_windows
-        fractions: dict[str, list[float]] = {k: [] for k in ("busy", "idle", "host", "kernel", "data", "other",
-                                                             "h2d", "comm")}
-        loader = union(c.loader)
-        used_devices: list[int] = []
-        launches_found = sum(1 for x in self.launch if x == x)
-        ops_in_windows = 0
-        has_comm = any(f & _COMM for f in c.g_flag)
-        for dev in devices:
-            idx = [i for i in range(len(c.g_ts)) if c.g_dev[i] == dev]
-            idx.sort(key=c.g_ts.__getitem__)
-            m_start, m_end, m_first = array("d"), array("d"), array("q")
-            for i in idx:
-                s, e = c.g_ts[i], c.g_end[i]
-                if m_end and s <= m_end[-1]:
-                    if e > m_end[-1]:
-                        m_end[-1] = e
-                else:
-                    m_start.append(s)
-                    m_end.append(e)
-                    m_first.append(i)
-            acc = self._sweep(m_start, m_end, m_first, windows, loader)
-            if acc["busy"] <= 0:
-                continue
-            used_devices.append(dev)
-            ops_in_windows += sum(1 for i in idx if in_window(c.g_ts[i]))
-            idle = span - acc["busy"]
-            other = max(0.0, idle - acc["data"] - acc["host"] - acc["kernel"])
-            h2d = union((c.g_ts[i], c.g_end[i]) for i in idx if c.g_flag[i] & _H2D)
-            exposed = 0.0
-            if has_comm:
-                comm_w = intersect(union((c.g_ts[i], c.g_end[i]) for i in idx if c.g_flag[i] & _COMM), windows)
-                compute = union((c.g_ts[i], c.g_end[i]) for i in idx if not c.g_flag[i] & _COMM)
-                exposed = total(comm_w) - overlap(comm_w, compute)
-                del compute
-            del idx, m_start, m_end, m_first
-            for key, value in (("busy", acc["busy"]), ("idle", idle), ("host", acc["host"]),
-                               ("kernel", acc["kernel"]), ("data", acc["data"]), ("other", other),
-                               ("h2d", overlap(h2d, windows)), ("comm", exposed)):
-                fractions[key].append(min(1.0, max(0.0, value / span)))
-        if not used_devices:
-            for fact in ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us", "kernels_per_step",
-                         "pageable_copy_frac", "h2d_copy_frac", "comm_frac"):
-                r.missing(fact, f"no GPU activity inside {self.label}")
-            return
-
-        def mean(key: str) -> float:
-            return sum(fractions[key]) / len(fractions[key])
-
-        devs = ",".join(map(str, used_devices))
-        common: dict[str, Any] = {"window": self.label, "devices": devs, "file": self.src.label}
-        if self.n_steps:
-            common["samples"] = self.n_steps
-        r.add("gpu_util", mean("busy"), method=f"union of {ops_in_windows} kernel/memcpy/memset intervals over the "
-              "window", **common)
-        r.add("gpu_idle_gap_frac", mean("idle"), method="window time with no kernel, memcpy or memset running",
-              idle_data_wait=round(mean("data"), 4), idle_host_wait=round(mean("host"), 4),
-              idle_kernel_wait=round(mean("kernel"), 4), idle_other=round(mean("other"), 4), **common)
-        if not c.r_corr or launches_found == 0:
-            r.missing("host_wait_frac", "GPU activities cannot be matched to their launch calls (no runtime events "
-                      "with correlation ids)")
-        else:
-            r.add("host_wait_frac", mean("host"), method="HTA idle breakdown: gaps whose next activity was launched "
-                  "after the previous one ended, less the part overlapping DataLoader waits",
-                  launches_matched=round(launches_found / len(self.launch), 4), **common)
-        kernels = Stat()
-        for i in range(len(c.g_ts)):
-            if c.g_kind[i] == 0 and c.g_dev[i] in used_devices and in_window(c.g_ts[i]):
-                kernels.add(c.g_end[i] - c.g_ts[i])
-        if kernels.count:
-            r.add("mean_kernel_us", max(kernels.mean, 1e-3), method=f"mean duration of {kernels.count} kernels",
-                  min=kernels.lo, max=kernels.hi, **common)
-            if self.n_steps:
-                r.add("kernels_per_step", round(kernels.count / self.n_steps),
-                      method=f"{kernels.count} kernels over {self.n_steps} steps", **common)
-        else:
-            r.missing("mean_kernel_us", f"no kernels inside {self.label}")
-            r.missing("kernels_per_step", f"no kernels inside {self.label}")
-        r.add("h2d_copy_frac", mean("h2d"), method="union of host-to-device memcpy intervals over the window",
-              **common)
-        pageable = pinned = unknown = 0.0
-        for i in range(len(c.g_ts)):
-            flag = c.g_flag[i]
-            if flag & _H2D and c.g_dev[i] in used_devices and in_window(c.g_ts[i]):
-                d = c.g_end[i] - c.g_ts[i]
-                if flag & _PAGEABLE:
-                    pageable += d
-                elif flag & _PINNED:
-                    pinned += d
-                else:
-                    unknown += d
-        if pageable + pinned > 0:
-            r.add("pageable_copy_frac", pageable / (pageable + pinned), method="Memcpy HtoD (Pageable -> Device) time "
-                  "over all host-to-device copy time", copy_us=round(pageable + pinned, 3), **common)
-        elif unknown > 0:
-            r.missing("pageable_copy_frac", "the host-to-device copies do not say whether host memory was pinned "
-                      "(e.g. ROCm names them Host -> Device)")
-        else:
-            r.missing("pageable_copy_frac", f"no host-to-device copies inside {self.label}")
-        r.add("comm_frac", mean("comm"), method="NCCL/RCCL kernel time not overlapped by other GPU work"
-              if has_comm else "no NCCL/RCCL kernels in the trace", **common)
-
-    def _sweep(self, starts: array[float], ends: array[float], firsts: array[int], windows: list[Interval],
-               loader: list[Interval]) -> dict[str, float]:
-        """Busy time inside the windows, and the idle gaps split (HTA's rules) into data, host, kernel wait.
-
-        One pass over the merged busy intervals; a gap is host wait when the activity that ends it was launched
-        after the gap began, kernel wait when shorter than kernel_wait_us; any part overlapping a DataLoader span
-        is data wait instead."""
-        acc = {"busy": 0.0, "data": 0.0, "host": 0.0, "kernel": 0.0, "other": 0.0}
-        w_starts = self._starts
-        l_starts = [iv[0] for iv in loader]
-
-        def account(a: float, b: float, kind: str) -> None:
-            k = max(bisect_right(w_starts, a) - 1, 0)
-            while k < len(windows) and windows[k][0] < b:
-                lo, hi = max(a, windows[k][0]), min(b, windows[k][1])
-                if hi > lo:
-                    data = 0.0
-                    m = max(bisect_right(l_starts, lo) - 1, 0)
-                    while m < len(loader) and loader[m][0] < hi:
-                        data += max(0.0, min(hi, loader[m][1]) - max(lo, loader[m][0]))
-                        m += 1
-                    acc["data"] += data
-                    acc[kind] += hi - lo - data
-                k += 1
-
-        for j in range(len(starts)):
-            lo, hi = starts[j], ends[j]
-            k = max(bisect_right(w_starts, lo) - 1, 0)
-            while k < len(windows) and windows[k][0] < hi:
-                acc["busy"] += max(0.0, min(hi, windows[k][1]) - max(lo, windows[k][0]))
-                k += 1
-        prev = windows[0][0]
-        launch, short = self.launch, self.kernel_wait_us
-        for j in range(len(starts)):
-            s = starts[j]
-            if s > prev:
-                at = launch[firsts[j]]
-                kind = "host" if at == at and at > prev else "kernel" if s - prev < short else "other"
-                account(prev, s, kind)
-            if ends[j] > prev:
-                prev = ends[j]
-        if prev < windows[-1][1]:
-            account(prev, windows[-1][1], "other")
-        return acc
-
     def _in_windows(self, t: float) -> bool:
         k = bisect_right(self._starts, t) - 1
         return k >= 0 and t < self.windows[k][1]
 
-    def _flops(self, windows: list[Interval], span: float) -> None:
+    def _flops(self, span: float, analysis: Any) -> None:
+        """FLOPs and bytes from the recorded shapes of the launching operators; else the with_flops estimates."""
         c, r = self.c, self.r
+        in_window = self._in_windows
+        with_flops = sum(f for t, f in zip(c.flops_ts, c.flops, strict=True) if in_window(t)) if c.flops else 0.0
+        facts = analysis.facts if analysis is not None else {}
+        flops, moved = facts.get("window_flops", 0.0), facts.get("window_bytes", 0.0)
+        common: dict[str, Any] = {"window": self.label, "file": self.src.label}
+        if analysis is not None and analysis.breakdown.flops_coverage is not None:
+            common["coverage"] = analysis.breakdown.flops_coverage
+        if with_flops:
+            common["with_flops_estimate"] = with_flops / (self.n_steps or 1)
+        if flops > 0 and moved > 0:
+            shapes = ("FLOPs and bytes of the operators that launched the window's kernels, from their recorded "
+                      "shapes (expert/ingest/opflops.py); bytes count each operand once")
+            r.add("arithmetic_intensity", flops / moved, method=shapes + "; an upper bound of the real intensity",
+                  **common)
+            r.add("achieved_tflops", flops / (span / 1e6) / 1e12, method="shape-derived FLOPs over the window",
+                  **common)
+            if self.n_steps:
+                r.add("flops", flops / self.n_steps, method=shapes + ", per step", samples=self.n_steps, **common)
+                r.add("bytes_moved", moved / self.n_steps, method=shapes + ", per step", samples=self.n_steps,
+                      **common)
+            dtype = facts.get("dtype")
+            if dtype in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8"):
+                r.add("dtype", dtype, method="dtype of the operators with the most FLOPs (Input type)", **common)
+            else:
+                r.missing("dtype", f"the operators with the most FLOPs compute in {dtype or 'an unknown type'}")
+            return
+        if not c.shaped_ops:
+            reason = "the trace was recorded without record_shapes=True (no Input Dims)"
+        elif analysis is None:
+            reason = "no GPU kernels to attribute the operators' FLOPs to"
+        else:
+            reason = "no operator that launched the window's kernels has a FLOP/byte count from its shapes"
+        for fact in ("bytes_moved", "arithmetic_intensity", "dtype"):
+            r.missing(fact, reason)
         if not c.flops:
             flag = self.meta.get("with_flops")
-            reason = ("no operator in the trace carries a FLOP estimate" if flag in (1, "1", True)
-                      else "the trace was recorded without with_flops=True")
-            r.missing("flops", reason)
-            r.missing("achieved_tflops", reason)
+            why = ("no operator in the trace carries a FLOP estimate" if flag in (1, "1", True)
+                   else "the trace was recorded without with_flops=True")
+            r.missing("flops", f"{reason}; {why}")
+            r.missing("achieved_tflops", f"{reason}; {why}")
             return
         if not self.n_steps:
             return
-        in_window = self._in_windows
-        flops = sum(f for t, f in zip(c.flops_ts, c.flops, strict=True) if in_window(t))
-        if flops <= 0:
+        if with_flops <= 0:
             r.missing("flops", f"no operator with a FLOP estimate inside {self.label}")
             r.missing("achieved_tflops", f"no operator with a FLOP estimate inside {self.label}")
             return
         note = "sum of the profiler's with_flops estimates (matmul/conv/elementwise ops it knows) per step"
-        r.add("flops", flops / self.n_steps, method=note, window=self.label, samples=self.n_steps, file=self.src.label)
-        r.add("achieved_tflops", flops / (span / 1e6) / 1e12, method="with_flops FLOPs over step time",
+        r.add("flops", with_flops / self.n_steps, method=note, window=self.label, samples=self.n_steps,
+              file=self.src.label)
+        r.add("achieved_tflops", with_flops / (span / 1e6) / 1e12, method="with_flops FLOPs over step time",
               window=self.label, file=self.src.label)
 
-    def _syncs(self, windows: list[Interval], span: float) -> None:
-        """Host synchronize calls are reported in the file's stats (the vocabulary has no fact for them)."""
-        c, r = self.c, self.r
-        if not c.r_ts:
-            return
-        in_window = self._in_windows
-        calls = [(s, e) for s, e in zip(c.sync_ts, c.sync_end, strict=True) if in_window(s)]
-        blocked = overlap(union(calls), windows)
-        r.stats["host_sync_calls"] = len(calls)
+    def _syncs(self, analysis: Any) -> None:
+        """Host synchronize calls are reported in the file's stats (the idle split carries their cost)."""
+        r = self.r
+        calls, share = analysis.blocking_calls, analysis.blocking_share
+        r.stats["host_sync_calls"] = calls
         if self.n_steps:
-            r.stats["host_syncs_per_step"] = round(len(calls) / self.n_steps, 2)
-        r.stats["host_sync_share"] = round(min(1.0, blocked / span), 4)
-        if c.gpu_syncs:
-            r.stats["gpu_sync_events"] = c.gpu_syncs
+            r.stats["host_syncs_per_step"] = round(calls / self.n_steps, 2)
+        r.stats["host_sync_share"] = round(share, 4)
+        if self.c.gpu_syncs:
+            r.stats["gpu_sync_events"] = self.c.gpu_syncs
         if calls:
-            r.notes.append(f"{len(calls)} host synchronize calls (cuda/hip*Synchronize) inside {self.label}, blocking "
-                           f"the host {min(1.0, blocked / span):.1%} of the time")
+            r.notes.append(f"{calls} blocking host calls (synchronize, free, synchronous copies) inside {self.label}, "
+                           f"blocking the host {share:.1%} of the time")
 
     def _workload(self) -> None:
         if self.c.training_ops:
@@ -813,3 +814,10 @@ class _Analysis:
         else:
             self.r.missing("workload", "no backward or optimizer operators in the trace; it may be inference or a "
                            "forward-only window")
+
+
+_GPU_FACTS = ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us", "kernels_per_step",
+              "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "launch_overhead_frac", "host_compute_frac",
+              "host_sync_frac", "unattributed_idle_frac", "idle_host_ops", "uses_cuda_graphs",
+              "memory_bound_kernel_frac", "top_kernel_class", "top_kernel_class_frac", "top_kernel_class_ops",
+              "top_op", "top_op_frac", "top_op_pct_of_roof", "trace_kernels")

@@ -31,7 +31,7 @@ class FactSpec(_Strict):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     kind: Literal["observed", "derived", "both"]
-    type: Literal["fraction", "number", "integer", "enum", "hardware"]
+    type: Literal["fraction", "number", "integer", "enum", "hardware", "text"]
     unit: str | None = None
     dimension: str | None = None
     min: float | None = None
@@ -65,6 +65,8 @@ class FactSpec(_Strict):
             return "one of " + ", ".join(self.choices or [])
         if self.type == "hardware":
             return "a hardware catalog id (dam hardware list) or a device name"
+        if self.type == "text":
+            return "a short text (quoted in messages, never compared)"
         lo = "-inf" if self.min is None else f"{self.min:g}"
         hi = "inf" if self.max is None else f"{self.max:g}"
         bracket = "(" if self.exclusive_min else "["
@@ -327,11 +329,20 @@ class AxisSpec(_Strict):
     source: str
 
 
+class EvidenceCap(_Strict):
+    """While `finding` holds, no bottleneck candidate is stronger than `max_strength` (thin evidence)."""
+
+    finding: str
+    max_strength: Strength
+    source: str
+
+
 class RegimeCatalog(_Strict):
     schema_version: int = 1
     axes: dict[str, AxisSpec]
     strengths: dict[Strength, int]
     verdict_min_strength: Strength
+    evidence_caps: list[EvidenceCap] = []
     terms: dict[Term, TermSpec]
     max_reported_speedup: float = Field(gt=1)
     precedence: list[str]
@@ -341,6 +352,77 @@ class RegimeCatalog(_Strict):
     def _precedence_complete(self) -> RegimeCatalog:
         if sorted(self.precedence) != sorted(self.regimes):
             raise ValueError("`precedence` must list every regime exactly once")
+        return self
+
+
+KernelActivity = Literal["kernel", "memcpy", "memset"]
+
+
+class KernelClass(_Strict):
+    """One class of GPU activity (knowledge_base/kernels.yaml), recognised by name patterns."""
+
+    id: Literal["gemm", "conv", "attention", "elementwise", "reduction", "communication", "memcpy", "memset", "triton",
+                "other"]
+    title: str
+    activities: list[KernelActivity] = ["kernel"]
+    memory_bound_by_nature: bool
+    source: str
+    rationale: str
+    patterns: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> KernelClass:
+        import re
+
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
+        return self
+
+
+class CallPatterns(_Strict):
+    """Host runtime/driver calls of one role, by name patterns (regular expressions, case-sensitive)."""
+
+    source: str
+    rationale: str
+    patterns: list[str] = Field(min_length=1)
+
+
+class KernelCalls(_Strict):
+    blocking: CallPatterns
+    graph_launch: CallPatterns
+    launch: CallPatterns
+
+
+class TraceAnalysisSettings(_Strict):
+    """Thresholds of the trace analysis (each with its source)."""
+
+    top_n: int = Field(ge=1, le=100)
+    launch_gap_max_us: float = Field(gt=0)
+    launch_gap_source: str
+    event_free_gap_us: float = Field(gt=0)
+    event_free_gap_source: str
+    warmup_min_tail_share: float = Field(gt=0, lt=1)
+    warmup_source: str
+
+
+class KernelCatalog(_Strict):
+    """knowledge_base/kernels.yaml: kernel classes, host call roles and the trace analysis thresholds."""
+
+    schema_version: int = 1
+    classes: list[KernelClass]
+    calls: KernelCalls
+    analysis: TraceAnalysisSettings
+
+    @model_validator(mode="after")
+    def _classes_complete(self) -> KernelCatalog:
+        ids = [c.id for c in self.classes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a kernel class is listed twice")
+        if not ids or ids[-1] != "other":
+            raise ValueError("the last class must be `other` (what no other class matches)")
         return self
 
 
@@ -375,6 +457,7 @@ class KnowledgeBase:
         units: UnitTable,
         source: Path | None = None,
         interconnects: InterconnectCatalog | None = None,
+        kernels: KernelCatalog | None = None,
     ) -> None:
         self.source = source
         self.facts = {f.name: f for f in facts.facts}
@@ -388,6 +471,7 @@ class KnowledgeBase:
         self.regimes = regimes
         self.units = units
         self.interconnects = {i.id: i for i in (interconnects.interconnects if interconnects else [])}
+        self.kernels = kernels  # kernel classes for trace analysis (None: a knowledge base without kernels.yaml)
         self._check_references()
 
     @classmethod
@@ -409,6 +493,8 @@ class KnowledgeBase:
             source=directory,
             interconnects=part("interconnects", InterconnectCatalog)  # type: ignore[arg-type]
             if (directory / "interconnects.yaml").is_file() else None,
+            kernels=part("kernels", KernelCatalog)  # type: ignore[arg-type]
+            if (directory / "kernels.yaml").is_file() else None,
         )
 
     def _check_references(self) -> None:

@@ -271,7 +271,11 @@ class Toolbox:
         if result.not_derived:
             extra.append(f"Not derived from {', '.join(f.name for f in result.files)}: "
                          + "; ".join(f"{n} ({why})" for n, why in result.not_derived.items()))
-        return self._report(self.expert.diagnose(raw), args.detail, extra)
+        observations = self.expert.observations(raw)
+        if result.observations.ranks:  # a multi-GPU job's rank table, as `dam diagnose --from` keeps it
+            observations = observations.model_copy(update={"ranks": list(result.observations.ranks)})
+        return self._report(self.expert.diagnose(observations, time_breakdown=result.time_breakdown), args.detail,
+                            extra)
 
     # ---- explanations ----------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._yaml import check_size, load_yaml, read_text
+from ..breakdown import TimeBreakdown
 from ..errors import KnowledgeBaseError, ObservationError, Problem
 from .normalise import RankFigures
 
@@ -21,6 +22,7 @@ class ObservationFile(BaseModel):
     description: str | None = None
     observations: dict[str, Any]
     ranks: list[RankFigures] | None = None  # per-rank figures of a multi-GPU job, as `dam ingest` writes them
+    time_breakdown: TimeBreakdown | None = None  # written by `dam ingest` from a profiler trace
 
 
 class _DuplicateKey(Exception):
@@ -65,7 +67,7 @@ def read_observation_file(path: Path) -> ObservationFile:
     if not isinstance(data, dict):
         raise ObservationError([Problem(str(path), f"expected a mapping of fact: value, got {type(data).__name__}")])
     if "observations" in data:
-        extra = sorted(set(data) - {"observations", "description", "ranks"})
+        extra = sorted(set(data) - {"observations", "description", "ranks", "time_breakdown"})
         if extra:
             raise ObservationError([Problem(str(path), f"unexpected top-level keys {extra}",
                                             "put facts under `observations:`")])
@@ -77,6 +79,16 @@ def read_observation_file(path: Path) -> ObservationFile:
         except (ValidationError, TypeError) as exc:
             raise ObservationError([Problem(f"{path}: ranks", "each rank needs rank, file and per-step figures",
                                             str(exc).splitlines()[0])]) from exc
+        breakdown = None
+        if data.get("time_breakdown") is not None:
+            try:
+                breakdown = TimeBreakdown.model_validate(data["time_breakdown"])
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                raise ObservationError([Problem(f"{path}: time_breakdown.{where}", first["msg"],
+                                                "time_breakdown is what `dam ingest` wrote; remove it or re-ingest")]
+                                       ) from exc
         return ObservationFile(description=str(description) if description is not None else None,
-                               observations=data["observations"], ranks=ranks)
+                               observations=data["observations"], ranks=ranks, time_breakdown=breakdown)
     return ObservationFile(observations=data)

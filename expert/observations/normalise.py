@@ -20,6 +20,7 @@ Value = Union[int, float, str]  # noqa: UP007
 _NUMBER_WITH_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$", re.ASCII)
 _THOUSANDS = re.compile(r"^\s*[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][-+]?\d+)?(?:\s*\D.*)?$", re.ASCII)
 _UNKNOWN_WORDS = frozenset({"unknown", "skip", "?", "n/a", "na", ""})
+_TEXT_MAX = 300  # text facts are quoted in messages: a few names, not a document
 
 
 class Observation(BaseModel):
@@ -172,6 +173,10 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
             hint = f"did you mean {', '.join(close)}?" if close else "see `dam hardware list`"
             raise ValueError(f"unknown hardware {raw!r}; {hint}")
         return resolved
+    if spec.type == "text":
+        if not isinstance(raw, str) or not raw.strip():
+            raise ValueError("expected a non-empty text")
+        return raw.strip()[:_TEXT_MAX]
     if spec.type == "enum":
         choices = spec.choices or []
         if not isinstance(raw, str) or raw.strip().casefold() not in choices:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..breakdown import TimeBreakdown
 from ..derive.formulas import DerivedValue
 from ..observations.normalise import Observation, RankFigures
 from ..rules.evaluate import LeafTrace, Outcome
@@ -306,6 +307,7 @@ class Report(_Model):
     graph: ProvenanceData
     tables: list[RegimeTableRecord] = []
     cluster: ClusterSection | None = None
+    time_breakdown: TimeBreakdown | None = None  # where the GPU time goes, when the facts came from a profiler trace
 
     def to_json(self, indent: int | None = 2) -> str:
         """Lossless JSON; `Report.model_validate_json` reads it back."""

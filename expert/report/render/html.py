@@ -22,6 +22,7 @@ background:#fee2e2;border:1px solid #dc2626}.verdict.undecided{background:#fef9c
 pre{background:#f9fafb;border:1px solid #e5e7eb;padding:.6em;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
 .graph{overflow-x:auto;border:1px solid #e5e7eb;border-radius:8px;padding:4px}del{color:#6b7280}
 .sev-critical{color:#b91c1c;font-weight:bold}.sev-warning{color:#a16207;font-weight:bold}.sev-info{color:#0369a1}
+.bar{display:inline-block;height:.8em;background:#0891b2}.bar.mem{background:#c026d3}td.num{text-align:right}
 """
 
 
@@ -41,6 +42,7 @@ def to_html(report: Report, title: str | None = None) -> str:
     body: list[str] = [f"<h1>{_e(heading)}</h1>"]
     body += _verdict(report)
     body += _iron_law(report)
+    body += _time_breakdown(report)
     body += _cluster(report)
     body += _roofline(report)
     body += _findings(report)
@@ -213,4 +215,57 @@ def _evidence(report: Report) -> list[str]:
         out.append(f"<tr><td><code>{_e(name)}</code></td><td>{_e(_fmt(d.value) + unit)}</td>"
                    f"<td>derived: {_e(d.formula)} <span class=\"muted\">({_e(d.source)})</span></td></tr>")
     out.append("</table>")
+    return out
+
+
+def _time_breakdown(report: Report) -> list[str]:
+    """Where the GPU time goes (profiler traces): class shares as bars, top kernels and operators."""
+    tb = report.time_breakdown
+    if tb is None:
+        return []
+
+    def num(v: float | None) -> str:
+        return "" if v is None else f"{v:.3g}"
+
+    def pct(v: float | None) -> str:
+        return "" if v is None else f"{v:.0%}"
+
+    out = ["<h2 id=\"time-breakdown\">Where the time goes</h2>",
+           f"<p class=\"muted\">Window: {_e(tb.window.reason)}</p>"]
+    if tb.roof is not None:
+        out.append(f"<p class=\"muted\">Roof: {_e(tb.roof.hardware)} {_e(tb.roof.dtype)}, {tb.roof.peak_tflops:g} "
+                   f"TFLOP/s, {tb.roof.peak_bandwidth_gbs:g} GB/s (ridge {tb.roof.ridge_flop_per_byte:.3g} FLOP/B)</p>")
+    if tb.classes:
+        out.append(f"<p>{tb.gpu_time_s:.4g} s of GPU activity, {tb.kernels} kernels"
+                   + (f"; {tb.memory_bound_share:.0%} in classes memory-bound by nature (magenta)"
+                      if tb.memory_bound_share is not None else "") + ".</p>")
+        out.append("<table class=\"classes\"><tr><th>kernel class</th><th>share</th><th></th><th>FLOP/B</th>"
+                   "<th>% of roof</th></tr>")
+        for c in tb.classes:
+            width = max(1, round(c.share * 300))
+            out.append(f"<tr data-class=\"{_e(c.class_)}\"><td>{_e(c.class_)}</td><td class=\"num\">{c.share:.1%}</td>"
+                       f"<td><span class=\"bar{' mem' if c.memory_bound_by_nature else ''}\" "
+                       f"style=\"width:{width}px\"></span></td><td class=\"num\">{num(c.arithmetic_intensity)}</td>"
+                       f"<td class=\"num\">{pct(c.pct_of_roof)}</td></tr>")
+        out.append("</table>")
+    for title, entries in (("Top kernels", tb.top_kernels), ("Top operators (by the kernels they launched)",
+                                                            tb.top_ops), ("Top modules", tb.top_modules)):
+        if not entries:
+            continue
+        out.append(f"<h3>{_e(title)}</h3><table><tr><th>name</th><th>class</th><th>share</th><th>count</th>"
+                   "<th>FLOP/B</th><th>% of roof</th></tr>")
+        out += [f"<tr><td><code>{_e(e.name[:160])}</code></td><td>{_e(e.class_ or '')}</td>"
+                f"<td class=\"num\">{e.share:.1%}</td><td class=\"num\">{e.count}</td>"
+                f"<td class=\"num\">{num(e.arithmetic_intensity)}</td><td class=\"num\">{pct(e.pct_of_roof)}</td></tr>"
+                for e in entries]
+        out.append("</table>")
+    if tb.idle is not None:
+        i = tb.idle
+        out.append(f"<p>GPU busy {i.busy:.0%}; idle: input {i.input:.0%}, launch overhead {i.launch:.0%}, host "
+                   f"compute {i.host_compute:.0%}, blocking syncs {i.sync:.0%}, no host event {i.unattributed:.0%}, "
+                   f"GPU-side waits {i.gpu_wait:.0%}.</p>")
+        if tb.host_during_idle and i.host_compute >= 0.02:
+            out.append("<p class=\"muted\">While the GPU idled the host ran: " + ", ".join(
+                f"<code>{_e(e.name)}</code> ({e.share:.0%})" for e in tb.host_during_idle[:4]) + ".</p>")
+    out += [f"<p class=\"muted\">Note: {_e(n)}</p>" for n in tb.notes]
     return out

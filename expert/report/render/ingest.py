@@ -96,6 +96,10 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
         for name, reason in result.not_derived.items():
             missing.add_row(escape(name), escape(reason))
         console.print(missing)
+    if result.time_breakdown is not None:
+        from .terminal import time_breakdown_view
+
+        console.print(time_breakdown_view(result.time_breakdown))
     for note in result.notes:
         console.print(f"[dim]note:[/dim] {escape(note)}")
     for f in result.files:

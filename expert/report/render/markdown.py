@@ -46,6 +46,7 @@ def postmortem(report: Report, title: str | None = None) -> str:
     lines += _verdict(report)
     lines += _evidence(report)
     lines += _iron_law(report)
+    lines += _time_breakdown(report)
     lines += _cluster(report)
     lines += _findings(report)
     lines += _optimizations(report)
@@ -199,3 +200,51 @@ def _measurements(report: Report) -> list[str]:
         lines += ["", "Missing evidence (would sharpen or decide the diagnosis):", ""]
         lines += [f"- `{item.fact}`: {_text(item.question)} ({_text(item.why)})" for item in report.missing]
     return [*lines, ""]
+
+
+def _time_breakdown(report: Report) -> list[str]:
+    """Where the GPU time goes (profiler traces): class shares as text bars, top kernels and operators."""
+    tb = report.time_breakdown
+    if tb is None:
+        return []
+
+    def num(v: float | None) -> str:
+        return "" if v is None else f"{v:.3g}"
+
+    def pct(v: float | None) -> str:
+        return "" if v is None else f"{v:.0%}"
+
+    lines = ["## Where the time goes", "", f"Window: {_cell(tb.window.reason)}.", ""]
+    if tb.roof is not None:
+        lines += [f"Roof: {tb.roof.hardware} {tb.roof.dtype}, {tb.roof.peak_tflops:g} TFLOP/s, "
+                  f"{tb.roof.peak_bandwidth_gbs:g} GB/s (ridge {tb.roof.ridge_flop_per_byte:.3g} FLOP/B).", ""]
+    if tb.classes:
+        lines += [f"{tb.gpu_time_s:.4g} s of GPU activity, {tb.kernels} kernels"
+                  + (f"; {tb.memory_bound_share:.0%} in classes memory-bound by nature" if tb.memory_bound_share
+                     is not None else "") + ".", "",
+                  "| kernel class | share | | FLOP/B | % of roof |", "|---|---:|---|---:|---:|"]
+        for c in tb.classes:
+            bar = "█" * round(c.share * 20) or "▏"
+            lines.append(f"| {c.class_}{' (memory-bound)' if c.memory_bound_by_nature else ''} | {c.share:.1%} | "
+                         f"`{bar}` | {num(c.arithmetic_intensity)} | {pct(c.pct_of_roof)} |")
+        lines.append("")
+    for title, entries in (("Top kernels", tb.top_kernels), ("Top operators (by the kernels they launched)",
+                                                            tb.top_ops), ("Top modules", tb.top_modules)):
+        if not entries:
+            continue
+        lines += [f"**{title}**", "", "| name | class | share | count | FLOP/B | % of roof |",
+                  "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| `{_cell(e.name[:120])}` | {e.class_ or ''} | {e.share:.1%} | {e.count} | "
+                  f"{num(e.arithmetic_intensity)} | {pct(e.pct_of_roof)} |" for e in entries]
+        lines.append("")
+    if tb.idle is not None:
+        i = tb.idle
+        lines += [f"GPU busy {i.busy:.0%}; idle: input {i.input:.0%}, launch overhead {i.launch:.0%}, host compute "
+                  f"{i.host_compute:.0%}, blocking syncs {i.sync:.0%}, no host event {i.unattributed:.0%}, GPU-side "
+                  f"waits {i.gpu_wait:.0%}."]
+        if tb.host_during_idle and i.host_compute >= 0.02:
+            lines.append("While the GPU idled the host ran: " + ", ".join(
+                f"`{_cell(e.name)}` ({e.share:.0%} of the window)" for e in tb.host_during_idle[:4]) + ".")
+        lines.append("")
+    lines += [f"_Note: {_cell(n)}_" for n in tb.notes]
+    return [*lines, ""] if tb.notes else lines

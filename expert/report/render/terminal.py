@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ...breakdown import TimeBreakdown
 from ..model import Report
 
 _BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
@@ -208,14 +209,84 @@ def resolution_notes(report: Report) -> Text | None:
     return Text("\n".join(f"Assumed {note}" for note in notes), style="dim") if notes else None
 
 
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:.0%}"
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def time_breakdown_section(report: Report) -> RenderableType | None:
+    """Where the GPU time goes (profiler traces): kernel classes as bars, top kernels and operators with their share,
+    arithmetic intensity and % of roof, and what the GPU idle time was."""
+    return None if report.time_breakdown is None else time_breakdown_view(report.time_breakdown)
+
+
+def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
+    """The "where the time goes" section for one time breakdown (also shown by `dam ingest`)."""
+    parts: list[RenderableType] = []
+    head = Text(f"window: {tb.window.reason}", style="dim")
+    if tb.roof is not None:
+        head.append(f"\nroof: {tb.roof.hardware} {tb.roof.dtype}, {tb.roof.peak_tflops:g} TFLOP/s, "
+                    f"{tb.roof.peak_bandwidth_gbs:g} GB/s (ridge {tb.roof.ridge_flop_per_byte:.3g} FLOP/B)",
+                    style="dim")
+    parts.append(head)
+    if tb.classes:
+        classes = Table(title=f"Where the GPU time goes ({tb.gpu_time_s:.4g} s of GPU activity, {tb.kernels} kernels)",
+                        box=box.SIMPLE_HEAD, title_justify="left")
+        for col, just in (("class", "left"), ("share", "right"), ("", "left"), ("FLOP/B", "right"),
+                          ("% of roof", "right")):
+            classes.add_column(col, justify=just, no_wrap=True, min_width=len(col))  # type: ignore[arg-type]
+        for c in tb.classes:
+            filled = round(c.share * _BAR_WIDTH)
+            bar = Text("█" * filled, style="magenta" if c.memory_bound_by_nature else "cyan")
+            bar.append("░" * (_BAR_WIDTH - filled), style="dim")
+            classes.add_row(c.class_, f"{c.share:.1%}", bar, _num(c.arithmetic_intensity), _pct(c.pct_of_roof))
+        if tb.memory_bound_share is not None:
+            classes.caption = f"memory-bound by nature (magenta): {tb.memory_bound_share:.0%} of GPU time"
+        parts.append(classes)
+    for title, entries in (("Top kernels", tb.top_kernels), ("Top operators (by the kernels they launched)",
+                                                            tb.top_ops), ("Top modules", tb.top_modules)):
+        if not entries:
+            continue
+        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+        for col, just in (("name", "left"), ("class", "left"), ("share", "right"), ("FLOP/B", "right"),
+                          ("% of roof", "right")):
+            table.add_column(col, justify=just, overflow="ellipsis", no_wrap=True,  # type: ignore[arg-type]
+                             min_width=20 if col == "name" else 11 if col == "class" else len(col),
+                             max_width=34 if col == "name" else None)
+        for e in entries[:8]:
+            table.add_row(e.name, e.class_ or "", f"{e.share:.1%}", _num(e.arithmetic_intensity), _pct(e.pct_of_roof))
+        parts.append(table)
+    if tb.idle is not None:
+        idle = tb.idle
+        line = Text("GPU busy ", style="bold")
+        line.append(f"{idle.busy:.0%}; idle: input {idle.input:.0%}, launch overhead {idle.launch:.0%}, host compute "
+                    f"{idle.host_compute:.0%}, blocking syncs {idle.sync:.0%}, no host event {idle.unattributed:.0%}, "
+                    f"GPU-side waits {idle.gpu_wait:.0%}")
+        if tb.host_during_idle and idle.host_compute >= 0.02:
+            line.append("\nwhile the GPU idled the host ran: " + ", ".join(
+                f"{e.name} ({e.share:.0%})" for e in tb.host_during_idle[:4]), style="dim")
+        parts.append(line)
+    if tb.totals is not None and tb.totals.flops:
+        t = tb.totals
+        parts.append(Text(f"shape-derived: {t.flops:.3g} FLOP, {t.bytes or 0:.3g} B, {_num(t.arithmetic_intensity)} "
+                          f"FLOP/B, {_num(t.achieved_tflops)} TFLOP/s on the GPU, {_pct(t.pct_of_roof)} of roof "
+                          f"(operators covering {_pct(tb.flops_coverage)} of launched GPU time)", style="dim"))
+    for note in tb.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(Text("Where the time goes", style="bold cyan"), *parts)
+
+
 def report_renderable(report: Report) -> RenderableType:
     parts: list[RenderableType] = [verdict_panel(report)]
     notes = resolution_notes(report)
     if notes is not None:
         parts.append(notes)
-    sections = (iron_law_table(report), cluster_table(report), ranks_table(report), findings_table(report),
-                optimizations_table(report),
-                scorecard_table(report), measurements_table(report), missing_table(report))
+    sections = (iron_law_table(report), time_breakdown_section(report), cluster_table(report), ranks_table(report),
+                findings_table(report), optimizations_table(report), scorecard_table(report),
+                measurements_table(report), missing_table(report))
     for part in sections:
         if part is not None:
             parts.append(part)

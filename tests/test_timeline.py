@@ -1,0 +1,127 @@
+"""The format-neutral timeline analysis (expert/ingest/timeline.py) on plain records, as any reader would fill it."""
+
+from __future__ import annotations
+
+import pytest
+
+import expert
+from expert.ingest.opflops import OpShapes
+from expert.ingest.timeline import Cover, Timeline, _Classifier, analyse, steady_window, step_windows, subtract
+
+CATALOG = expert.default_expert().kb.kernels
+assert CATALOG is not None
+
+
+@pytest.mark.parametrize(("name", "kind", "expected"), [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "kernel", "gemm"),
+    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNN", "kernel", "gemm"),
+    ("ampere_sgemm_32x32_sliced1x4_tn", "kernel", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>", "kernel", "gemm"),
+    ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1", "kernel", "gemm"),  # hipBLASLt
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "kernel", "conv"),
+    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>", "kernel", "conv"),
+    ("naive_conv_fwd_nchw_float_double_float", "kernel", "conv"),  # MIOpen
+    ("igemm_fwd_gtcx_nhwc_fp16_bx0_ex1_bt128x128x32", "kernel", "conv"),  # MIOpen implicit GEMM
+    ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4>>", "kernel",
+     "attention"),
+    ("fmha_cutlassF_f16_aligned_64x64_rf_sm80", "kernel", "attention"),
+    ("ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSAsync>", "kernel", "attention"),  # ROCm CK
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "kernel", "elementwise"),
+    ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 4, 64, 64>", "kernel",
+     "elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float>>>", "kernel",
+     "reduction"),
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>", "kernel", "reduction"),
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "kernel", "reduction"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>", "kernel", "reduction"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "kernel", "communication"),
+    ("triton_poi_fused_add_cos_sin_0", "kernel", "triton"),
+    ("Memcpy HtoD (Pageable -> Device)", "memcpy", "memcpy"),
+    ("Memset (Device)", "memset", "memset"),
+    ("my_custom_kernel", "kernel", "other"),
+])
+def test_kernel_classes_from_cuda_and_rocm_names(name: str, kind: str, expected: str) -> None:
+    tl = Timeline()
+    tl.add_gpu(name, 0, 1, device=0, kind=kind)
+    assert _Classifier(CATALOG).of(tl.names, tl.g_name[0], tl.g_kind[0]) == expected
+
+
+def test_cover_and_subtract() -> None:
+    cover = Cover([(0.0, 10.0), (20.0, 30.0)])
+    assert cover.between(5, 25) == 10 and cover.total == 20 and cover.contains(25) and not cover.contains(15)
+    assert subtract([(0.0, 10.0), (20.0, 30.0)], [(5.0, 22.0)]) == [(0.0, 5.0), (22.0, 30.0)]
+
+
+def _timeline(sync: bool = True) -> Timeline:
+    """One device, window [0, 1000). Kernels: A [0, 100) launched at -10; B [130, 200) launched at 120 (a 30 us gap
+    before a kernel launched after the GPU went idle: launch overhead); C [400, 500) launched at 390 after 190 us of
+    `preprocess` (a python function that launches nothing); D [500, 600) queued at 150 (no gap); E [700, 900)
+    launched at 610; then 100 us of idle with no host event (unattributed). With `sync`, a cudaStreamSynchronize
+    [180, 605) is in progress when the GPU runs dry at 200 and at 600: both gaps are the sync's."""
+    tl = Timeline()
+    main = tl.thread("pid", "main")
+    for name, start, dur, at in (("k_a", 0, 100, -10), ("k_b", 130, 70, 120), ("k_c", 400, 100, 390),
+                                 ("k_d", 500, 100, 150), ("k_e", 700, 200, 610)):
+        corr = len(tl.r_start)
+        ext = len(tl.o_start)
+        tl.add_op("aten::mm", at - 1, 6, thread=main, external_id=ext,
+                  shapes=OpShapes.of([[64, 64], [64, 64]], ["float", "float"]))
+        tl.add_runtime("cudaLaunchKernel", at, 4, correlation=corr, thread=main, external_id=ext)
+        tl.add_gpu(f"ampere_sgemm_{name}", start, dur, device=0, stream=7, correlation=corr)
+    tl.add_span("train.py(12): preprocess", 200, 190, thread=main)
+    if sync:
+        tl.add_runtime("cudaStreamSynchronize", 180, 425, thread=main)
+    tl.finish()
+    return tl
+
+
+def test_idle_gaps_split_by_what_the_host_was_doing() -> None:
+    tl = _timeline()
+    result = analyse(tl, [(0.0, 1000.0)], None, CATALOG)
+    assert result is not None
+    idle = result.idle
+    assert idle["busy"] == pytest.approx(0.57)  # 100 + 70 + 100 + 100 + 200 us
+    assert idle["launch"] == pytest.approx(30 / 1000)  # [100, 130)
+    assert idle["sync"] == pytest.approx((200 + 100) / 1000)  # [200, 400) and [600, 700) began inside the sync
+    assert idle["host"] == 0
+    assert idle["unattributed"] == pytest.approx(100 / 1000)  # [900, 1000): nothing ran on the host
+    assert idle["gpu_wait"] == 0
+    free = analyse(_timeline(sync=False), [(0.0, 1000.0)], None, CATALOG)
+    assert free is not None
+    # without the sync: [200, 395) is preprocess and the launching op, [395, 400) nothing; [600, 700) has the op
+    # [609, 615) that launched E and 94 us of nothing
+    assert free.idle["host"] == pytest.approx((195 + 6) / 1000)
+    assert free.idle["unattributed"] == pytest.approx((5 + 94 + 100) / 1000)
+    assert free.idle["sync"] == 0 and free.breakdown.host_during_idle[0].name == "train.py(12): preprocess"
+    assert result.kernels == 5 and result.breakdown.top_ops[0].name == "aten::mm"
+    assert result.breakdown.top_ops[0].count == 5
+
+
+def test_a_caller_python_function_is_not_host_compute() -> None:
+    """A python frame that launches GPU work (a forward, the training loop) covers everything; only frames that
+    launch nothing count as host compute."""
+    tl = Timeline()
+    main = tl.thread("main")
+    tl.add_span("train.py(1): <module>", 0, 1000, thread=main)  # the whole loop
+    tl.add_runtime("cudaLaunchKernel", 10, 4, correlation=1, thread=main)
+    tl.add_gpu("k", 20, 100, device=0, correlation=1)
+    tl.add_runtime("cudaLaunchKernel", 500, 4, correlation=2, thread=main)
+    tl.add_gpu("k", 510, 100, device=0, correlation=2)
+    tl.finish()
+    result = analyse(tl, [(0.0, 700.0)], None, CATALOG)
+    assert result is not None
+    assert result.idle["host"] == pytest.approx(4 / 700)  # only the launch call inside the gap [120, 510)
+    assert result.idle["unattributed"] == pytest.approx((390 - 4 + 90) / 700)
+
+
+def test_windows_steps_and_no_activity() -> None:
+    tl = _timeline()
+    numbered = step_windows(tl, [(1, 0.0, 300.0), (2, 300.0, 650.0)], None)
+    # step 1 launched D at 150 (it ends at 600), so step 1 extends to 600 and step 2 starts there
+    assert numbered == [(1, 0.0, 600.0), (2, 600.0, 900.0)]
+    assert analyse(tl, [(2000.0, 3000.0)], None, CATALOG) is None
+    empty = Timeline()
+    empty.add_op("aten::empty", 0, 10)
+    empty.finish()
+    window = steady_window(empty, 0, 10, None, CATALOG)
+    assert window.windows == [(0, 10)] and "no GPU activity" in window.reason
