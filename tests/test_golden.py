@@ -1,22 +1,25 @@
 """Behaviour is unchanged unless intended: every golden output still has its recorded digest.
 
 After an intended change of behaviour, rerun `python tests/golden/record.py` and commit digests.json with the change;
-`--dump DIR` on two versions shows what differs.
+`--dump DIR` on two versions shows what differs. The check runs in a fresh interpreter: it pins what a new process
+computes, whatever earlier tests of this session left in memory.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "golden"))
-
-import record
+RECORD = Path(__file__).parent / "golden" / "record.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_golden_outputs_are_unchanged() -> None:
-    want = json.loads(record.DIGESTS.read_text())
-    found = record.digests()
-    changed = sorted(k for k in want.keys() | found.keys() if want.get(k) != found.get(k))
-    assert not changed, f"{len(changed)} golden outputs differ (first: {changed[:5]}); see tests/golden/record.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, str(RECORD), "--check"], capture_output=True, text=True, env=env,
+                            timeout=900, cwd=ROOT)
+    changed = [line for line in result.stdout.splitlines() if line and not line.startswith("all ")]
+    assert result.returncode == 0, (f"{len(changed)} golden outputs differ (first: {changed[:5]}); see "
+                                    f"tests/golden/record.py\n{result.stderr[-2000:]}")
