@@ -124,11 +124,15 @@ def pick(spec: FactSpec | None, box: Box, kb: KnowledgeBase) -> tuple[bool, Valu
     """A value satisfying the box: (ok, value); value None means "leave the fact unknown"."""
     if box.present is False:
         return True, None
+    # sets iterate in hash order, which changes from one interpreter to the next: pick in the vocabulary's order
     if spec is not None and spec.type in ("enum", "hardware"):
-        pool = [c for c in (box.allowed or spec.choices or []) if c not in box.excluded]
+        choices = list(spec.choices or [])
+        allowed = (choices if box.allowed is None
+                   else [c for c in choices if c in box.allowed] + sorted(box.allowed - set(choices), key=repr))
+        pool = [c for c in allowed if c not in box.excluded]
         return (True, pool[0]) if pool else (False, None)
     if box.allowed is not None:
-        nums = [v for v in box.allowed if isinstance(v, (int, float)) and v not in box.excluded]
+        nums = sorted(v for v in box.allowed if isinstance(v, (int, float)) and v not in box.excluded)
         return (True, nums[0]) if nums else (False, None)
     low, high, integer = domain(spec)
     exclusive = spec is not None and spec.exclusive_min

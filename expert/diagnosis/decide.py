@@ -51,6 +51,7 @@ class _Conclusions:
     concludes: dict[str, _Concludes]  # rule id -> (regime, strength) vote, (axis, strength) vote, recommends, wastes
     tables: dict[str, RegimeTable]
     precedence: dict[str, int]
+    share_fact: dict[str, str]  # regime -> the derived fact holding its term's share of the step
     strength_names: dict[int, Strength]
     threshold: int
     bands: tuple[tuple[str, Callable[[float | None], str]], ...]  # (fact, its band function) per scorecard metric
@@ -71,6 +72,7 @@ def _build(ruleset: RuleSet) -> _Conclusions:
         concludes=concludes,
         tables={regime: table for regime, (_, table) in ruleset.tables.items()},
         precedence={name: i for i, name in enumerate(regimes.precedence)},
+        share_fact={name: regimes.terms[r.term].share for name, r in regimes.regimes.items()},
         strength_names={v: k for k, v in regimes.strengths.items()},
         threshold=regimes.strengths[regimes.verdict_min_strength],
         bands=tuple((metric.fact, metric.band) for metric in kb.scorecard.metrics),
@@ -127,6 +129,21 @@ class Decision:
         return tuple(axes)
 
 
+def _largest_share_first(ranked: list[tuple[str, list[Any]]], c: _Conclusions,
+                         facts: Mapping[str, Value]) -> list[tuple[str, list[Any]]]:
+    """Equally strong leaders, each with a measured share of the step: the largest share leads (the iron law's
+    largest term sets the step); otherwise the order stands (vote weight, then precedence: a starved GPU first)."""
+    if len(ranked) < 2 or ranked[0][1][0] != ranked[1][1][0]:
+        return ranked
+    top = ranked[0][1][0]
+    tied = [kv for kv in ranked if kv[1][0] == top]
+    shares = [facts.get(c.share_fact[regime]) for regime, _ in tied]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in shares):
+        return ranked
+    order = sorted(range(len(tied)), key=lambda i: -float(shares[i]))  # type: ignore[arg-type]  # stable
+    return [tied[i] for i in order] + ranked[len(tied):]
+
+
 def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], facts: Mapping[str, Value]) -> Decision:
     """The decision of the rules that fired on these facts (their order does not matter)."""
     c = _conclusions(ruleset)
@@ -159,6 +176,7 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     for tally in votes.values():
         tally[0] = min(tally[0], ceiling)
     ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][1], c.precedence[kv[0]]))
+    ranked = _largest_share_first(ranked, c, facts)
     candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(rules)))
                        for regime, (top, total, rules) in ranked)
     verdict = ranked[0][0] if ranked and ranked[0][1][0] >= c.threshold else None

@@ -319,6 +319,7 @@ class TermSpec(_Strict):
     label: str
     share: str
     seconds: str | None = None  # only the iron-law terms have a duration of their own
+    part_of: str | None = None  # the term this one is a part of (checkpoint and straggler waits are coordination)
 
 
 class AxisSpec(_Strict):
@@ -600,6 +601,11 @@ class KnowledgeBase:
                 problems.append(Problem(at, f"unknown axis {name!r}",
                                         f"regimes.yaml `axes` defines: {', '.join(axes)}"))
 
+        for term_id, term_spec in terms.items():
+            if term_spec.part_of is not None and term_spec.part_of not in terms:
+                problems.append(Problem(f"{where}/regimes.yaml: terms.{term_id}",
+                                        f"part_of unknown term {term_spec.part_of!r}",
+                                        f"`terms` defines: {', '.join(terms)}"))
         for regime_id, regime in self.regimes.regimes.items():
             at = f"{where}/regimes.yaml: regimes.{regime_id}"
             if regime.term not in terms:
