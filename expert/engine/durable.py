@@ -2,7 +2,9 @@
 
 Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/reference/durable-rules-notes.md):
 
-* the default ``Host`` starts timer threads that segfault under concurrency -> ``_QuietHost`` never starts them;
+* the default ``Host`` starts timer threads that segfault under concurrency, and its Python host (``Closure``,
+  ``Promise``, callbacks) parses JSON per action and leaves reference cycles per run -> ``_Host``, a minimal host
+  over the C extension: no threads, no cycles, the session state passed back as the string it came as;
 * ``delete_state`` on a session where no action ran segfaults -> a no-op rule fires on every observation fact;
 * more than 1,024 live sessions per ruleset crash -> one session per run, deleted in ``finally``, runs serialised;
 * a fact no pattern accepts aborts a batch -> a never-completing ``sink`` join accepts every fact;
@@ -16,6 +18,7 @@ Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import threading
 import uuid
@@ -30,8 +33,7 @@ from .base import EngineResult, Value
 
 _IMPORT_ERROR: str | None = None
 try:  # pragma: no branch
-    import durable_rules_engine  # noqa: F401  (the C extension; fails first on unsupported Pythons)
-    from durable import engine as _dr
+    import durable_rules_engine as _dr  # the C extension; fails first on unsupported Pythons
 except Exception as exc:  # ImportError, or undefined symbols on Python 3.13
     _dr = None
     _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
@@ -89,11 +91,53 @@ def _or(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"$or": parts}
 
 
-class _QuietHost(_dr.Host if _dr is not None else object):  # type: ignore[misc]
-    """A durable-rules Host without the background timer threads (they segfault under concurrent use)."""
+# an action gets the facts its rule matched (alias -> fact) and returns the fact to assert back, if any
+_Action = Any
 
-    def _run(self) -> None:
-        return None
+
+class _Host:
+    """The part of durable-rules' Python host this engine uses, over the C extension directly: assert a fact, run
+    the actions it (and the facts they assert) make ready, delete a session. Unlike ``durable.engine.Host`` it starts
+    no timer threads, builds no closures (so a run leaves no reference cycles) and hands the session state back to
+    the engine as the JSON string it came as."""
+
+    def __init__(self, name: str, definition: dict[str, dict[str, Any]], actions: dict[str, _Action]) -> None:
+        self._actions = actions
+        self._handle = _dr.create_ruleset(name, json.dumps(definition, ensure_ascii=False))
+
+    def _assert(self, fact: dict[str, Any]) -> int | None:
+        result = _dr.assert_fact(self._handle, json.dumps(fact, ensure_ascii=False))
+        if result[0] == 1:
+            raise EngineError(f"durable-rules did not handle the fact {fact!r}")
+        if result[0] == 2:
+            raise EngineError(f"durable-rules had already observed the fact {fact!r}")
+        return None if result[0] == 3 else int(result[1])
+
+    def assert_fact(self, fact: dict[str, Any]) -> None:
+        """Assert a fact, then run every action it makes ready, in the engine's order, to quiescence."""
+        state_handle = self._assert(fact)
+        if state_handle is None:
+            return
+        started = _dr.start_action_for_state(self._handle, state_handle)
+        if not started:
+            return
+        state, message = started[0], json.loads(started[1])
+        sid = fact["sid"]
+        while True:
+            for action_name, matched in message.items():
+                action = self._actions.get(action_name)
+                back = action(matched) if action is not None else None
+                if back is not None:
+                    self._assert({**back, "sid": sid})
+                break
+            _dr.update_state(self._handle, state)
+            new = _dr.complete_and_start_action(self._handle, state_handle)
+            if not new:
+                return
+            message = json.loads(new)
+
+    def delete_state(self, sid: str) -> None:
+        _dr.delete_state(self._handle, sid)
 
 
 @dataclass
@@ -117,17 +161,19 @@ class DurableEngine:
         # only facts some rule reads go into the engine (fewer keys to serialise and parse per run)
         self._read = frozenset(name for lr in ruleset.rules.values() for name in facts_used(lr.condition))
         self._ruleset_name = f"dam_{uuid.uuid4().hex}"
-        self._host = _QuietHost()
-        self._host.set_rulesets({self._ruleset_name: self._compile(ruleset)})
+        definition, actions = self._compile(ruleset)
+        self._host = _Host(self._ruleset_name, definition, actions)
 
-    def _compile(self, ruleset: RuleSet) -> dict[str, Any]:
+    def _compile(self, ruleset: RuleSet) -> tuple[dict[str, Any], dict[str, _Action]]:
         consumed = ruleset.consumed_findings()
         definition: dict[str, Any] = {
             # accepts every fact so no assert is ever "not handled"; the second pattern never matches
-            "zz_sink": {"all": [{"a0": {"$ex": {"t": 1}}}, {"a1": {"t": "__never__"}}], "run": lambda c: None},
-            # runs an action in every session as soon as the observations arrive, so delete_state is safe
-            "zz_done": {"all": [{"d": {"t": "obs"}}], "run": lambda c: None},
+            "zz_sink": {"all": [{"a0": {"$ex": {"t": 1}}}, {"a1": {"t": "__never__"}}]},
+            # runs an action (none: nothing to do) in every session as soon as the observations arrive, so
+            # delete_state is safe
+            "zz_done": {"all": [{"d": {"t": "obs"}}]},
         }
+        actions: dict[str, _Action] = {}
         for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
             finding = lr.rule.then.finding.id if lr.rule.then.finding else None
             action = self._action(lr.id, finding, assert_back=finding in consumed)
@@ -141,30 +187,30 @@ class DurableEngine:
                     patterns.append({f"f{j}": {"$and": [{"t": "finding"}, {"id": fid}]}})
                 for j, fid in enumerate(branch.neg):
                     patterns.append({f"n{j}$not": {"$and": [{"t": "finding"}, {"id": fid}]}})
-                definition[f"{lr.id}#{k}"] = {"all": patterns, "run": action}
-        return definition
+                definition[f"{lr.id}#{k}"] = {"all": patterns}
+                actions[f"{lr.id}#{k}"] = action
+        return definition, actions
 
-    def _action(self, rule_id: str, finding: str | None, assert_back: bool) -> Any:
-        def action(c: Any) -> None:
+    def _action(self, rule_id: str, finding: str | None, assert_back: bool) -> _Action:
+        def action(m: dict[str, Any]) -> dict[str, Any] | None:
             run = self._current
             if run is None:  # pragma: no cover - only reachable if durable-rules fired outside run()
-                return
+                return None
             try:
                 if rule_id in run.result.matched:
-                    return  # a rule fires once, whichever branch or finding fact matched first
-                matched = sorted(
-                    fact["id"] for alias, fact in getattr(c, "_m", {}).items() if alias.startswith("f") and "id" in fact
-                )
+                    return None  # a rule fires once, whichever branch or finding fact matched first
+                matched = sorted(fact["id"] for alias, fact in m.items() if alias.startswith("f") and "id" in fact)
                 run.result.fired.append(rule_id)
                 run.result.matched[rule_id] = matched
                 if finding is None:
-                    return
+                    return None
                 new = finding not in run.result.findings
                 run.result.findings.add(finding)
                 if new and assert_back:  # only findings some rule reads go back into the engine
-                    c.assert_fact({"t": "finding", "id": finding, "by": rule_id})
-            except Exception as exc:  # durable-rules would swallow it into the session state
+                    return {"t": "finding", "id": finding, "by": rule_id}
+            except Exception as exc:  # keep it, so the run can re-raise it after the session is deleted
                 run.errors.append(f"{rule_id}: {type(exc).__name__}: {exc}")
+            return None
 
         return action
 
@@ -178,21 +224,19 @@ class DurableEngine:
             sid = f"s{next(self._sids)}"
             run = _Run()
             self._current = run
-            name = self._ruleset_name
             created = False
             try:
-                state = self._host.assert_fact(name, {**payload, "sid": sid})
+                payload["sid"] = sid
+                self._host.assert_fact(payload)
                 created = True
                 for stratum in range(1, self._max_stratum + 1):
-                    state = self._host.assert_fact(name, {"t": "phase", "n": stratum, "sid": sid})
-                if isinstance(state, dict) and "exception" in state:
-                    run.errors.append(str(state["exception"]))
+                    self._host.assert_fact({"t": "phase", "n": stratum, "sid": sid})
             except Exception as exc:
                 raise EngineError(f"durable-rules failed: {type(exc).__name__}: {exc}") from exc
             finally:
                 self._current = None
                 if created:  # the obs fact made the session and fired zz_done, so deleting is safe
-                    self._host.delete_state(name, sid)
+                    self._host.delete_state(sid)
         if run.errors:
             raise EngineError("a rule action failed: " + "; ".join(run.errors))
         return run.result
