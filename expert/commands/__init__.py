@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from .._version import __version__
 
@@ -29,18 +29,32 @@ COMMANDS = ["diagnose", "hardware", "examples", "rules", "schema", "explain", "p
             "fleet", "mcp"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The `dam` parser with every subcommand, or only those named in `only` (their modules are imported, and
+    their registration run, only then: `dam diagnose` need not import what `dam ingest` or `dam mcp` needs)."""
     parser = argparse.ArgumentParser(prog="dam", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dam-expert {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
+        if only is None or name in only:
+            importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
 
 
+def _needed(argv: Sequence[str]) -> Collection[str] | None:
+    """The subcommands a command line needs registered: the one it names; none for a bare `--version`; all (None)
+    when it names none or an unknown one, so that help and usage errors list every subcommand."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return [arg] if arg in COMMANDS else None
+        if arg not in ("--version",):
+            return None  # -h/--help, or an option the top level rejects: the full usage
+    return [] if argv else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_needed(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
