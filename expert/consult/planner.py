@@ -63,6 +63,9 @@ class Index:
         self.ruleset = expert.ruleset
         self.rules: list[LoadedRule] = sorted(expert.ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
         self.engine = PureEngine(expert.ruleset)
+        # what-if decisions by the observed facts they were asked on, shared by every turn of every session on this
+        # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
+        self.what_ifs: dict[tuple[frozenset[tuple[str, type, Value]], frozenset[str]], Decision] = {}
         self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
         self.tests: dict[str, list[tuple[str, Any]]] = {}
@@ -352,8 +355,12 @@ class Plan:
     ranked: list[str] = field(default_factory=list)
 
 
+_WHAT_IFS_KEPT = 8192  # decisions kept per Expert (a few KiB each); a session asks a few hundred distinct ones
+
+
 def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
-    """The decision if the answers were these, with `overrides` set (None: left unknown)."""
+    """The decision if the answers were these, with `overrides` set (None: left unknown). Decisions are shared
+    (Index.what_ifs): callers must not change them."""
     observed = dict(state.answers)
     dropped = [name for name, value in overrides.items() if value is None]
     for name, value in overrides.items():
@@ -361,10 +368,19 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
             observed.pop(name, None)
         else:
             observed[name] = value
+    memo = state.ix.what_ifs
+    key = (frozenset((name, type(value), value) for name, value in observed.items()), frozenset(dropped))  # 1 != 1.0
+    found = memo.get(key)
+    if found is not None:
+        return found
     facts = GRAPH.values(observed, state.ix.kb)
     for name in dropped:
         facts.pop(name, None)
-    return decision_on(state.ix, facts)
+    decision = decision_on(state.ix, facts)
+    if len(memo) >= _WHAT_IFS_KEPT:
+        memo.clear()
+    memo[key] = decision
+    return decision
 
 
 def make_plan(state: State) -> Plan:
