@@ -205,7 +205,8 @@ def build_report(
     recommended, wasted = _optimizations(ctx, decision, parts)
     missing = _missing(ctx, ordered)
     measurements = _measurements(ctx, fired, missing, verdict, axes)
-    return Report(
+    # every part was built here from checked values (as the graph is), so the Report is not validated again
+    return Report.model_construct(
         engine=engine_name,
         observations=dict(sorted(observations.facts.items())),
         derived=dict(sorted(derived.items())),
