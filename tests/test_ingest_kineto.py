@@ -97,6 +97,26 @@ def test_ijson_reader_agrees_with_the_batch_reader() -> None:
     assert {k: m.value for k, m in fast.measured.items()} == {k: m.value for k, m in slow.measured.items()}
 
 
+@pytest.mark.parametrize("engine", ["auto", "ijson"])
+@pytest.mark.parametrize("number", ["\u00b2", "\uff12", "\u0662", "1_0", " 2", "2 ", "+2", "9" * 5000],
+                         ids=["superscript", "full-width", "arabic-indic", "underscore", "space-before", "space-after",
+                              "plus", "5000-digits"])
+def test_a_step_number_is_ascii_digits_only(tmp_path: Path, engine: str, number: str) -> None:
+    """`ProfilerStep#²` passes str.isdigit() but not int(); PyTorch writes step numbers in ASCII digits, so any other
+    name is not a step: the trace reads as the one step it has, with no traceback, in both readers and in the
+    multi-rank reader (issue 22)."""
+    from expert.ingest import rank_trace
+
+    path = tmp_path / "odd_step.json"
+    path.write_text(TWO_STEPS.read_text().replace('"ProfilerStep#2"', json.dumps(f"ProfilerStep#{number}")),
+                    encoding="utf-8")
+    result = kineto.parse(Source(path), expert.default_expert().kb, engine=engine)
+    assert result.stats["reader"] == ("ijson" if engine == "ijson" else "msgspec batches")
+    assert result.measured["trace_steps"].value == 1
+    assert result.measured["gpu_util"].detail["window"] == "ProfilerStep#1 (1 step)"
+    assert rank_trace.read(Source(path)).steps == [1]
+
+
 def test_other_layouts_old_categories_gzip_and_streams_give_the_same_facts(tmp_path: Path) -> None:
     doc = _doc()
     minified = tmp_path / "minified.json"

@@ -19,7 +19,7 @@ from conftest import CONTROL  # ../shared (or $DAM_SHARED)/traces/hta/trace_diff
 import cli
 import expert
 from expert.errors import ObservationError
-from expert.ingest import ingest_result, rank_trace, ranks
+from expert.ingest import ingest_result, rank_reading, rank_trace
 from expert.ingest._source import Source
 from expert.report.render import export
 
@@ -260,13 +260,13 @@ def test_workers_are_bounded_by_memory_not_by_the_number_of_ranks(tmp_path: Path
         with open(p, "wb") as fh:
             fh.truncate(1 << 30)
         paths.append(p)
-    monkeypatch.setattr(ranks, "_mem_available", lambda: 1 << 30)
-    assert ranks.worker_count(paths, None) == 1  # one worker's share of 1 GB RAM: ~480 MB
-    monkeypatch.setattr(ranks, "_mem_available", lambda: 64 << 30)
-    monkeypatch.setattr(ranks.os, "cpu_count", lambda: 4)
-    assert ranks.worker_count(paths, None) == 4
-    assert ranks.worker_count(paths[:1], None) == 1
-    assert ranks.worker_count(paths, 3) == 3
+    monkeypatch.setattr(rank_reading, "_mem_available", lambda: 1 << 30)
+    assert rank_reading.worker_count(paths, None) == 1  # one worker's share of 1 GB RAM: ~480 MB
+    monkeypatch.setattr(rank_reading, "_mem_available", lambda: 64 << 30)
+    monkeypatch.setattr(rank_reading.os, "cpu_count", lambda: 4)
+    assert rank_reading.worker_count(paths, None) == 4
+    assert rank_reading.worker_count(paths[:1], None) == 1
+    assert rank_reading.worker_count(paths, 3) == 3
 
 
 def test_rank_from_file_name_when_the_trace_does_not_record_it(gloo_job: Path, tmp_path: Path) -> None:

@@ -38,10 +38,10 @@ from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, KnowledgeBase
 from ..observations.normalise import format_value
 from ..rules.evaluate import evaluate
-from ..rules.logic import OUTCOMES, Outcome, conjunctions, fact_tests, facts_used, findings_used, possible
+from ..rules.logic import OUTCOMES, Constraints, Outcome, conjunctions, fact_tests, facts_used, findings_used, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
-from .witness import MAX_WITNESSES, Box, Witness, domain
+from .witness import MAX_WITNESSES, Witness, domain
 
 Value = int | float | str
 
@@ -436,7 +436,7 @@ def make_plan(state: State) -> Plan:
     for regime, rules in by_regime.items():
         if len(rules) < 2:
             continue
-        merged: dict[str, Box] = {}
+        merged: Constraints = {}
         used: list[str] = []
         for lr in sorted(rules, key=lambda r: -ix.kb.regimes.strengths[r.rule.then.bottleneck.strength]):  # type: ignore[union-attr]
             found = next(iter(itertools.islice(witness.of(lr.condition, True, merged, (lr.id,)), 1)), None)

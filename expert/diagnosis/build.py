@@ -16,7 +16,7 @@ from .._weakcache import PerObject
 from ..derive.formulas import DerivedValue, amdahl_max_speedup
 from ..derive.graph import askable_inputs_given
 from ..engine.base import EngineResult
-from ..kb.knowledge import KnowledgeBase
+from ..kb.knowledge import KnowledgeBase, Scorecard
 from ..observations.normalise import Observations
 from ..report.model import (
     AxisScore,
@@ -61,16 +61,19 @@ def _parse_template(template: str) -> tuple[_Segment, ...]:
         return ((template, None, ""),)
 
 
-def render_message(template: str, facts: Mapping[str, Value]) -> str:
+def render_message(template: str, facts: Mapping[str, Value], scorecard: Scorecard | None = None) -> str:
     """Fill a rule's message template with fact values ("{gpu_util:.0%}"); only plain fact names are looked up
-    (no attribute or index access), and an unknown value renders as '?'."""
+    (no attribute or index access), and an unknown value renders as '?'. A scorecard band
+    ("{scorecard.mfu.fail_below}", see `Scorecard.bound`) renders as a percentage ("30 %") or with its format spec;
+    any other placeholder renders as written."""
     parts: list[str] = []
     for text, name, spec in _parse_template(template):
         parts.append(text)
         if name is None:
             continue
         if not name.isidentifier():
-            parts.append(f"{{{name}}}")
+            band = scorecard.bound(name) if scorecard is not None else None
+            parts.append(f"{{{name}}}" if band is None else _band_text(band, spec))
             continue
         value = facts.get(name)
         if value is None:
@@ -81,6 +84,16 @@ def render_message(template: str, facts: Mapping[str, Value]) -> str:
         except (ValueError, TypeError):
             parts.append(str(value))
     return "".join(parts)
+
+
+def _band_text(value: float, spec: str) -> str:
+    """A scorecard band in a message: "30 %" (the rules' style) unless a format spec is given."""
+    if not spec:
+        return f"{value * 100:g} %"
+    try:
+        return format(value, spec)
+    except (ValueError, TypeError):
+        return str(value)
 
 
 @dataclass
@@ -306,7 +319,8 @@ def _findings(ctx: _Context, fired: list[LoadedRule]) -> list[Finding]:
             continue
         seen.add(spec.id)
         out.append(Finding(id=spec.id, severity=lr.rule.severity, title=lr.rule.title,
-                           message=render_message(spec.message, ctx.facts), rule_id=lr.id, source=lr.rule.source,
+                           message=render_message(spec.message, ctx.facts, ctx.kb.scorecard), rule_id=lr.id,
+                           source=lr.rule.source,
                            evidence=_evidence(ctx, lr.id)))
     out.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.rule_id))
     return out
@@ -361,7 +375,7 @@ def _optimizations(
         if rules[0] == table_rule:
             reason = table_reasons[opt_id]
         else:
-            reason = render_message(parts.wastes[rules[0], opt_id][0].reason, ctx.facts)
+            reason = render_message(parts.wastes[rules[0], opt_id][0].reason, ctx.facts, ctx.kb.scorecard)
         wasted[opt_id] = (reason, rules)
 
     recommended: list[tuple[tuple[float, int, int], Recommendation]] = []
@@ -375,7 +389,8 @@ def _optimizations(
             if rule_id == table_rule and table is not None:
                 whys.append(f"effective when {kb.regimes.regimes[table.regime].title.lower()} (regime table)")
             else:
-                whys.append(render_message(parts.recommends[rule_id, opt_id][nth].why, ctx.facts))
+                whys.append(render_message(parts.recommends[rule_id, opt_id][nth].why, ctx.facts,
+                                            ctx.kb.scorecard))
         spec = 1 if rules[0] == table_rule else 0  # the regime table alone proposes it: less specific than a rule
         opt = kb.optimizations[opt_id]
         gain = _gain(ctx, opt.shrinks)

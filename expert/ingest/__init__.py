@@ -158,7 +158,7 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     compared rank by rank (expert/ingest/ranks.py): `result.job` holds the analysis, `observations.ranks` the
     per-rank figures. Raises ObservationError naming the file and line for malformed input.
     """
-    from . import ranks
+    from . import rank_reading, ranks
 
     kb = kb or _default_kb()
     items: list[SourceLike] = (list(sources) if isinstance(sources, (list, tuple)) else [sources])  # type: ignore[list-item]
@@ -171,16 +171,16 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     step_numbers = _as_range(steps, "--steps", integer=True)
     time_window = _as_range(window, "--window", integer=False)
     sample_range = _as_range(samples, "--samples", integer=True)
-    items, notes = ranks.expand(items)
+    items, notes = rank_reading.expand(items)
     srcs = [Source(obj) for obj in items]
     fmts = [sniff(src) if format == "auto" else format for src in srcs]
     traces = [src for src, fmt in zip(srcs, fmts, strict=True) if fmt == "kineto"]
-    multi = len(traces) > 1 or (len(traces) == 1 and (ranks.head_world_size(traces[0]) or 1) > 1)
+    multi = len(traces) > 1 or (len(traces) == 1 and (rank_reading.head_world_size(traces[0]) or 1) > 1)
     opts = {"steps": _step_range(step_numbers), "window": time_window, "gpus": gpus}
     job_result = None
     rank_files: list[FileResult] = []
     if multi:
-        pairs = ranks.read_all(traces, kb, opts, workers=workers, progress=progress, job_progress=job_progress)
+        pairs = rank_reading.read_all(traces, kb, opts, workers=workers, progress=progress, job_progress=job_progress)
         found = [t for _, t in pairs]
         chosen = ranks.choose(ranks.group(found), found, job)
         rank_files = [pairs[i][0] for i in chosen]

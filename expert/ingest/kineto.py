@@ -17,30 +17,23 @@ opflops.py); this module reads the format, chooses the window and adds what only
 
 from __future__ import annotations
 
-import gc
-import json
 import math
-import re
 import zlib
-from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Sequence
 from gzip import BadGzipFile
-from typing import IO, Any
-
-import msgspec
+from typing import Any
 
 from ..breakdown import TraceWindow
 from ..kb.knowledge import KnowledgeBase
+from ._kineto_stream import NotFast, gc_paused, ijson_prefix
 from ._result import FileResult
 from ._source import Progress, Source
 from .intervals import Interval, total, union
-from .opflops import KNOWN_OPS, OpShapes
-from .timeline import H2D, PAGEABLE, PINNED, Cover, Roof, Timeline, analyse, steady_window, step_windows
+from .kineto_collect import _collect, _Collected
+from .kineto_read import _HINT, _fast_batches, _from_dicts, _metadata, _Tap
+from .timeline import Cover, Roof, analyse, steady_window, step_windows
 
 FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us",
          "kernels_per_step", "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "flops", "achieved_tflops",
@@ -54,390 +47,9 @@ FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wa
 KERNEL_WAIT_US = 0.03
 """HTA's default consecutive-kernel delay (30 ns): shorter gaps are launch latency between back-to-back kernels."""
 
-_CPU, _ANNOTATION, _PYTHON, _KERNEL, _MEMCPY, _MEMSET, _RUNTIME, _GPU_SYNC, _OTHER = range(9)
-_CATEGORIES = {
-    "cpu_op": _CPU, "operator": _CPU, "user_annotation": _ANNOTATION, "python_function": _PYTHON,
-    "kernel": _KERNEL, "gpu_memcpy": _MEMCPY, "memcpy": _MEMCPY, "gpu_memset": _MEMSET, "memset": _MEMSET,
-    "cuda_runtime": _RUNTIME, "runtime": _RUNTIME, "cuda_driver": _RUNTIME, "cuda_sync": _GPU_SYNC,
-}
-_GPU_KIND = {_KERNEL: 0, _MEMCPY: 1, _MEMSET: 2}
 _NO_STEPS = "the trace has no ProfilerStep#N spans (profile with a schedule and call prof.step() every iteration)"
 _NO_GPU = ("CPU-only trace: no kernel, memcpy or memset events "
            "(profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
-_META_KEYS = re.compile(rb'"(deviceProperties|distributedInfo|with_flops)"\s*:\s*')
-_TAP_KEEP = 1 << 20
-_HINT = "a PyTorch profiler trace from prof.export_chrome_trace() or tensorboard_trace_handler"
-
-
-@dataclass
-class _Collected:
-    """What is kept from the event stream: the timeline, and the few Kineto-only facts."""
-
-    first: float = math.inf
-    last: float = -math.inf
-    events: int = 0
-    complete: int = 0
-    malformed: int = 0
-    tl: Timeline = field(default_factory=Timeline)
-    flops_ts: array[float] = field(default_factory=lambda: array("d"))
-    flops: array[float] = field(default_factory=lambda: array("d"))
-    steps: set[tuple[int, float, float]] = field(default_factory=set)
-    loader_iters: Counter[str] = field(default_factory=Counter)
-    gpu_syncs: int = 0
-    hip_calls: int = 0
-    training_ops: int = 0
-    shaped_ops: int = 0
-    categories: Counter[str] = field(default_factory=Counter)
-
-
-class _Tap:
-    """A file wrapper that keeps the head and tail of what passes through (for the top-level metadata) and counts
-    lines (to place parse errors)."""
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        self._inner = inner
-        self.head = b""
-        self.tail = b""
-        self.last = b""
-        self.lines_before_last = 0
-        self.total = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._inner.read(n)
-        if data:
-            self.lines_before_last += self.last.count(b"\n")
-            self.total += len(data)
-            if len(self.head) < _TAP_KEEP:
-                self.head += data[: _TAP_KEEP - len(self.head)]
-            self.tail = (self.last + data)[-_TAP_KEEP:] if len(data) < _TAP_KEEP else data[-_TAP_KEEP:]
-            self.last = data
-        return data
-
-    def locate(self, message: str) -> int:
-        """The line of a yajl error, using the context snippet yajl prints above '(right here) ------^'."""
-        lines = message.splitlines()
-        for k, text in enumerate(lines):
-            if "(right here)" in text and k > 0:
-                context = lines[k - 1]
-                caret = text.index("^")
-                snippet = context.strip()
-                if not snippet:
-                    break
-                offset_in_context = caret - (len(context) - len(context.lstrip()))
-                window = self.tail.replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\t", b" ")
-                pos = window.rfind(snippet.encode("utf-8", "replace"))
-                if pos >= 0:
-                    at = min(len(self.tail), pos + max(offset_in_context, 0))
-                    before_tail = self.lines_before_last + self.last.count(b"\n") - self.tail.count(b"\n")
-                    return before_tail + self.tail[:at].count(b"\n") + 1
-                break
-        return self.lines_before_last + self.last.count(b"\n") + 1
-
-
-_NO_RAW = msgspec.Raw()
-
-
-class _Args(msgspec.Struct, gc=False):
-    """The few event arguments the analysis reads; msgspec skips every other key without building it. Shapes stay
-    raw JSON (interned per distinct operator call and parsed once each)."""
-
-    correlation: Any = None
-    device: Any = None
-    flops: Any = None
-    stream: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    external_id_old: Any = msgspec.field(default=None, name="external id")
-    dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
-    types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
-
-
-class _Event(msgspec.Struct, gc=False):
-    """One trace event, reduced to the fields the analysis reads."""
-
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    ts: Any = None
-    dur: Any = None
-    pid: Any = None
-    tid: Any = None
-    args: _Args | None = None
-
-
-class _Document(msgspec.Struct):
-    """A whole (small) trace document, or its head or tail cut at an event boundary."""
-
-    traceEvents: list[_Event] = msgspec.field(default_factory=list)
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    with_flops: Any = None
-
-
-_SKIP = _Event()
-
-
-def _raw(value: Any) -> msgspec.Raw:
-    return msgspec.Raw(msgspec.json.encode(value)) if value is not None else _NO_RAW
-
-
-def _from_dicts(items: Iterable[Any], batch: int = 8192) -> Iterator[list[_Event]]:
-    """ijson's event dicts as batches of _Event (only complete events are converted; others are skipped cheaply)."""
-    out: list[_Event] = []
-    for ev in items:
-        if type(ev) is not dict or ev.get("ph") != "X":
-            out.append(_SKIP)
-        else:
-            a = ev.get("args")
-            args = _Args(a.get("correlation"), a.get("device"), a.get("flops"), a.get("stream"),
-                            a.get("External id"), a.get("external id"), _raw(a.get("Input Dims")),
-                            _raw(a.get("Input type")), _raw(a.get("Concrete Inputs"))) if type(a) is dict else None
-            out.append(_Event("X", ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"),
-                              ev.get("tid"), args))
-        if len(out) >= batch:
-            yield out
-            out = []
-    if out:
-        yield out
-
-
-class _NotFast(Exception):
-    """The document is not in Kineto's own layout (or is malformed): read it with ijson instead."""
-
-
-_BOUNDARY = b"\n  },\n  {"
-_BLOCK = 1 << 20
-_FAST_SEARCH_LIMIT = 16 << 20
-
-
-def _fast_batches(fh: IO[bytes], meta: dict[str, Any]) -> Iterator[list[_Event]]:
-    """Events of a trace in libkineto's layout (one event per indented block), decoded a few megabytes at a time.
-
-    JSON strings cannot hold raw newlines, so the text between two `\\n  },\\n  {` boundaries is a run of whole
-    events; each run is decoded as one typed list, which also validates the cut. Anything unexpected raises _NotFast.
-    """
-    as_list = msgspec.json.Decoder(list[_Event])
-    as_doc = msgspec.json.Decoder(_Document)
-    buf = b""
-    first = True
-    try:
-        while True:
-            chunk = fh.read(_BLOCK)
-            if not chunk:
-                break
-            meta["_bytes"] = meta.get("_bytes", 0) + len(chunk)
-            buf += chunk
-            cut = buf.rfind(_BOUNDARY)
-            if cut < 0:
-                if len(buf) > _FAST_SEARCH_LIMIT:
-                    raise _NotFast("no event boundaries")
-                continue
-            piece, buf = buf[:cut], buf[cut + len(_BOUNDARY):]
-            if first:
-                doc = as_doc.decode(piece + b"\n  }]}")
-                _keep_meta(doc, meta)
-                yield doc.traceEvents
-                first = False
-            else:
-                yield as_list.decode(b"[{" + piece + b"\n  }]")
-        doc = as_doc.decode(buf if first else b'{"traceEvents":[{' + buf)
-    except (msgspec.DecodeError, EOFError, BadGzipFile, zlib.error, OSError) as exc:
-        raise _NotFast(str(exc)) from exc
-    _keep_meta(doc, meta)
-    yield doc.traceEvents
-
-
-def _keep_meta(doc: _Document, meta: dict[str, Any]) -> None:
-    for key in ("deviceProperties", "distributedInfo", "with_flops"):
-        value = getattr(doc, key)
-        if value is not None and key not in meta:
-            if key == "deviceProperties" and not (isinstance(value, list) and all(isinstance(d, dict) for d in value)):
-                continue
-            meta[key] = value
-
-
-def _shapes(dims: bytes, types: bytes, concrete: bytes) -> OpShapes:
-    decode = msgspec.json.decode
-    return OpShapes.of(decode(dims), decode(types), decode(concrete) if concrete else None)
-
-
-def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
-    """One pass over the events; keeps only what the analysis needs, in the timeline's columns."""
-    kinds: dict[Any, int] = {}
-    tl = c.tl
-    steps, loader, loader_iters = c.steps, tl.loader, c.loader_iters
-    g_start, g_end, g_corr, g_dev, g_kind, g_flag = tl.g_start, tl.g_end, tl.g_corr, tl.g_dev, tl.g_kind, tl.g_flag
-    g_stream, g_name, g_ext = tl.g_stream, tl.g_name, tl.g_ext
-    r_start, r_end, r_corr, r_name, r_thread, r_ext = tl.r_start, tl.r_end, tl.r_corr, tl.r_name, tl.r_thread, tl.r_ext
-    o_start, o_end, o_thread, o_ext, o_name = tl.o_start, tl.o_end, tl.o_thread, tl.o_ext, tl.o_name
-    o_shape = tl.o_shape
-    s_start, s_end, s_thread, s_name = tl.s_start, tl.s_end, tl.s_thread, tl.s_name
-    name_id, thread_of, shape_id = tl.name_id, tl.thread, tl.shape_id
-    name_ids = tl._name_ids
-    shape_ids = tl._shape_ids
-    threads: dict[tuple[Any, Any], int] = {}
-    first, last = c.first, c.last
-    count = complete = malformed = 0
-    for ev in (ev for batch in batches for ev in batch):
-        count += 1
-        if ev.ph != "X":
-            continue
-        cat = ev.cat
-        try:
-            kind = kinds[cat]
-        except KeyError:
-            kind = _CATEGORIES.get(cat.lower(), _OTHER) if isinstance(cat, str) else _OTHER
-            kinds[cat] = kind
-        except TypeError:
-            kind = _OTHER
-        complete += 1
-        if kind == _OTHER:
-            continue
-        ts = ev.ts
-        dur = ev.dur
-        bad_ts = type(ts) is not float and type(ts) is not int
-        if bad_ts or (type(dur) is not float and type(dur) is not int) or dur < 0:
-            malformed += 1
-            continue
-        end = ts + dur
-        if ts < first:
-            first = ts
-        if end > last:
-            last = end
-        name = ev.name
-        if type(name) is not str:
-            name = ""
-        args = ev.args
-        if kind <= _PYTHON:
-            key = (ev.pid, ev.tid)
-            try:
-                thread = threads[key]
-            except KeyError:
-                thread = threads[key] = thread_of(str(ev.pid), str(ev.tid))
-            except TypeError:  # an unhashable pid/tid (a malformed trace): named by its text
-                thread = thread_of(str(ev.pid), str(ev.tid))
-            if name.startswith("ProfilerStep#"):
-                number = name[13:]
-                if number.isascii() and number.isdigit():
-                    steps.add((int(number), float(ts), float(end)))
-                continue
-            if name.startswith(("enumerate(DataLoader)#", "enumerate(DataPipe)#")) and name.endswith("__next__"):
-                loader.append((float(ts), float(end)))
-                loader_iters[name[name.index("#") + 1:-9]] += 1
-                continue
-            if name.startswith(("autograd::engine::evaluate_function", "Optimizer.step#")):
-                c.training_ops += 1
-            if kind != _CPU:
-                s_start.append(ts)
-                s_end.append(end)
-                s_thread.append(thread)
-                nid = name_ids.get(name)
-                s_name.append(nid if nid is not None else name_id(name))
-                continue
-            ext = -1
-            sig = -1
-            if args is not None:
-                ext = args.external_id
-                if type(ext) is not int:
-                    ext = args.external_id_old
-                    if type(ext) is not int:
-                        ext = -1
-                flop = args.flops
-                if flop and (type(flop) is int or type(flop) is float):
-                    c.flops_ts.append(ts)
-                    c.flops.append(flop)
-                dims = args.dims
-                if dims and name in KNOWN_OPS:  # only operators with a FLOP/byte formula need their shapes
-                    dims_b, types_b, conc_b = bytes(dims), bytes(args.types), bytes(args.concrete)
-                    sig_key = (name, dims_b, types_b, conc_b)
-                    sig = shape_ids.get(sig_key, -1)
-                    if sig < 0:
-                        sig = shape_id(sig_key, partial(_shapes, dims_b, types_b, conc_b))
-                    c.shaped_ops += 1
-            o_start.append(ts)
-            o_end.append(end)
-            o_thread.append(thread)
-            o_ext.append(ext)
-            nid = name_ids.get(name)
-            o_name.append(nid if nid is not None else name_id(name))
-            o_shape.append(sig)
-        elif kind == _RUNTIME:
-            rcorr: Any = -1
-            rext: Any = -1
-            if args is not None:
-                rcorr = args.correlation
-                if type(rcorr) is not int:
-                    rcorr = -1
-                rext = args.external_id
-                if type(rext) is not int:
-                    rext = args.external_id_old
-                    if type(rext) is not int:
-                        rext = -1
-            key = (ev.pid, ev.tid)
-            try:
-                thread = threads[key]
-            except KeyError:
-                thread = threads[key] = thread_of(str(ev.pid), str(ev.tid))
-            except TypeError:  # an unhashable pid/tid (a malformed trace): named by its text
-                thread = thread_of(str(ev.pid), str(ev.tid))
-            r_start.append(ts)
-            r_end.append(end)
-            r_corr.append(rcorr)
-            nid = name_ids.get(name)
-            r_name.append(nid if nid is not None else name_id(name))
-            r_thread.append(thread)
-            r_ext.append(rext)
-            if name.startswith("hip"):
-                c.hip_calls += 1
-        elif kind == _GPU_SYNC:
-            c.gpu_syncs += 1
-        else:
-            corr = dev = stream = ext2 = None
-            if args is not None:
-                corr = args.correlation
-                dev = args.device
-                stream = args.stream
-                ext2 = args.external_id if args.external_id is not None else args.external_id_old
-            if dev is None:
-                dev = ev.pid
-            flag = 0
-            if kind == _MEMCPY and "HtoD" in name:
-                flag = H2D | (PAGEABLE if "Pageable" in name else PINNED if "Pinned" in name else 0)
-            g_start.append(ts)
-            g_end.append(end)
-            g_corr.append(corr if type(corr) is int else -1)
-            g_dev.append(dev if type(dev) is int else -1)
-            g_stream.append(stream if type(stream) is int else -1)
-            g_kind.append(_GPU_KIND[kind])
-            g_flag.append(flag)
-            nid = name_ids.get(name)
-            g_name.append(nid if nid is not None else name_id(name))
-            g_ext.append(ext2 if type(ext2) is int else -1)
-    c.first, c.last = first, last
-    c.events += count
-    c.complete += complete
-    c.malformed += malformed
-
-
-def _metadata(tap: _Tap) -> dict[str, Any]:
-    """Top-level keys other than traceEvents, found in the first or last megabyte of the document."""
-    found: dict[str, Any] = {}
-    decoder = json.JSONDecoder()
-    for blob in (tap.head, tap.tail):
-        text = blob.decode("utf-8", "replace")
-        for match in _META_KEYS.finditer(blob):
-            key = match.group(1).decode()
-            if key in found:
-                continue
-            start = len(blob[: match.end()].decode("utf-8", "replace"))
-            try:
-                value, _ = decoder.raw_decode(text, start)
-            except ValueError:
-                continue
-            if key == "deviceProperties" and not (isinstance(value, list) and all(isinstance(d, dict) for d in value)):
-                continue
-            found[key] = value
-    return found
 
 
 def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None] | None = None,
@@ -457,14 +69,14 @@ def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None
     if engine == "auto" and src.path is not None:
         collected = _Collected()
         try:
-            with src.open(progress) as fh, _gc_paused():
+            with src.open(progress) as fh, gc_paused():
                 _collect(_fast_batches(fh, meta), collected)
                 read = int(meta.pop("_bytes", 0))
-        except _NotFast:
+        except NotFast:
             collected, meta = None, {}
     if collected is None:
         collected = _Collected()
-        with _gc_paused():
+        with gc_paused():
             read = _read_with_ijson(src, collected, meta, progress)
         result.stats["reader"] = "ijson"
     else:
@@ -503,19 +115,6 @@ def _drop_implausible(result: FileResult, kb: KnowledgeBase) -> None:
             result.missing(name, f"the trace gives an implausible value ({exc}); its shapes or durations are off")
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while millions of short-lived, acyclic event objects are made (it would
-    otherwise rescan them many times over); the previous state is restored."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _read_with_ijson(src: Source, collected: _Collected, meta: dict[str, Any], progress: Progress | None) -> int:
     """Stream the events with ijson; errors name the file and line. Returns the bytes read (decompressed)."""
     import ijson  # type: ignore[import-untyped]
@@ -523,10 +122,7 @@ def _read_with_ijson(src: Source, collected: _Collected, meta: dict[str, Any], p
     with src.open(progress) as fh:
         tap = _Tap(fh)
         try:
-            peek = getattr(fh, "peek", None)
-            start = peek(64).lstrip(b" \t\r\n\xef\xbb\xbf")[:1] if peek is not None else b"{"
-            prefix = "item" if start == b"[" else "traceEvents.item"
-            _collect(_from_dicts(ijson.items(tap, prefix, use_float=True)), collected)
+            _collect(_from_dicts(ijson.items(tap, ijson_prefix(fh), use_float=True)), collected)
         except ijson.JSONError as exc:
             line = tap.locate(str(exc))
             reason = str(exc).splitlines()[0] if str(exc) else "invalid JSON"

@@ -1,8 +1,9 @@
 """One rank's profiler trace, read for the multi-rank analysis: per step, computation, communication, its exposed part,
 idle time, and the collectives in the order they ran.
 
-The trace is streamed like `kineto.parse` does (typed msgspec batches in libkineto's layout, ijson for any other
-layout) and only a few numbers per event are kept. Definitions follow Holistic Trace Analysis (HTA):
+The trace is streamed like `kineto.parse` does (typed msgspec batches in libkineto's layout, through the same
+`_kineto_stream` reader, ijson for any other layout) and only a few numbers per event are kept. Definitions follow
+Holistic Trace Analysis (HTA):
 
 - GPU activity classes (knowledge_base/distributed.yaml): communication = NCCL/RCCL kernels, memory = Memcpy/Memset,
   computation = every other kernel except synchronisation kernels;
@@ -21,25 +22,20 @@ size and group size.
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import re
-import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from gzip import BadGzipFile
 from typing import IO, Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict
 
-from .._resources import data_dir
-from .._yaml import load_yaml
+from ._kineto_stream import NotFast, fast_batches, gc_paused, ijson_prefix, step_number
 from ._source import Progress, Source
+from .distributed import Catalog, catalog
 from .intervals import Interval, intersect, union
 
 Mode = Literal["gpu", "cpu"]
@@ -51,92 +47,6 @@ _CATEGORIES = {
 }
 COMPUTE, COMM, MEMORY, NOT_COMPUTE = 0, 1, 2, 3
 """GPU activity classes."""
-
-
-# ---- the catalog (knowledge_base/distributed.yaml) -------------------------------------------------------------------
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KernelClasses(_Strict):
-    communication: list[str]
-    memory: list[str]
-    not_compute: list[str]
-    source: str
-
-
-class CollectiveSpec(_Strict):
-    id: str
-    names: list[str]
-    bus_factor: Literal["2(n-1)/n", "(n-1)/n", "1", "0"]
-
-
-class DistributedCatalog(_Strict):
-    """knowledge_base/distributed.yaml."""
-
-    schema_version: Literal[1]
-    kernel_classes: KernelClasses
-    cpu_collective_prefixes: list[str]
-    cpu_comm_ops: list[str]
-    collectives: list[CollectiveSpec]
-    collectives_source: str
-    dtype_bytes: dict[str, int]
-    rank_file_patterns: list[str]
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """The distributed catalog with its patterns compiled."""
-
-    data: DistributedCatalog
-    comm: re.Pattern[str]
-    memory: re.Pattern[str]
-    not_compute: re.Pattern[str]
-    kinds: tuple[tuple[str, str], ...]  # (normalised name, collective id), longest name first
-    factors: dict[str, str]
-    dtype_bytes: dict[str, int]
-    rank_patterns: tuple[re.Pattern[str], ...]
-
-    def kind(self, name: str) -> str:
-        """The collective id a collective or kernel name contains ("unknown" when none)."""
-        flat = re.sub(r"[^a-z0-9]", "", name.lower())
-        for pattern, kind in self.kinds:
-            if pattern in flat:
-                return kind
-        return "unknown"
-
-    def bus_factor(self, kind: str, n: int) -> float | None:
-        """nccl-tests' busbw / algbw for a collective of `kind` over `n` ranks (None when unknown)."""
-        shape = self.factors.get(kind)
-        if shape is None or n < 1:
-            return None
-        return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": 1.0, "0": 0.0}[shape]
-
-    def element_bytes(self, dtype: object) -> int | None:
-        return self.dtype_bytes.get(dtype.strip().lower()) if isinstance(dtype, str) else None
-
-    def rank_from_name(self, name: str) -> int | None:
-        """The rank a file name states (rank3.json, trace_rank-3.pt.trace.json), or None."""
-        for pattern in self.rank_patterns:
-            match = pattern.search(name)
-            if match:
-                return int(match.group(1))
-        return None
-
-
-@lru_cache(maxsize=1)
-def catalog() -> Catalog:
-    """The bundled knowledge_base/distributed.yaml, validated and compiled."""
-    path = data_dir("knowledge_base") / "distributed.yaml"
-    data = DistributedCatalog.model_validate(load_yaml(path))
-    kinds = sorted(((n, c.id) for c in data.collectives for n in c.names), key=lambda p: (-len(p[0]), p[0]))
-    classes = data.kernel_classes
-    return Catalog(
-        data=data, comm=re.compile("|".join(classes.communication)), memory=re.compile("|".join(classes.memory)),
-        not_compute=re.compile("|".join(classes.not_compute)), kinds=tuple(kinds),
-        factors={c.id: c.bus_factor for c in data.collectives},
-        dtype_bytes={k.lower(): v for k, v in data.dtype_bytes.items()},
-        rank_patterns=tuple(re.compile(p, re.IGNORECASE) for p in data.rank_file_patterns))
 
 
 # ---- what one rank gives ---------------------------------------------------------------------------------------
@@ -212,15 +122,6 @@ class _Document(msgspec.Struct):
 
 
 _META = ("distributedInfo", "host_name", "baseTimeNanoseconds")
-_BOUNDARY = b"\n  },\n  {"
-_BLOCK = 1 << 20
-_SEARCH_LIMIT = 16 << 20
-
-
-class _NotFast(Exception):
-    """Not in libkineto's layout (or malformed): read with ijson instead."""
-
-
 @dataclass
 class _Collected:
     first: float = math.inf
@@ -249,36 +150,18 @@ class _Collected:
     keep_cpu: bool = True
 
 
+_AS_LIST = msgspec.json.Decoder(list[_Event])
+_AS_DOC = msgspec.json.Decoder(_Document)
+
+
 def _batches_fast(fh: IO[bytes], meta: dict[str, Any]) -> Iterator[list[_Event]]:
-    """Events in libkineto's layout, decoded a megabyte at a time between `\\n  },\\n  {` boundaries."""
-    as_list = msgspec.json.Decoder(list[_Event])
-    as_doc = msgspec.json.Decoder(_Document)
-    buf = b""
-    first = True
-    try:
-        while True:
-            chunk = fh.read(_BLOCK)
-            if not chunk:
-                break
-            buf += chunk
-            cut = buf.rfind(_BOUNDARY)
-            if cut < 0:
-                if len(buf) > _SEARCH_LIMIT:
-                    raise _NotFast("no event boundaries")
-                continue
-            piece, buf = buf[:cut], buf[cut + len(_BOUNDARY):]
-            if first:
-                doc = as_doc.decode(piece + b"\n  }]}")
-                _keep_meta(doc, meta)
-                yield doc.traceEvents
-                first = False
-            else:
-                yield as_list.decode(b"[{" + piece + b"\n  }]")
-        doc = as_doc.decode(buf if first else b'{"traceEvents":[{' + buf)
-    except (msgspec.DecodeError, EOFError, BadGzipFile, zlib.error, OSError) as exc:
-        raise _NotFast(str(exc)) from exc
-    _keep_meta(doc, meta)
-    yield doc.traceEvents
+    """Events in libkineto's layout, decoded a megabyte at a time (`_kineto_stream.fast_batches`)."""
+
+    def opened(doc: _Document) -> list[_Event]:
+        _keep_meta(doc, meta)
+        return doc.traceEvents
+
+    return fast_batches(fh, _AS_LIST, _AS_DOC, opened)
 
 
 def _keep_meta(doc: _Document, meta: dict[str, Any]) -> None:
@@ -292,10 +175,8 @@ def _batches_ijson(fh: IO[bytes]) -> Iterator[list[_Event]]:
     """Events of any JSON layout, streamed with ijson."""
     import ijson  # type: ignore[import-untyped]
 
-    peek = getattr(fh, "peek", None)
-    start = peek(64).lstrip(b" \t\r\n\xef\xbb\xbf")[:1] if peek is not None else b"{"
     batch: list[_Event] = []
-    for ev in ijson.items(fh, "item" if start == b"[" else "traceEvents.item", use_float=True):
+    for ev in ijson.items(fh, ijson_prefix(fh), use_float=True):
         batch.append(_from_dict(ev))
         if len(batch) >= 8192:
             yield batch
@@ -422,9 +303,9 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected, cat: Catalog) -> No
                 del c.o_ts[:], c.o_end[:], c.o_tid[:]
         else:
             if name.startswith("ProfilerStep#"):
-                number = name[13:]
-                if number.isdigit():
-                    c.steps.add((int(number), float(ts), float(end)))
+                number = step_number(name)
+                if number is not None:
+                    c.steps.add((number, float(ts), float(end)))
                 continue
             if args is not None and isinstance(args.collective, str) and type(args.external_id) is int:
                 c.ext_meta[args.external_id] = _size_meta(cat, cat.kind(args.collective), args)
@@ -448,15 +329,13 @@ def read(src: Source, *, steps: tuple[int | None, int | None] | None = None,
     cat = catalog()
     meta: dict[str, Any] = {}
     c: _Collected | None = None
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         if src.path is not None:
             c = _Collected()
             try:
                 with src.open(progress) as fh:
                     _collect(_batches_fast(fh, meta), c, cat)
-            except _NotFast:
+            except NotFast:
                 c, meta = None, {}
         if c is None:
             c = _Collected()
@@ -466,9 +345,6 @@ def read(src: Source, *, steps: tuple[int | None, int | None] | None = None,
                     _collect(_batches_ijson(fh), c, cat)
             except Exception as exc:  # malformed input: kineto.parse reads the same file and names the line
                 raise src.problem(f"not a readable trace ({str(exc).splitlines()[0] if str(exc) else exc})") from exc
-    finally:
-        if was_enabled:
-            gc.enable()
     return _Analysis(src, c, meta, cat, steps, window, gpus).run()
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from .._yaml import load_yaml, validate
 from ..errors import KnowledgeBaseError, Problem
-from .knowledge import HardwareSpec, _Strict
+from .catalogs import HardwareSpec, _Strict
 
 # what `Expert(extra_hardware=...)` accepts: a file, or entries as mappings or HardwareSpec
 ExtraHardware = Union[str, Path, Sequence[Union[Mapping[str, Any], HardwareSpec]]]  # noqa: UP007 - Python 3.10

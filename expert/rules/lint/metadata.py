@@ -52,12 +52,14 @@ class UnknownPlaceholder(Lint):
     id = "DAM112"
     name = "unknown-placeholder"
     severity = "warning"
-    summary = "A message, why or reason template has a `{placeholder}` that is not a fact name."
+    summary = "A message, why or reason template has a `{placeholder}` that is neither a fact nor a scorecard band."
     docs = """
-**Why it matters.** Templates are filled with fact values (`{gpu_util:.0%}`); anything else renders as `?` in the
-report.
+**Why it matters.** Templates are filled with fact values (`{gpu_util:.0%}`) and scorecard bands
+(`{scorecard.mfu.fail_below}`, rendered "30 %", so that a message quotes knowledge_base/scorecard.yaml instead of
+repeating its numbers); an unknown fact renders as `?` in the report, an unknown band as written.
 
-**Fix.** Use a fact name from knowledge_base/facts.yaml (observed or derived), with an optional format spec.
+**Fix.** Use a fact name from knowledge_base/facts.yaml (observed or derived), or `scorecard.<metric id>.<bound>`
+for a bound (fail_above, pass_below, fail_below, pass_above) the metric sets, with an optional format spec.
 """
 
     def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
@@ -70,7 +72,14 @@ report.
             texts += [(("then", "waste", i, "reason"), w.reason) for i, w in enumerate(then.waste)]
             for path, text in texts:
                 for name in _placeholders(text):
-                    if name not in ctx.kb.facts:
+                    if name.startswith("scorecard."):
+                        if ctx.kb.scorecard.bound(name) is None:
+                            bands = ctx.kb.scorecard.bound_names()
+                            yield ctx.diag(self.__class__, site.file, (*site.path, *path),
+                                           f"placeholder {{{name}}} is not a scorecard band; it renders as written",
+                                           subject=site.rule.id,
+                                           hint=_suggest(name, bands) or f"the scorecard bands: {', '.join(bands)}")
+                    elif name not in ctx.kb.facts:
                         yield ctx.diag(self.__class__, site.file, (*site.path, *path),
                                        f"placeholder {{{name}}} is not a fact; it renders as '?'", subject=site.rule.id,
                                        hint=_suggest(name, ctx.kb.facts))

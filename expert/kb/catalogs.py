@@ -1,0 +1,459 @@
+"""The typed shape of every knowledge_base/*.yaml file (pydantic models, strict and frozen): the fact vocabulary,
+hardware, interconnects, optimizations, tools, scorecard, regimes, kernel classes and units; and how hardware names
+are matched (`hardware_key`). `knowledge.KnowledgeBase` loads and indexes them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Vocabulary names whose values are knowledge-base data, checked when the knowledge base loads: axes
+# (regimes.yaml `axes`), iron-law and C³ terms (regimes.yaml `terms`), numeric formats (units.yaml `dtypes`).
+Axis = str
+Term = str
+Dtype = str
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FactSpec(_Strict):
+    """One fact of the observation vocabulary."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: Literal["observed", "derived", "both"]
+    type: Literal["fraction", "number", "integer", "enum", "hardware", "text"]
+    unit: str | None = None
+    dimension: str | None = None
+    min: float | None = None
+    max: float | None = None
+    exclusive_min: bool = False
+    choices: list[str] | None = None
+    description: str
+    question: str | None = None
+    example: str | None = None
+    ask_first: bool = False
+    cost: int = Field(default=3, ge=1, le=5)
+    measure: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FactSpec:
+        if self.type == "enum" and not self.choices:
+            raise ValueError("an enum fact needs `choices`")
+        if self.kind != "derived" and not self.question:
+            raise ValueError("an observable fact needs a `question`")
+        return self
+
+    @property
+    def askable(self) -> bool:
+        return self.kind in ("observed", "both")
+
+    def range_text(self) -> str:
+        """Human description of the accepted values."""
+        if self.type == "fraction":
+            return "a fraction in [0, 1], or a percentage such as 62%"
+        if self.type in ("enum",):
+            return "one of " + ", ".join(self.choices or [])
+        if self.type == "hardware":
+            return "a hardware catalog id (dam hardware list) or a device name"
+        if self.type == "text":
+            return "a short text (quoted in messages, never compared)"
+        lo = "-inf" if self.min is None else f"{self.min:g}"
+        hi = "inf" if self.max is None else f"{self.max:g}"
+        bracket = "(" if self.exclusive_min else "["
+        unit = f" {self.unit}" if self.unit else ""
+        kind = "an integer" if self.type == "integer" else "a number"
+        return f"{kind} in {bracket}{lo}, {hi}]{unit}"
+
+
+class QuestionChoice(_Strict):
+    """One answer to a combined question: a short label and the member facts it sets (the rest become unknown)."""
+
+    answer: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    help: str
+    sets: dict[str, str]
+
+
+class CombinedQuestion(_Strict):
+    """Several facts asked in one question, as an expert asks them in one breath ("which GPU, in which precision?").
+
+    The consultation asks it instead of a member fact it chose when every member is open and another one is worth
+    asking too.
+    An answer is one of `choices` (when given) or the member values in order ("h100-sxm bf16"); a member left out is
+    recorded as unknown."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    facts: list[str] = Field(min_length=2)
+    question: str
+    example: str
+    choices: list[QuestionChoice] | None = None
+
+
+class FactCatalog(_Strict):
+    schema_version: int = 1
+    facts: list[FactSpec]
+    questions: list[CombinedQuestion] = []
+
+
+class HardwareSpec(_Strict):
+    """One accelerator: dense peaks per dtype, memory bandwidth, links, source.
+
+    A dtype left out of `peak_tflops` is a format the part lacks; a null peak (or memory figure) is one its vendor
+    does not publish."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: str
+    vendor: str
+    peak_tflops: dict[Dtype, float | None]
+    sparse_headline: bool
+    memory_gb: float | None = Field(gt=0)
+    memory_type: str | None
+    memory_bandwidth_gbs: float | None = Field(gt=0)
+    host_link: str | None = None
+    host_link_gbs: float | None = None
+    scale_up_link: str | None = None
+    scale_up_gbs: float | None = None
+    source: str
+    notes: str | None = None
+    aliases: list[str] = Field(default_factory=list)
+
+    def peak(self, dtype: str) -> float | None:
+        """Dense peak TFLOP/s for a dtype, or None when the part has no published figure for it."""
+        return self.peak_tflops.get(dtype)
+
+
+class HardwareFamily(_Strict):
+    """A bare family name ("h100") and the catalog variant it resolves to; the report says which was picked."""
+
+    default: str
+    variants: list[str] = []  # the other variants, named in the note ("say --set hardware=h100-pcie if not")
+    why: str = "the most common variant"
+
+
+class HardwareCatalog(_Strict):
+    schema_version: int = 1
+    hardware: list[HardwareSpec]
+    families: dict[str, HardwareFamily] = {}
+    name_prefixes: list[str] = []  # leading vendor words a device name may carry ("NVIDIA", "Tesla", "AMD Instinct")
+
+
+@dataclass(frozen=True)
+class HardwareResolution:
+    """How a hardware name mapped to a catalog id: through an id or alias, or through a family's default."""
+
+    id: str
+    family: str | None = None  # the family name the input named, when the id is that family's default
+    note: str | None = None  # "h100 -> h100-sxm (the most common variant; say --set hardware=h100-pcie if not)"
+
+
+_NAME_WORDS = re.compile(r"[^0-9a-z]+")
+
+
+def hardware_key(name: str, prefixes: Iterable[str] = ()) -> str:
+    """The form names are matched in: case-folded, separators dropped, leading vendor words (`prefixes`) removed.
+
+    >>> hardware_key("NVIDIA H100-SXM 80GB", ["nvidia"])
+    'h100sxm80gb'
+    """
+    words = [w for w in _NAME_WORDS.split(name.casefold()) if w]
+    drop = set(prefixes)
+    while len(words) > 1 and words[0] in drop:
+        words.pop(0)
+    return "".join(words)
+
+
+class InterconnectSpec(_Strict):
+    """One GPU-to-GPU link (C³ communication term): per-direction bandwidth per GPU, with its source."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    kind: str  # a choice of the `interconnect` fact
+    name: str
+    per_direction_gbs: float = Field(gt=0)
+    default: bool = False
+    source: str
+    notes: str | None = None
+
+
+class InterconnectCatalog(_Strict):
+    schema_version: int = 1
+    interconnects: list[InterconnectSpec] = []
+
+
+class Optimization(_Strict):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    axis: Axis
+    shrinks: Term
+    how: str
+    source: str
+
+
+class OptimizationCatalog(_Strict):
+    schema_version: int = 1
+    optimizations: list[Optimization]
+
+
+class Tool(_Strict):
+    name: str
+    url: str
+
+
+class AxisTools(_Strict):
+    key_metric: str
+    primary: str
+    secondary: list[str]
+    source: str
+
+
+class Measurement(_Strict):
+    tool: str
+    axis: Axis
+    how: str
+
+
+class ToolsQuestion(_Strict):
+    """Wording of the consultation's `available_tools` question. `why` may use {questions} and {tools} (counts),
+    `goal_answered` {answer}. The defaults keep older knowledge-base copies loading."""
+
+    question: str = "Which of these can you run or look up?"
+    after: list[str] = []  # facts settled before it is asked (answered, unknown, or no longer worth asking)
+    why: str = ("it skips the measurements you cannot make: {questions} questions that can still change the answer "
+                "need one of these {tools} tools, and a tool you cannot run closes its questions at once")
+    goal: str = ("It skips the measurements you cannot make: the questions of a tool you do not name are closed at "
+                 "once instead of being asked one by one; context questions (hardware, precision, workload, batch "
+                 "size) stay open.")
+    goal_answered: str = ("It is answered ({answer}). It skips the measurements you cannot make: the questions of a "
+                          "tool you cannot run are closed, not asked one by one.")
+
+    @model_validator(mode="after")
+    def _templates(self) -> ToolsQuestion:
+        for name, text in (("why", self.why), ("goal_answered", self.goal_answered)):
+            try:
+                text.format(questions=1, tools=1, answer="x")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"{name}: bad placeholder {exc} (allowed: {{questions}}, {{tools}}, {{answer}})"
+                                 ) from exc
+        return self
+
+
+class ConsultationWording(_Strict):
+    """User-facing wording of `dam consult` that is not tied to one fact (fact questions live in facts.yaml)."""
+
+    available_tools: ToolsQuestion = ToolsQuestion()
+
+
+class ToolMap(_Strict):
+    schema_version: int = 1
+    tools: dict[str, Tool]
+    axes: dict[Axis, AxisTools]
+    measurements: dict[str, Measurement]
+    consultation: ConsultationWording = ConsultationWording()
+
+
+class ScoreMetric(_Strict):
+    id: str
+    title: str
+    axis: Axis
+    fact: str
+    definition: str
+    direction: Literal["lower_is_better", "higher_is_better"]
+    fail_above: float | None = None
+    pass_below: float | None = None
+    fail_below: float | None = None
+    pass_above: float | None = None
+    note: str | None = None
+
+    def band(self, value: float | None) -> Literal["fail", "marginal", "pass", "n/a"]:
+        """Grade a value against the seed's Table 5 bands."""
+        if value is None:
+            return "n/a"
+        if self.direction == "lower_is_better":
+            if self.fail_above is None or self.pass_below is None:
+                return "n/a"
+            if value > self.fail_above:
+                return "fail"
+            return "pass" if value < self.pass_below else "marginal"
+        if self.fail_below is None or self.pass_above is None:
+            return "n/a"
+        if value < self.fail_below:
+            return "fail"
+        return "pass" if value > self.pass_above else "marginal"
+
+    def bands_text(self) -> str:
+        if self.direction == "lower_is_better" and self.fail_above is not None and self.pass_below is not None:
+            return f"fail > {self.fail_above:.0%}, pass < {self.pass_below:.0%}"
+        if self.direction == "higher_is_better" and self.fail_below is not None and self.pass_above is not None:
+            return f"fail < {self.fail_below:.0%}, pass > {self.pass_above:.0%}"
+        return self.note or "no bands"
+
+
+BAND_BOUNDS = ("fail_above", "pass_below", "fail_below", "pass_above")
+"""The bounds a scorecard metric may set; a rule message names one as `{scorecard.<metric id>.<bound>}`."""
+
+
+class Scorecard(_Strict):
+    schema_version: int = 1
+    source: str
+    metrics: list[ScoreMetric]
+
+    def bound(self, placeholder: str) -> float | None:
+        """The band a message placeholder `scorecard.<metric id>.<bound>` names (a fraction), so that rule messages
+        quote the scorecard instead of repeating its numbers; None when the scorecard sets no such band."""
+        prefix, _, rest = placeholder.partition(".")
+        metric_id, _, bound = rest.partition(".")
+        if prefix != "scorecard" or bound not in BAND_BOUNDS:
+            return None
+        metric = next((m for m in self.metrics if m.id == metric_id), None)
+        value: float | None = getattr(metric, bound) if metric is not None else None
+        return value
+
+    def bound_names(self) -> list[str]:
+        """Every band placeholder the scorecard defines, in file order."""
+        return [f"scorecard.{m.id}.{b}" for m in self.metrics for b in BAND_BOUNDS if getattr(m, b) is not None]
+
+
+class Regime(_Strict):
+    title: str
+    term: Term
+    axes: dict[Axis, float]
+    confirm_axis: Axis
+    source: str
+
+
+Strength = Literal["suspect", "likely", "confirmed"]
+
+
+class TermSpec(_Strict):
+    """A term of the iron law (or a C³ term): the derived facts that hold its seconds and its share of the step."""
+
+    label: str
+    share: str
+    seconds: str | None = None  # only the iron-law terms have a duration of their own
+    part_of: str | None = None  # the term this one is a part of (checkpoint and straggler waits are coordination)
+
+
+class AxisSpec(_Strict):
+    """One D·A·M axis (seed Table 1)."""
+
+    title: str
+    constraint: str
+    source: str
+
+
+class EvidenceCap(_Strict):
+    """While `finding` holds, no bottleneck candidate is stronger than `max_strength` (thin evidence)."""
+
+    finding: str
+    max_strength: Strength
+    source: str
+
+
+class RegimeCatalog(_Strict):
+    schema_version: int = 1
+    axes: dict[str, AxisSpec]
+    strengths: dict[Strength, int]
+    verdict_min_strength: Strength
+    evidence_caps: list[EvidenceCap] = []
+    terms: dict[Term, TermSpec]
+    max_reported_speedup: float = Field(gt=1)
+    precedence: list[str]
+    regimes: dict[str, Regime]
+
+    @model_validator(mode="after")
+    def _precedence_complete(self) -> RegimeCatalog:
+        if sorted(self.precedence) != sorted(self.regimes):
+            raise ValueError("`precedence` must list every regime exactly once")
+        return self
+
+
+KernelActivity = Literal["kernel", "memcpy", "memset"]
+
+
+class KernelClass(_Strict):
+    """One class of GPU activity (knowledge_base/kernels.yaml), recognised by name patterns."""
+
+    id: Literal["gemm", "conv", "attention", "elementwise", "reduction", "communication", "memcpy", "memset", "triton",
+                "other"]
+    title: str
+    activities: list[KernelActivity] = ["kernel"]
+    memory_bound_by_nature: bool
+    source: str
+    rationale: str
+    patterns: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> KernelClass:
+        import re
+
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
+        return self
+
+
+class CallPatterns(_Strict):
+    """Host runtime/driver calls of one role, by name patterns (regular expressions, case-sensitive)."""
+
+    source: str
+    rationale: str
+    patterns: list[str] = Field(min_length=1)
+
+
+class KernelCalls(_Strict):
+    blocking: CallPatterns
+    graph_launch: CallPatterns
+    launch: CallPatterns
+
+
+class TraceAnalysisSettings(_Strict):
+    """Thresholds of the trace analysis (each with its source)."""
+
+    top_n: int = Field(ge=1, le=100)
+    launch_gap_max_us: float = Field(gt=0)
+    launch_gap_source: str
+    event_free_gap_us: float = Field(gt=0)
+    event_free_gap_source: str
+    warmup_min_tail_share: float = Field(gt=0, lt=1)
+    warmup_source: str
+
+
+class KernelCatalog(_Strict):
+    """knowledge_base/kernels.yaml: kernel classes, host call roles and the trace analysis thresholds."""
+
+    schema_version: int = 1
+    classes: list[KernelClass]
+    calls: KernelCalls
+    analysis: TraceAnalysisSettings
+
+    @model_validator(mode="after")
+    def _classes_complete(self) -> KernelCatalog:
+        ids = [c.id for c in self.classes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a kernel class is listed twice")
+        if not ids or ids[-1] != "other":
+            raise ValueError("the last class must be `other` (what no other class matches)")
+        return self
+
+
+class Dimension(_Strict):
+    base: str
+    units: dict[str, float]
+
+
+class DtypeSpec(_Strict):
+    """A numeric format: bytes per element."""
+
+    bytes: int | float = Field(gt=0)  # fractional for sub-byte formats (fp4: 0.5)
+
+
+class UnitTable(_Strict):
+    schema_version: int = 1
+    dimensions: dict[str, Dimension]
+    dtypes: dict[str, DtypeSpec]

@@ -1,0 +1,170 @@
+"""The cross-file checks of a knowledge base: every fact, tool, measurement, axis, term, dtype, question and
+interconnect a knowledge_base/*.yaml file names is one another file defines, and hardware names match one entry each.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import KnowledgeBaseError, Problem
+from .catalogs import hardware_key
+
+if TYPE_CHECKING:
+    from .knowledge import KnowledgeBase
+
+
+def check_references(kb: KnowledgeBase) -> None:
+    """Raise KnowledgeBaseError listing every name a knowledge-base file uses that another does not define."""
+    where = str(kb.source or "knowledge_base")
+    problems: list[Problem] = check_hardware_names(kb, f"{where}/hardware.yaml")
+    for fact in kb.facts.values():
+        if fact.dimension and fact.dimension not in kb.units.dimensions:
+            problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown dimension {fact.dimension!r}"))
+        if fact.measure and fact.measure not in kb.tools.measurements:
+            problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown measurement {fact.measure!r}"))
+    problems.extend(_check_questions(kb, where))
+    for name in kb.tools.consultation.available_tools.after:
+        if name not in kb.facts:
+            problems.append(Problem(f"{where}/tools.yaml: consultation.available_tools.after",
+                                    f"unknown fact {name!r}"))
+    for name, m in kb.tools.measurements.items():
+        if m.tool not in kb.tools.tools:
+            problems.append(Problem(f"{where}/tools.yaml: measurements.{name}", f"unknown tool {m.tool!r}"))
+    for axis, row in kb.tools.axes.items():
+        for tool in [row.primary, *row.secondary]:
+            if tool not in kb.tools.tools:
+                problems.append(Problem(f"{where}/tools.yaml: axes.{axis}", f"unknown tool {tool!r}"))
+    problems.extend(_check_vocabulary(kb, where))
+    for term, term_spec in kb.regimes.terms.items():
+        for fact_name in filter(None, (term_spec.share, term_spec.seconds)):
+            if fact_name not in kb.facts:
+                problems.append(Problem(f"{where}/regimes.yaml: terms.{term}", f"unknown fact {fact_name!r}"))
+    for opt in kb.optimizations.values():
+        if opt.shrinks not in kb.regimes.terms:
+            problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
+                                    f"shrinks {opt.shrinks!r}, which regimes.yaml `terms` does not define"))
+    for metric in kb.scorecard.metrics:
+        if metric.fact not in kb.facts:
+            problems.append(Problem(f"{where}/scorecard.yaml: {metric.id}", f"unknown fact {metric.fact!r}"))
+    problems.extend(_check_interconnects(kb, where))
+    if problems:
+        raise KnowledgeBaseError(problems, title="the knowledge base refers to things it does not define")
+
+
+def check_hardware_names(kb: KnowledgeBase, where: str) -> list[Problem]:
+    """Ids and aliases name one entry each (as matched: `hardware_key`); families name an entry and no alias."""
+    problems: list[Problem] = []
+    seen: dict[str, str] = {}
+    for hw in kb.hardware.values():
+        for alias in [hw.id, *hw.aliases]:
+            key = hardware_key(alias, kb.hardware_prefixes)
+            if not key:
+                problems.append(Problem(f"{where}: {hw.id}", f"alias {alias!r} has no letters or digits"))
+            elif key in seen and seen[key] != hw.id:
+                problems.append(Problem(f"{where}: {hw.id}", f"alias {alias!r} also names {seen[key]}",
+                                        "names match ignoring case, separators and a leading vendor word"))
+            seen.setdefault(key, hw.id)
+    for name, family in kb.hardware_families.items():
+        at = f"{where}: families.{name}"
+        for target in [family.default, *family.variants]:
+            if target not in kb.hardware:
+                problems.append(Problem(at, f"{target!r} is not a catalog id"))
+        key = hardware_key(name, kb.hardware_prefixes)
+        if key in seen and seen[key] != family.default:
+            problems.append(Problem(at, f"the family name also names {seen[key]}, not its default "
+                                    f"{family.default}", "a family name must not be another entry's name"))
+        elif any(hardware_key(hw.id, kb.hardware_prefixes) == key for hw in kb.hardware.values()):
+            problems.append(Problem(at, "the family name is a catalog id", "a family name must not be an id"))
+    return problems
+
+
+def _check_vocabulary(kb: KnowledgeBase, where: str) -> list[Problem]:
+    """Axes, terms and dtypes named anywhere are the ones regimes.yaml and units.yaml define."""
+    problems: list[Problem] = []
+    axes, terms, dtypes = kb.regimes.axes, kb.regimes.terms, kb.units.dtypes
+
+    def axis(at: str, name: str) -> None:
+        if name not in axes:
+            problems.append(Problem(at, f"unknown axis {name!r}",
+                                    f"regimes.yaml `axes` defines: {', '.join(axes)}"))
+
+    for term_id, term_spec in terms.items():
+        if term_spec.part_of is not None and term_spec.part_of not in terms:
+            problems.append(Problem(f"{where}/regimes.yaml: terms.{term_id}",
+                                    f"part_of unknown term {term_spec.part_of!r}",
+                                    f"`terms` defines: {', '.join(terms)}"))
+    for regime_id, regime in kb.regimes.regimes.items():
+        at = f"{where}/regimes.yaml: regimes.{regime_id}"
+        if regime.term not in terms:
+            problems.append(Problem(at, f"unknown term {regime.term!r}", f"`terms` defines: {', '.join(terms)}"))
+        for name in [*regime.axes, regime.confirm_axis]:
+            axis(at, name)
+    for name in kb.tools.axes:
+        axis(f"{where}/tools.yaml: axes.{name}", name)
+    for metric in kb.scorecard.metrics:
+        axis(f"{where}/scorecard.yaml: {metric.id}", metric.axis)
+    for opt in kb.optimizations.values():
+        axis(f"{where}/optimizations.yaml: {opt.id}", opt.axis)
+    for hw in kb.hardware.values():
+        for dtype in hw.peak_tflops:
+            if dtype not in dtypes:
+                problems.append(Problem(f"{where}/hardware.yaml: {hw.id}: peak_tflops", f"unknown dtype {dtype!r}",
+                                        f"units.yaml `dtypes` defines: {', '.join(dtypes)}"))
+    spec = kb.facts.get("dtype")
+    if spec is not None and list(spec.choices or []) != list(dtypes):
+        problems.append(Problem(f"{where}/facts.yaml: dtype", "the choices of `dtype` must be units.yaml `dtypes`, "
+                                f"in order: {', '.join(dtypes)}"))
+    return problems
+
+
+def _check_questions(kb: KnowledgeBase, where: str) -> list[Problem]:
+    """Combined questions name askable facts (each in one question at most), ids that no fact uses, and choices
+    whose values the member facts accept."""
+    problems: list[Problem] = []
+    owner: dict[str, str] = {}
+    for q in kb.questions.values():
+        at = f"{where}/facts.yaml: questions.{q.id}"
+        if q.id in kb.facts or q.id == "available_tools":
+            problems.append(Problem(at, f"the id {q.id!r} is already a fact or question name"))
+        for name in q.facts:
+            spec = kb.facts.get(name)
+            if spec is None or not spec.askable:
+                problems.append(Problem(at, f"{name!r} is not an askable fact"))
+            elif name in owner:
+                problems.append(Problem(at, f"{name!r} is already asked by question {owner[name]!r}"))
+            owner.setdefault(name, q.id)
+        labels = [c.answer for c in q.choices or []]
+        if len(set(labels)) != len(labels):
+            problems.append(Problem(at, "two choices share an answer label"))
+        for choice in q.choices or []:
+            for name, value in choice.sets.items():
+                spec = kb.facts.get(name)
+                if name not in q.facts:
+                    problems.append(Problem(f"{at}.{choice.answer}", f"sets {name!r}, not one of {q.facts}"))
+                elif spec is not None and spec.type == "enum" and value not in (spec.choices or []):
+                    problems.append(Problem(f"{at}.{choice.answer}", f"{name} = {value!r} is not one of "
+                                            f"{', '.join(spec.choices or [])}"))
+                elif spec is not None and spec.type == "hardware" and kb.resolve_hardware(value) is None:
+                    problems.append(Problem(f"{at}.{choice.answer}", f"{name} = {value!r} is not in the "
+                                            "hardware catalog"))
+                elif spec is not None and spec.type in ("fraction", "number", "integer"):
+                    problems.append(Problem(f"{at}.{choice.answer}", f"sets the {spec.type} {name}; choices "
+                                            "may set only enum and hardware facts"))
+    return problems
+
+
+def _check_interconnects(kb: KnowledgeBase, where: str) -> list[Problem]:
+    """Every catalog link is of a kind the `interconnect` fact offers; each such kind has exactly one default."""
+    if not kb.interconnects:
+        return []
+    spec = kb.facts.get("interconnect")
+    kinds = (spec.choices or []) if spec else []
+    problems = [Problem(f"{where}/interconnects.yaml: {i.id}", f"kind {i.kind!r} is not a choice of the "
+                        f"`interconnect` fact ({', '.join(kinds) or 'not defined'})")
+                for i in kb.interconnects.values() if i.kind not in kinds]
+    for kind in kinds:
+        defaults = [i.id for i in kb.interconnects.values() if i.kind == kind and i.default]
+        if len(defaults) != 1:
+            problems.append(Problem(f"{where}/interconnects.yaml", f"kind {kind!r} needs exactly one `default: "
+                                    f"true` entry, found {len(defaults)}"))
+    return problems
