@@ -297,3 +297,9 @@ def test_counterfactuals_of_a_cluster_job_may_still_change_cluster_facts() -> No
     report = expert.diagnose(CHECKPOINTS)
     assert any(f.id == "cluster_job" for f in report.findings)
     assert {c.fact for c in report.counterfactuals().items} & CLUSTER_FACTS
+
+
+def test_zero_mfu_gives_no_efficiency_and_no_division_by_zero() -> None:
+    report = expert.diagnose({"mfu": 0.0, "gpu_util": 1.0, "step_time_s": 1.0})
+    assert "compute_efficiency" not in report.derived
+    assert derived(report, "t_compute_s") == 0.0

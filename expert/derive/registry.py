@@ -286,7 +286,8 @@ _ETA = ("seed, iron law compute term O/(R_peak·η); η = achieved FLOP/s over p
 
 
 def _busy_gate(name: str) -> Gate:
-    return Gate(f"{name} above zero (an idle GPU computes nothing to take an efficiency of)", _fact(name, gt=0))
+    return Gate(f"mfu and {name} above zero (an idle GPU, or one doing no model FLOPs, has no efficiency to take)",
+                AllOf(all=[_fact("mfu", gt=0), _fact(name, gt=0)]))
 
 
 def _efficiency(busy: str) -> Callable[[Facts, KnowledgeBase], Result]:
