@@ -303,3 +303,15 @@ def test_zero_mfu_gives_no_efficiency_and_no_division_by_zero() -> None:
     report = expert.diagnose({"mfu": 0.0, "gpu_util": 1.0, "step_time_s": 1.0})
     assert "compute_efficiency" not in report.derived
     assert derived(report, "t_compute_s") == 0.0
+
+
+def test_the_shared_decision_never_recommends_what_is_applied() -> None:
+    from expert.derive.graph import derive
+    from expert.diagnosis.decide import decide
+
+    exp = expert.default_expert()
+    facts: dict[str, object] = {**INPUT_BOUND, "applied_optimizations": "pin_memory"}
+    values = {**facts, **{n: d.value for n, d in derive(facts, exp.kb).items()}}  # type: ignore[arg-type]
+    result = exp.engine.run(values)  # type: ignore[attr-defined]
+    decision = decide(exp.ruleset, result.fired, result.findings, values)  # type: ignore[arg-type]
+    assert "pin_memory" in decision.proposed and "pin_memory" not in decision.recommended
