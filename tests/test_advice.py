@@ -315,3 +315,13 @@ def test_the_shared_decision_never_recommends_what_is_applied() -> None:
     result = exp.engine.run(values)  # type: ignore[attr-defined]
     decision = decide(exp.ruleset, result.fired, result.findings, values)  # type: ignore[arg-type]
     assert "pin_memory" in decision.proposed and "pin_memory" not in decision.recommended
+
+
+def test_better_kernels_gain_stops_at_the_dense_peak() -> None:
+    # share_compute 0.91 (mfu 0.54 over sm_active 0.91 ...): at η = 1 the term keeps 0.54 of today's step, so better
+    # kernels gain at most 1 / (1 − 0.91 + 0.54) = 1.587x, not the 11x of removing the compute term entirely
+    report = expert.diagnose({"mfu": 0.54, "sm_active": 0.91, "step_time_s": 1.0})
+    assert derived(report, "share_compute_at_peak") == pytest.approx(0.54)
+    better = next((r for r in report.recommended if r.id == "better_kernels"), None)
+    assert better is not None and better.expected_gain is not None
+    assert better.expected_gain.max_speedup == pytest.approx(1 / (1 - 0.91 + 0.54), abs=1e-3)

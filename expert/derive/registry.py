@@ -416,6 +416,9 @@ DERIVATIONS: tuple[Derivation, ...] = (
                _term_share("t_compute_s")),
     Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
                _term_share("t_overhead_s")),
+    Derivation("share_compute_at_peak", ("share_compute", "compute_efficiency"), "share_compute · η (the compute "
+               "term at η = 1, a share of today's step)", _ETA,
+               lambda f, kb: Result(_num(f, "share_compute") * _num(f, "compute_efficiency"))),
     # cluster scale (seed Table 6, C³): computation, communication, coordination
     Derivation("per_gpu_throughput", ("cluster_throughput", "num_gpus"), "cluster_throughput / num_gpus", _C3_SCALING,
                lambda f, kb: Result(_num(f, "cluster_throughput") / _num(f, "num_gpus"))),

@@ -327,10 +327,11 @@ def _verdict(ctx: _Context, decision: Decision) -> list[Candidate]:
     return candidates
 
 
-def _gain(ctx: _Context, shrinks: str, floor: str | None = None) -> ExpectedGain | None:
+def _gain(ctx: _Context, shrinks: str, floor: str | None = None, floor_of: str = "step") -> ExpectedGain | None:
     """The expected gain from the report's own terms: the Amdahl bound 1 / (1 - share) of removing the term, or,
-    for an optimization with a `floor` (optimizations.yaml) that is known, (1 - floor) / (1 - share): the term falls
-    to the floor, not to zero (checkpoint interval tuning reaches Daly's optimum)."""
+    for an optimization with a `floor` (optimizations.yaml) that is known, the term falling to the floor, not to
+    zero: 1 / (1 - share + floor) for a share of today's step (better kernels reach η = 1), (1 - floor) / (1 - share)
+    for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum)."""
     term = ctx.kb.regimes.terms.get(shrinks)
     if term is None or term.share not in ctx.facts:
         return None
@@ -340,11 +341,13 @@ def _gain(ctx: _Context, shrinks: str, floor: str | None = None) -> ExpectedGain
     rest = float(ctx.facts[floor]) if floor is not None and floor in ctx.facts else None
     if rest is not None and not capped:
         rest = min(rest, share)
-        speedup = (1 - rest) / (1 - share)
+        own = floor_of == "own"
+        speedup = (1 - rest) / (1 - share) if own else 1 / (1 - share + rest)
+        formula = f"(1 − {rest:.3g}) / (1 − {share:.3g})" if own else f"1 / (1 − {share:.3g} + {rest:.3g})"
         return ExpectedGain(
             term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
             assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, falls to {floor} "
-            f"{rest:.1%}, not to zero; (1 − {rest:.3g}) / (1 − {share:.3g}); other terms unchanged")
+            f"{rest:.1%}, not to zero; {formula}; other terms unchanged")
     speedup = cap if capped else amdahl_max_speedup(share)
     what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
     return ExpectedGain(
@@ -392,7 +395,7 @@ def _optimizations(
                 whys.append(render_message(parts.recommends[rule_id, opt_id][nth].why, ctx.facts))
         spec = 1 if rules[0] == table_rule else 0  # the regime table alone proposes it: less specific than a rule
         opt = kb.optimizations[opt_id]
-        gain = _gain(ctx, opt.shrinks, opt.floor)
+        gain = _gain(ctx, opt.shrinks, opt.floor, opt.floor_of)
         recommendation = Recommendation(id=opt_id, title=opt.title, why="; ".join(whys), how=opt.how, axis=opt.axis,
                                         shrinks=opt.shrinks, source=opt.source, rules=list(rules),
                                         expected_gain=gain)

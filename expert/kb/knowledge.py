@@ -199,6 +199,7 @@ class Optimization(_Strict):
     source: str
     effort: int | None = Field(default=None, ge=1, le=5)  # optimizations.yaml header: the declared effort order
     floor: str | None = None  # a derived share its term keeps at best (optimizations.yaml header); None: zero
+    floor_of: Literal["step", "own"] = "step"  # the floor is a share of today's step, or of the run at the floor
 
 
 class OptimizationCatalog(_Strict):
