@@ -60,6 +60,9 @@ def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
         return {"description": described, "type": "string", "examples": sorted(kb.hardware)}
     if spec.type == "text":
         return {"description": described, "type": "string", **({"examples": [spec.example]} if spec.example else {})}
+    if spec.type == "optimizations":
+        return {"description": described, "anyOf": [
+            {"type": "string"}, {"type": "array", "items": {"enum": sorted(kb.optimizations)}, "minItems": 1}]}
     return {"description": described, "type": ["number", "string"],
             **({"examples": [spec.example]} if spec.example else {})}
 

@@ -21,6 +21,9 @@ def _value(spec: FactSpec) -> st.SearchStrategy[Any]:
         return st.sampled_from(spec.choices or [])
     if spec.type == "text":  # names a trace parser reports, quoted in messages
         return st.sampled_from(["aten::add_ and aten::mul", "aten::mm", "preprocess", spec.example or "x"])
+    if spec.type == "optimizations":  # ids of the optimization catalog, as a list or comma-separated
+        ids = st.lists(st.sampled_from(sorted(KB.optimizations)), min_size=1, max_size=4, unique=True)
+        return st.one_of(ids, ids.map(", ".join))
     if spec.type == "fraction":
         # thresholds sit on round numbers, so include them and their neighbourhoods
         edges = st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.15, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0])

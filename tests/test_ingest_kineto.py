@@ -74,7 +74,8 @@ def test_every_fact_matches_the_hand_computation() -> None:
     _check(result.observations.values())
     # the fixture records no shapes and no operator ids: no operator breakdown, no shape-derived FLOPs
     assert set(result.not_derived) == {"top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
-                                       "bytes_moved", "arithmetic_intensity", "dtype"}
+                                       "bytes_moved", "arithmetic_intensity", "dtype", "applied_optimizations"}
+    assert "no graph launches" in result.not_derived["applied_optimizations"]  # nothing shows an optimization
     assert "record_shapes=True" in result.not_derived["bytes_moved"]
     assert result.files[0].stats["reader"] == "msgspec batches"
     gpu = result.observations.facts["gpu_util"]

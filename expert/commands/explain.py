@@ -115,6 +115,13 @@ def run(args: argparse.Namespace) -> int:
     elif args.counterfactuals:
         result = report.counterfactuals(make_expert(args))
     else:
+        if args.why:
+            from ..errors import ObservationError, Problem
+            from ..report.explain import unknown_id
+
+            problem = unknown_id(report, args.why)
+            if problem is not None:
+                raise ObservationError([Problem(f"--why {args.why}", problem, "")], title="nothing to explain")
         result = report.why(args.why or "verdict")
     _write(result.model_dump_json(indent=2) if args.format == "json" else result.text(), args.output)
     return 0

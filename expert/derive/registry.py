@@ -279,9 +279,59 @@ _YOUNG = "Young 1974, CACM 17(9), https://doi.org/10.1145/361147.361115"
 _DALY = "Daly 2006, FGCS 22, https://doi.org/10.1016/j.future.2004.11.016"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 
+# ---- the compute term's η (issue 12 item 7) ----------------------------------------------------------------------
+_ETA = ("seed, iron law compute term O/(R_peak·η); η = achieved FLOP/s over peak while the GPU computes: MFU is "
+        "achieved over the whole step, so it is divided by the share of the step the GPU is busy (DCGM SM_ACTIVE, "
+        "else nvidia-smi utilization.gpu, else PIPE_TENSOR_ACTIVE)")
+
+
+def _busy_gate(name: str) -> Gate:
+    return Gate(f"mfu and {name} above zero (an idle GPU, or one doing no model FLOPs, has no efficiency to take)",
+                AllOf(all=[_fact("mfu", gt=0), _fact(name, gt=0)]))
+
+
+def _efficiency(busy: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def eta(f: Facts, kb: KnowledgeBase) -> Result:
+        value = _num(f, "mfu") / _num(f, busy)
+        return _clamp_fraction(value, f"η = mfu / {busy}")
+
+    return eta
+
+
+_EFFICIENCY = tuple(
+    Derivation("compute_efficiency", ("mfu", busy), f"mfu / {busy} (achieved over peak while {what})", _ETA,
+               _efficiency(busy), gate=_busy_gate(busy))
+    for busy, what in (("sm_active", "the SMs are active"), ("gpu_util", "a kernel runs"),
+                       ("tensor_active", "the tensor pipe is active")))
+
+
+def _fp8_known(hw: HardwareSpec) -> bool:
+    """The catalog says whether the part computes in fp8: a published peak, or fp8 left out (no such format); a
+    null figure (unpublished) says neither."""
+    return "fp8" not in hw.peak_tflops or hw.peak("fp8") is not None
+
+
+def _fp8_peaks(kb: KnowledgeBase) -> Condition:
+    """hardware is one whose catalog entry publishes a dense fp8 peak or leaves fp8 out (the part has none)."""
+    return _fact("hardware", **{"in": [hw.id for hw in kb.hardware.values() if _fp8_known(hw)]})
+
+
+FP8_PEAK = Gate("the hardware catalog publishes this hardware's fp8 peak, or leaves fp8 out (no fp8 format)",
+                _fp8_peaks)
+
+
+def _fp8_peak(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = _hw(f, kb)
+    peak = hw.peak("fp8") or 0.0
+    note = None if peak else f"{hw.id} has no fp8 format (knowledge_base/hardware.yaml leaves fp8 out)"
+    return Result(peak, {f"{hw.id} dense fp8 peak (TFLOP/s)": peak, "source": hw.source}, note)
+
+
 DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
                "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
+    Derivation("fp8_peak_tflops", ("hardware",), "catalog dense fp8 peak of the hardware (0: no fp8 format)",
+               "knowledge_base/hardware.yaml", _fp8_peak, gate=FP8_PEAK),
     Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
                "knowledge_base/hardware.yaml", _bandwidth, gate=PUBLISHED_BANDWIDTH),
     Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
@@ -336,10 +386,20 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: Result(_num(f, "bytes_moved") / (_num(f, "peak_bandwidth") * 1e9))),
     Derivation("t_data_s", ("mem_bw_util", "step_time_s"), "mem_bw_util · step_time_s (achieved-bandwidth share)",
                _SEED_IRON, lambda f, kb: Result(_num(f, "mem_bw_util") * _num(f, "step_time_s"))),
-    Derivation("t_compute_s", ("flops", "peak_tflops"), "flops / (R_peak · η), η = 1", _SEED_IRON,
+    # the compute term's η (issue 12 item 7): the first derivation whose inputs are known wins
+    *_EFFICIENCY,
+    Derivation("t_compute_s", ("flops", "peak_tflops", "compute_efficiency"),
+               "flops / (R_peak · η), η = compute_efficiency", _SEED_IRON,
+               lambda f, kb: Result(_num(f, "flops")
+                                    / (_num(f, "peak_tflops") * 1e12 * _num(f, "compute_efficiency")))),
+    Derivation("t_compute_s", ("mfu", "step_time_s", "compute_efficiency"),
+               "mfu · step_time_s / η (useful-compute share at η = compute_efficiency)", _SEED_IRON,
+               lambda f, kb: Result(_num(f, "mfu") * _num(f, "step_time_s") / _num(f, "compute_efficiency"))),
+    Derivation("t_compute_s", ("flops", "peak_tflops"), "flops / (R_peak · η), η = 1 (no activity measured: a lower "
+               "bound)", _SEED_IRON,
                lambda f, kb: Result(_num(f, "flops") / (_num(f, "peak_tflops") * 1e12))),
-    Derivation("t_compute_s", ("mfu", "step_time_s"), "mfu · step_time_s (useful-compute share)", _SEED_IRON,
-               lambda f, kb: Result(_num(f, "mfu") * _num(f, "step_time_s"))),
+    Derivation("t_compute_s", ("mfu", "step_time_s"), "mfu · step_time_s (useful-compute share, η = 1: a lower bound)",
+               _SEED_IRON, lambda f, kb: Result(_num(f, "mfu") * _num(f, "step_time_s"))),
     Derivation("t_overhead_s", ("host_wait_frac", "step_time_s"), "host_wait_frac · step_time_s", _SEED_IRON,
                lambda f, kb: Result(_num(f, "host_wait_frac") * _num(f, "step_time_s"))),
     Derivation("t_overhead_s", ("launch_gap_frac", "step_time_s"), "launch_gap_frac · step_time_s", _SEED_IRON,
@@ -356,6 +416,9 @@ DERIVATIONS: tuple[Derivation, ...] = (
                _term_share("t_compute_s")),
     Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
                _term_share("t_overhead_s")),
+    Derivation("share_compute_at_peak", ("share_compute", "compute_efficiency"), "share_compute · η (the compute "
+               "term at η = 1, a share of today's step)", _ETA,
+               lambda f, kb: Result(_num(f, "share_compute") * _num(f, "compute_efficiency"))),
     # cluster scale (seed Table 6, C³): computation, communication, coordination
     Derivation("per_gpu_throughput", ("cluster_throughput", "num_gpus"), "cluster_throughput / num_gpus", _C3_SCALING,
                lambda f, kb: Result(_num(f, "cluster_throughput") / _num(f, "num_gpus"))),

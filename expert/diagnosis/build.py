@@ -17,8 +17,9 @@ from ..derive.formulas import DerivedValue, amdahl_max_speedup
 from ..derive.graph import askable_inputs_given
 from ..engine.base import EngineResult
 from ..kb.knowledge import KnowledgeBase, Scorecard
-from ..observations.normalise import Observations
+from ..observations.normalise import Observations, applied_optimizations
 from ..report.model import (
+    Applied,
     AxisScore,
     Candidate,
     ClusterSection,
@@ -215,7 +216,7 @@ def build_report(
     findings = _findings(ctx, fired)
     candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
-    recommended, wasted = _optimizations(ctx, decision, parts)
+    recommended, wasted, applied = _optimizations(ctx, decision, parts)
     missing = _missing(ctx, ordered)
     measurements = _measurements(ctx, fired, missing, verdict, axes)
     # every part was built here from checked values (as the graph is), so the Report is not validated again
@@ -230,10 +231,11 @@ def build_report(
         findings=findings,
         recommended=recommended,
         wasted=wasted,
+        applied=applied,
         next_measurements=measurements,
         missing=missing,
         scorecard=_scorecard(ctx, decision),
-        iron_law=_iron_law(kb, facts),
+        iron_law=_iron_law(kb, facts, derived),
         evaluations=evaluations,
         graph=ctx.graph(),
         tables=list(parts.tables),
@@ -340,13 +342,27 @@ def _verdict(ctx: _Context, decision: Decision) -> list[Candidate]:
     return candidates
 
 
-def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
+def _gain(ctx: _Context, shrinks: str, floor: str | None = None, floor_of: str = "step") -> ExpectedGain | None:
+    """The expected gain from the report's own terms: the Amdahl bound 1 / (1 - share) of removing the term, or,
+    for an optimization with a `floor` (optimizations.yaml) that is known, the term falling to the floor, not to
+    zero: 1 / (1 - share + floor) for a share of today's step (better kernels reach η = 1), (1 - floor) / (1 - share)
+    for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum)."""
     term = ctx.kb.regimes.terms.get(shrinks)
     if term is None or term.share not in ctx.facts:
         return None
     share = float(ctx.facts[term.share])
     cap = ctx.kb.regimes.max_reported_speedup
     capped = share >= 1 - 1 / cap
+    rest = float(ctx.facts[floor]) if floor is not None and floor in ctx.facts else None
+    if rest is not None and not capped:
+        rest = min(rest, share)
+        own = floor_of == "own"
+        speedup = (1 - rest) / (1 - share) if own else 1 / (1 - share + rest)
+        formula = f"(1 − {rest:.3g}) / (1 − {share:.3g})" if own else f"1 / (1 − {share:.3g} + {rest:.3g})"
+        return ExpectedGain(
+            term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
+            assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, falls to {floor} "
+            f"{rest:.1%}, not to zero; {formula}; other terms unchanged")
     speedup = cap if capped else amdahl_max_speedup(share)
     what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
     return ExpectedGain(
@@ -358,9 +374,10 @@ def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
 
 def _optimizations(
     ctx: _Context, decision: Decision, parts: _RuleSetParts
-) -> tuple[list[Recommendation], list[Wasted]]:
+) -> tuple[list[Recommendation], list[Wasted], list[Applied]]:
     """The decision's recommended and ruled-out optimizations, worded (each rule's why, each reason) and ranked by
-    their Amdahl bound."""
+    their Amdahl bound, ties broken by the declared effort (optimizations.yaml), cheapest first; and the ones the job
+    already applies (fact applied_optimizations), which are never recommended."""
     kb = ctx.kb
     verdict, table = decision.verdict, decision.table
     table_rule = table_id(verdict) if verdict is not None else None
@@ -378,9 +395,10 @@ def _optimizations(
             reason = render_message(parts.wastes[rules[0], opt_id][0].reason, ctx.facts, ctx.kb.scorecard)
         wasted[opt_id] = (reason, rules)
 
-    recommended: list[tuple[tuple[float, int, int], Recommendation]] = []
+    applied_ids = applied_optimizations(ctx.facts.get("applied_optimizations"))
+    recommended: list[tuple[tuple[float, int, int, int], Recommendation]] = []
     for index, (opt_id, rules) in enumerate(decision.proposed.items()):
-        if opt_id in wasted:
+        if opt_id in wasted or opt_id in applied_ids:
             continue
         whys: list[str] = []
         seen: dict[str, int] = {}
@@ -393,11 +411,12 @@ def _optimizations(
                                             ctx.kb.scorecard))
         spec = 1 if rules[0] == table_rule else 0  # the regime table alone proposes it: less specific than a rule
         opt = kb.optimizations[opt_id]
-        gain = _gain(ctx, opt.shrinks)
+        gain = _gain(ctx, opt.shrinks, opt.floor, opt.floor_of)
         recommendation = Recommendation(id=opt_id, title=opt.title, why="; ".join(whys), how=opt.how, axis=opt.axis,
                                         shrinks=opt.shrinks, source=opt.source, rules=list(rules),
                                         expected_gain=gain)
-        recommended.append(((-(gain.max_speedup if gain else 1.0), spec, index), recommendation))
+        effort = opt.effort if opt.effort is not None else 6  # undeclared effort: after every declared one
+        recommended.append(((-(gain.max_speedup if gain else 1.0), effort, spec, index), recommendation))
         node = ctx.add_node(f"recommendation:{opt_id}", "recommendation", opt.title,
                             max_speedup=gain.max_speedup if gain else None)
         for rule_id in rules:
@@ -410,7 +429,20 @@ def _optimizations(
         node = ctx.add_node(f"wasted:{opt_id}", "wasted", kb.optimizations[opt_id].title, reason=reason)
         for rule_id in rules:
             ctx.add_edge(f"rule:{rule_id}", node, "ruled-out")
-    return [rec for _, rec in recommended], wasted_out
+    applied_out: list[Applied] = []
+    if applied_ids:
+        source = ctx.observations.facts["applied_optimizations"].source
+        for opt_id in applied_ids:
+            rules = list(decision.proposed.get(opt_id, []))
+            applied_out.append(Applied(id=opt_id, title=kb.optimizations[opt_id].title, source=source, rules=rules))
+            node = ctx.add_node(f"applied:{opt_id}", "wasted", kb.optimizations[opt_id].title,
+                                reason="already applied (applied_optimizations)")
+            parent = ctx.fact_node("applied_optimizations")
+            if parent:
+                ctx.add_edge(parent, node, "used")
+            for rule_id in rules:
+                ctx.add_edge(f"rule:{rule_id}", node, "ruled-out")
+    return [rec for _, rec in recommended], wasted_out, applied_out
 
 
 def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
@@ -520,12 +552,35 @@ def _scorecard(ctx: _Context, decision: Decision) -> list[ScoreRow]:
     return rows
 
 
-def _iron_law(kb: KnowledgeBase, facts: Mapping[str, Value]) -> IronLaw:
+def _iron_law(kb: KnowledgeBase, facts: Mapping[str, Value],
+              derived: Mapping[str, DerivedValue] | None = None) -> IronLaw:
+    """The iron-law terms, then the `unexplained` line: the measured step less the sum of the known terms (clamped
+    at zero; the terms may overlap, so this is what not even their plain sum covers), and the compute term's η."""
     def num(name: str | None) -> float | None:
         value = facts.get(name) if name else None
         return float(value) if isinstance(value, (int, float)) else None
 
     terms = [IronLawTerm(term=term, label=spec.label, seconds=num(spec.seconds), share=num(spec.share))  # type: ignore[arg-type]
              for term, spec in kb.regimes.terms.items() if spec.seconds]
-    return IronLaw(step_time_s=num("step_time_s"), terms=terms, sequential_s=num("t_sequential_s"),
-                   overlapped_s=num("t_overlapped_s"))
+    step = num("step_time_s")
+    known = [t.seconds for t in terms if t.seconds is not None]
+    if step is not None and step > 0 and known:
+        rest = max(0.0, step - sum(known))
+        terms.append(IronLawTerm(term="unexplained", label=kb.regimes.unexplained_label, seconds=rest,
+                                 share=rest / step))
+    efficiency, efficiency_source = _efficiency(facts, derived or {})
+    return IronLaw(step_time_s=step, terms=terms, sequential_s=num("t_sequential_s"),
+                   overlapped_s=num("t_overlapped_s"), efficiency=efficiency, efficiency_source=efficiency_source)
+
+
+def _efficiency(facts: Mapping[str, Value], derived: Mapping[str, DerivedValue]) -> tuple[float | None, str | None]:
+    """The compute term's η and where it came from: compute_efficiency's formula and inputs, η = 1 when the compute
+    term is known without it (a lower bound), nothing when there is no compute term."""
+    eta = derived.get("compute_efficiency")
+    if eta is not None and "t_compute_s" in facts:
+        inputs = ", ".join(f"{name} {_fmt(value)}" for name, value in eta.inputs.items())
+        return float(eta.value), f"η = {eta.formula} ({inputs})"
+    if "t_compute_s" in facts:
+        return 1.0, ("η = 1: no activity measured (sm_active, gpu_util or tensor_active) beside the MFU, so the "
+                     "compute term is a lower bound")
+    return None, None

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from .._weakcache import PerObject
 from ..kb.knowledge import Axis, KnowledgeBase, Strength
+from ..observations.normalise import applied_optimizations
 from ..rules.model import RegimeTable
 from ..rules.ruleset import RuleSet
 
@@ -192,5 +193,6 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
         wasted.setdefault(opt, []).append(rule_id)
     bands = tuple([band(float(raw) if isinstance(raw := facts.get(fact), (int, float)) else None)
                    for fact, band in c.bands])
+    applied = applied_optimizations(facts.get("applied_optimizations"))  # already used: never recommended
     return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
-                    frozenset(proposed.keys() - wasted.keys()), bands, caps, tuple(axis_votes), c.kb)
+                    frozenset(proposed.keys() - wasted.keys() - set(applied)), bands, caps, tuple(axis_votes), c.kb)

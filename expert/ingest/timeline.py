@@ -336,6 +336,8 @@ class _Classifier:
         self.blocking = re.compile("|".join(f"(?:{p})" for p in catalog.calls.blocking.patterns))
         self.graph = re.compile("|".join(f"(?:{p})" for p in catalog.calls.graph_launch.patterns))
         self.launch = re.compile("|".join(f"(?:{p})" for p in catalog.calls.launch.patterns))
+        low = catalog.low_precision_gemm
+        self.low_precision = re.compile("|".join(f"(?:{p})" for p in low.patterns), re.IGNORECASE) if low else None
         self._cache: dict[tuple[int, int], str] = {}
 
     def of(self, names: list[str], name: int, kind: int) -> str:
@@ -565,6 +567,25 @@ class TimelineAnalysis:
     breakdown: TimeBreakdown
     facts: dict[str, Any] = field(default_factory=dict)  # the breakdown facts (top class, its ops, top op, ...)
 
+    def _applied(self, r: FileResult, file: str) -> None:
+        """applied_optimizations where the trace shows them: graph launches (cuda_graphs), and GEMM time mostly in
+        16-bit or narrower tensor-core kernels (lower_precision, knowledge_base/kernels.yaml low_precision_gemm)."""
+        applied: list[str] = []
+        how: list[str] = []
+        if self.graph_launches:
+            applied.append("cuda_graphs")
+            how.append(f"{self.graph_launches} cudaGraphLaunch/hipGraphLaunch calls (cuda_graphs)")
+        gemm, low = float(self.facts.get("_gemm_us") or 0.0), float(self.facts.get("_low_precision_gemm_us") or 0.0)
+        min_share = float(self.facts.get("_low_precision_min_share") or 1.0)
+        if gemm > 0 and low / gemm >= min_share:
+            applied.append("lower_precision")
+            how.append(f"{low / gemm:.0%} of GEMM time in bf16/fp16/fp8 tensor-core kernels (lower_precision)")
+        if applied:
+            r.add("applied_optimizations", ", ".join(applied), method="; ".join(how), file=file)
+        else:
+            r.missing("applied_optimizations", "no graph launches, and no GEMM time mostly in 16-bit or narrower "
+                      "tensor-core kernels")
+
     def add_facts(self, r: FileResult, *, label: str, file: str, n_steps: int) -> None:
         """The standard facts of a timeline, with provenance (method, window, devices, file), on a FileResult."""
         idle = self.idle
@@ -630,6 +651,7 @@ class TimelineAnalysis:
         r.add("uses_cuda_graphs", "yes" if self.graph_launches else "no",
               method=f"{self.graph_launches} cudaGraphLaunch/hipGraphLaunch calls in the trace" if self.graph_launches
               else "no cudaGraphLaunch/hipGraphLaunch call in the trace", file=file)
+        self._applied(r, file)
         bd = self.breakdown
         why = {"window": label, "file": file}
         if bd.classes:
@@ -835,6 +857,19 @@ class _Analyzer:
             self.host_gaps.append((a, b))
 
     # -- where the GPU time goes -------------------------------------------------------------------------------------
+    def _gemm_precision(self, per_kernel: dict[int, list[float]]) -> tuple[float, float]:
+        """GEMM kernel time, and the part of it in kernels named as 16-bit or narrower tensor-core math
+        (knowledge_base/kernels.yaml `low_precision_gemm`)."""
+        names, low = self.tl.names, self.cls.low_precision
+        gemm = lowp = 0.0
+        for nm, (t, _, kind) in per_kernel.items():
+            if self.cls.of(names, nm, int(kind)) != "gemm":
+                continue
+            gemm += t
+            if low is not None and low.search(names[nm]):
+                lowp += t
+        return gemm, lowp
+
     def _breakdown(self, in_w: list[int], classes: list[str], source: str, window: TraceWindow | None,
                    steps: Sequence[tuple[int, float, float]], devices: list[int],
                    graph_launches: int) -> tuple[TimeBreakdown, dict[str, Any]]:
@@ -995,6 +1030,9 @@ class _Analyzer:
             flops_coverage=_r(coverage / launched) if launched else None, notes=notes)
         facts: dict[str, Any] = {"window_flops": totals.flops, "window_bytes": totals.bytes,
                                  "dtype": totals.dominant_dtype() if totals.flops > 0 else None}
+        facts["_gemm_us"], facts["_low_precision_gemm_us"] = self._gemm_precision(per_kernel)
+        if cat.low_precision_gemm is not None:
+            facts["_low_precision_min_share"] = cat.low_precision_gemm.min_share
         if class_list:
             top = class_list[0].class_
             ranked = sorted(class_groups.get(top, {}).items(), key=lambda kv: -kv[1])

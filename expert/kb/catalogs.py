@@ -27,7 +27,7 @@ class FactSpec(_Strict):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     kind: Literal["observed", "derived", "both"]
-    type: Literal["fraction", "number", "integer", "enum", "hardware", "text"]
+    type: Literal["fraction", "number", "integer", "enum", "hardware", "text", "optimizations"]
     unit: str | None = None
     dimension: str | None = None
     min: float | None = None
@@ -63,6 +63,8 @@ class FactSpec(_Strict):
             return "a hardware catalog id (dam hardware list) or a device name"
         if self.type == "text":
             return "a short text (quoted in messages, never compared)"
+        if self.type == "optimizations":
+            return "optimization ids of knowledge_base/optimizations.yaml, comma-separated or a list"
         lo = "-inf" if self.min is None else f"{self.min:g}"
         hi = "inf" if self.max is None else f"{self.max:g}"
         bracket = "(" if self.exclusive_min else "["
@@ -191,6 +193,9 @@ class Optimization(_Strict):
     shrinks: Term
     how: str
     source: str
+    effort: int | None = Field(default=None, ge=1, le=5)  # optimizations.yaml header: the declared effort order
+    floor: str | None = None  # a derived share its term keeps at best (optimizations.yaml header); None: zero
+    floor_of: Literal["step", "own"] = "step"  # the floor is a share of today's step, or of the run at the floor
 
 
 class OptimizationCatalog(_Strict):
@@ -361,6 +366,7 @@ class RegimeCatalog(_Strict):
     evidence_caps: list[EvidenceCap] = []
     terms: dict[Term, TermSpec]
     max_reported_speedup: float = Field(gt=1)
+    unexplained_label: str = "unexplained (the part of the measured step no known term accounts for)"
     precedence: list[str]
     regimes: dict[str, Regime]
 
@@ -424,12 +430,22 @@ class TraceAnalysisSettings(_Strict):
     warmup_source: str
 
 
+class LowPrecisionGemm(_Strict):
+    """GEMM kernel names that run 16-bit or narrower tensor-core math, and the share of GEMM time that shows it."""
+
+    source: str
+    rationale: str
+    patterns: list[str] = Field(min_length=1)
+    min_share: float = Field(gt=0, le=1)
+
+
 class KernelCatalog(_Strict):
     """knowledge_base/kernels.yaml: kernel classes, host call roles and the trace analysis thresholds."""
 
     schema_version: int = 1
     classes: list[KernelClass]
     calls: KernelCalls
+    low_precision_gemm: LowPrecisionGemm | None = None
     analysis: TraceAnalysisSettings
 
     @model_validator(mode="after")

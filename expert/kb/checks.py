@@ -43,6 +43,8 @@ def check_references(kb: KnowledgeBase) -> None:
         if opt.shrinks not in kb.regimes.terms:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
                                     f"shrinks {opt.shrinks!r}, which regimes.yaml `terms` does not define"))
+        if opt.floor is not None and opt.floor not in kb.facts:
+            problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}", f"floor: unknown fact {opt.floor!r}"))
     for metric in kb.scorecard.metrics:
         if metric.fact not in kb.facts:
             problems.append(Problem(f"{where}/scorecard.yaml: {metric.id}", f"unknown fact {metric.fact!r}"))

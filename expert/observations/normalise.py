@@ -162,6 +162,33 @@ def _unit_factor(unit: str, spec: FactSpec, kb: KnowledgeBase) -> float:
     return factor / base
 
 
+def _optimization_ids(raw: object, kb: KnowledgeBase) -> str:
+    """A list of optimization catalog ids ("cuda_graphs, lower_precision" or a YAML/JSON list), checked against
+    knowledge_base/optimizations.yaml and stored once each, in catalog order, comma-separated."""
+    if isinstance(raw, str):
+        items = [part for part in re.split(r"[,\s]+", raw) if part]
+    elif isinstance(raw, (list, tuple)) and all(isinstance(part, str) for part in raw):
+        items = [part.strip() for part in raw if part.strip()]
+    else:
+        raise ValueError("expected optimization ids, comma-separated or as a list of strings")
+    if not items:
+        raise ValueError("expected at least one optimization id")
+    unknown = [item for item in items if item.casefold() not in kb.optimizations]
+    if unknown:
+        hints = []
+        for item in unknown:
+            close = difflib.get_close_matches(item.casefold(), list(kb.optimizations), n=1, cutoff=0.6)
+            hints.append(f"{item!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise ValueError(f"unknown optimization {', '.join(hints)}; known: {', '.join(kb.optimizations)}")
+    given = {item.casefold() for item in items}
+    return ", ".join(opt for opt in kb.optimizations if opt in given)
+
+
+def applied_optimizations(value: object) -> list[str]:
+    """The ids held by an `optimizations` fact value (as `convert` stored it); [] for no value."""
+    return [part for part in re.split(r"[,\s]+", value) if part] if isinstance(value, str) else []
+
+
 def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
     """Convert one raw value to the fact's canonical type and unit; raises ValueError with the reason."""
     if spec.type == "hardware":
@@ -177,6 +204,8 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
         if not isinstance(raw, str) or not raw.strip():
             raise ValueError("expected a non-empty text")
         return raw.strip()[:_TEXT_MAX]
+    if spec.type == "optimizations":
+        return _optimization_ids(raw, kb)
     if spec.type == "enum":
         choices = spec.choices or []
         if not isinstance(raw, str) or raw.strip().casefold() not in choices:

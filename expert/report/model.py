@@ -135,6 +135,16 @@ class Wasted:
 
 
 @dataclass
+class Applied:
+    """An optimization the job already uses (fact applied_optimizations): never recommended again."""
+
+    id: str
+    title: str
+    source: str  # where applied_optimizations came from (the user, a profiler trace)
+    rules: list[str] = field(default_factory=list)  # the rules that would have recommended it
+
+
+@dataclass
 class NextMeasurement:
     fact: str | None
     axis: str
@@ -165,17 +175,23 @@ class ScoreRow:
 
 @dataclass
 class IronLawTerm:
-    term: Literal["input", "data", "compute", "latency"]
+    term: Literal["input", "data", "compute", "latency", "unexplained"]
     label: str
     seconds: float | None
     share: float | None
 
 
 class IronLaw(_Model):
+    """The iron-law terms; the last, `unexplained`, is the measured step no known term accounts for (when the step
+    time and some term are known). `efficiency` is the η of the compute term O/(R_peak·η), and `efficiency_source`
+    says where it came from (η = 1 when no activity was measured)."""
+
     step_time_s: float | None
     terms: list[IronLawTerm]
     sequential_s: float | None
     overlapped_s: float | None
+    efficiency: float | None = None
+    efficiency_source: str | None = None
 
 
 class Concludes(_Model):
@@ -299,6 +315,7 @@ class Report(_Model):
     findings: list[Finding]
     recommended: list[Recommendation]
     wasted: list[Wasted]
+    applied: list[Applied] = []  # optimizations the job already uses (applied_optimizations), never recommended
     next_measurements: list[NextMeasurement]
     missing: list[MissingFact]
     scorecard: list[ScoreRow]

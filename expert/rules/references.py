@@ -58,10 +58,10 @@ class _ConditionCheck(LeafVisitor[ReferenceProblem]):
             text = f"unknown fact {node.fact!r}"
             yield ReferenceProblem("DAM004", (*path, "fact"), text, text, suggest(node.fact, kb.facts), "when")
             return
-        if spec.type == "text":
+        if spec.type in ("text", "optimizations"):
             for op, _ in node.ops():
                 if op != "known":
-                    text = f"{node.fact} is text, quoted in messages; only `known` may test it"
+                    text = f"{node.fact} is {spec.type}, quoted in messages; only `known` may test it"
                     yield ReferenceProblem("DAM005", (*path, op), text, text, "", "when")
             return
         if spec.type not in ("enum", "hardware"):

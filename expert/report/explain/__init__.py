@@ -11,6 +11,7 @@ the search for the observed input that moves a derived fact across a value.
 
 from __future__ import annotations
 
+from ._shared import unknown_id
 from .counterfactuals import Counterfactual, Counterfactuals, counterfactuals
 from .how import How, how
 from .what_if import FactChange, ScoreChange, WhatIf, diff, what_if
@@ -33,6 +34,7 @@ __all__ = [
     "diff",
     "gain_text",
     "how",
+    "unknown_id",
     "what_if",
     "why",
     "why_not",

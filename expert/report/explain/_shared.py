@@ -68,6 +68,20 @@ def _universe(report: Report) -> set[str]:
     return names
 
 
+def unknown_id(report: Report, ident: str) -> str | None:
+    """None when `ident` is something this report can explain (a node, a rule, a fact, "verdict"); otherwise what
+    it can explain instead: the report's findings, regimes and optimizations by name, and a close match."""
+    if ident == "verdict" or _node_id(report, ident) is not None or ident in _universe(report):
+        return None
+    kinds = {"findings": [f.id for f in report.findings], "bottlenecks": [c.regime for c in report.candidates],
+             "recommended": [r.id for r in report.recommended], "wasted": [w.id for w in report.wasted],
+             "already applied": [a.id for a in report.applied]}
+    listed = "; ".join(f"{kind}: {', '.join(ids)}" for kind, ids in kinds.items() if ids)
+    return (f"nothing in this report is called {ident!r}{_suggest(report, ident)}; known ids: 'verdict'"
+            + (f"; {listed}" if listed else "") + "; any rule id (dam rules list) or fact of the report "
+            "(dam explain REPORT --how FACT)")
+
+
 def _suggest(report: Report, ident: str) -> str:
     close = difflib.get_close_matches(ident, sorted(_universe(report)), n=3, cutoff=0.6)
     return f" (did you mean {', '.join(close)}?)" if close else ""

@@ -209,6 +209,11 @@ def _across(spec: FactSpec, b: float, current: Value | None) -> list[float]:
     return out
 
 
+_CLUSTER_FINDING = "cluster_job"
+"""The finding rules/cluster.yaml (rule cluster-context) concludes when a diagnosis has cluster facts; a report
+without it is a single-GPU job, and a change that would make it hold describes another job, not a counterfactual."""
+
+
 def counterfactuals(report: Report, expert: Expert | None = None, limit: int | None = None) -> Counterfactuals:
     """The smallest single-fact changes that flip the verdict, found from rule thresholds, each verified.
 
@@ -229,6 +234,7 @@ def counterfactuals(report: Report, expert: Expert | None = None, limit: int | N
         return c.magnitude is None, size, c.fact, str(c.value)
 
     candidates = sorted(_candidates_for(kb, report), key=order)
+    single_gpu = not any(f.id == _CLUSTER_FINDING for f in report.findings)
     best: dict[tuple[str, str, str | None], Counterfactual] = {}
     tried = 0
     for cand in candidates:
@@ -246,6 +252,8 @@ def counterfactuals(report: Report, expert: Expert | None = None, limit: int | N
             continue
         if after.bottleneck == report.bottleneck:
             continue
+        if single_gpu and any(f.id == _CLUSTER_FINDING for f in after.findings):
+            continue  # the change makes it a cluster job (num_gpus, comm_*, sync_wait_*...): not this job
         key = (cand.fact, direction, after.bottleneck)
         if key in best:
             continue  # candidates are sorted, so the first flip per key is the smallest

@@ -85,7 +85,8 @@ def _iron_law(report: Report, ax: Any) -> None:
         raise no_chart("iron-law")
     labels = [t.label for t in law.terms][::-1]
     seconds = [t.seconds or 0.0 for t in law.terms][::-1]
-    bars = ax.barh(labels, seconds, color="#7c3aed")
+    colours = ["#d97706" if t.term == "unexplained" else "#7c3aed" for t in law.terms][::-1]
+    bars = ax.barh(labels, seconds, color=colours)
     for bar, term in zip(bars, law.terms[::-1], strict=True):
         text = "unknown" if term.seconds is None else f"{term.seconds:.4g} s" + (
             f" ({term.share:.0%})" if term.share is not None else "")
@@ -96,3 +97,5 @@ def _iron_law(report: Report, ax: Any) -> None:
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("seconds per step")
     ax.set_title("Iron law: T = input + D/BW + O/(R·η) + L")
+    if law.efficiency_source:
+        ax.text(0.0, -0.18, law.efficiency_source[:140], transform=ax.transAxes, fontsize=7, va="top")

@@ -176,6 +176,13 @@ def _optimizations(report: Report) -> list[str]:
         out.append("</table>")
     else:
         out.append("<p class=\"muted\">Nothing is ruled out on this evidence.</p>")
+    if report.applied:
+        out.append("<h2>Already applied</h2>")
+        out.append("<table><tr><th>optimization</th><th>given by</th><th>would have been proposed by</th></tr>")
+        for a in report.applied:
+            out.append(f"<tr><td>{_e(a.title)} (<code>{_e(a.id)}</code>)</td><td>{_e(a.source)}</td>"
+                       f"<td>{_e(', '.join(a.rules) or '—')}</td></tr>")
+        out.append("</table>")
     return out
 
 

@@ -102,6 +102,8 @@ def _iron_law(report: Report) -> list[str]:
         notes.append(f"measured step {law.step_time_s:.4g} s")
     if law.sequential_s is not None and law.overlapped_s is not None:
         notes.append(f"sequential sum {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    if law.efficiency_source:
+        notes.append(law.efficiency_source)
     if notes:
         lines += ["", "; ".join(notes).capitalize() + "."]
     return [*lines, ""]
@@ -135,6 +137,12 @@ def _optimizations(report: Report) -> list[str]:
                          f"{', '.join(f'`{r}`' for r in w.rules)} |")
     else:
         lines.append("Nothing is ruled out on this evidence.")
+    if report.applied:
+        lines += ["", "## Already applied", "", "| optimization | given by | would have been proposed by |",
+                  "|---|---|---|"]
+        for a in report.applied:
+            lines.append(f"| {_cell(a.title)} (`{a.id}`) | {_cell(a.source)} | "
+                         f"{', '.join(f'`{r}`' for r in a.rules) or '—'} |")
     return [*lines, ""]
 
 

@@ -285,7 +285,7 @@ def iron_law_svg(report: Report, width: int = 640, element_id: str = "iron-law")
     if all(t.seconds is None for t in law.terms):
         return None
     row, left, top = 30, 230, 40
-    height = top + row * len(law.terms) + 40
+    height = top + row * len(law.terms) + 40 + (14 if law.efficiency_source else 0)
     bar_w = width - left - 150
     title = "Iron law: T = input + D/BW + O/(R·η) + L"
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="{_e(element_id)}" class="iron-law" width="{width}" '
@@ -302,14 +302,19 @@ def iron_law_svg(report: Report, width: int = 640, element_id: str = "iron-law")
             continue
         share = term.share if term.share is not None else 0.0
         value = f"{term.seconds:.4g} s" + (f" ({term.share:.0%})" if term.share is not None else "")
+        fill = "#d97706" if term.term == "unexplained" else "#7c3aed"
         out.append(f'<rect class="term" data-term="{term.term}" x="{left}" y="{y + 3}" '
-                   f'width="{_num(bar_w * min(1.0, share))}" height="16" fill="#7c3aed"/>'
+                   f'width="{_num(bar_w * min(1.0, share))}" height="16" fill="{fill}"/>'
                    f'<text x="{left + bar_w + 8}" y="{y + 15}" font-size="12">{_e(value)}</text>')
     caption = []
     if law.step_time_s is not None:
         caption.append(f"measured step {law.step_time_s:.4g} s")
     if law.sequential_s is not None and law.overlapped_s is not None:
         caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
-    out.append(f'<text x="10" y="{height - 12}" font-size="11" fill="#374151">{_e("; ".join(caption))}</text>')
+    out.append(f'<text x="10" y="{height - 12 - (14 if law.efficiency_source else 0)}" font-size="11" '
+               f'fill="#374151">{_e("; ".join(caption))}</text>')
+    if law.efficiency_source:
+        out.append(f'<text class="efficiency" x="10" y="{height - 12}" font-size="11" fill="#374151">'
+                   f'{_e(_short(law.efficiency_source, 110))}</text>')
     out.append("</svg>")
     return "\n".join(out)

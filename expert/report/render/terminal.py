@@ -16,7 +16,8 @@ from ..model import Report
 _BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _BAR_WIDTH = 30
-_SHORT_TERM = {"input": "input wait", "data": "D/BW", "compute": "O/(R·η)", "latency": "L_lat"}
+_SHORT_TERM = {"input": "input wait", "data": "D/BW", "compute": "O/(R·η)", "latency": "L_lat",
+               "unexplained": "unexplained"}
 
 
 def _fmt(value: object) -> str:
@@ -62,7 +63,8 @@ def iron_law_table(report: Report) -> Table | None:
             continue
         share = term.share or 0.0
         filled = round(share * _BAR_WIDTH)
-        bar = Text("█" * filled, style="magenta") + Text("░" * (_BAR_WIDTH - filled), style="dim")
+        colour = "yellow" if term.term == "unexplained" else "magenta"
+        bar = Text("█" * filled, style=colour) + Text("░" * (_BAR_WIDTH - filled), style="dim")
         table.add_row(_SHORT_TERM.get(term.term, term.label), f"{term.seconds:.4g}",
                       f"{share:.0%}" if term.share is not None else "?", bar)
     caption = []
@@ -70,6 +72,8 @@ def iron_law_table(report: Report) -> Table | None:
         caption.append(f"measured step {law.step_time_s:.4g} s")
     if law.sequential_s is not None and law.overlapped_s is not None:
         caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    if law.efficiency_source:
+        caption.append(law.efficiency_source)
     table.caption = "; ".join(caption)
     return table
 
@@ -150,7 +154,7 @@ def findings_table(report: Report) -> Table | None:
 
 
 def optimizations_table(report: Report) -> Table | None:
-    if not report.recommended and not report.wasted:
+    if not report.recommended and not report.wasted and not report.applied:
         return None
     table = Table(title="Recommended vs wasted", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("#", justify="right")
@@ -164,6 +168,9 @@ def optimizations_table(report: Report) -> Table | None:
         table.add_row(str(i), Text(rec.title, style="green"), why, gain)
     for w in report.wasted:
         table.add_row("✗", Text(w.title, style="red strike"), Text(w.reason, style="red"), "wasted")
+    for a in report.applied:
+        table.add_row("✓", Text(a.title, style="dim"), Text(f"already applied ({a.source}): not recommended again",
+                                                            style="dim"), "applied")
     return table
 
 

@@ -1,0 +1,327 @@
+"""Issue 12 items 7 and 8: the iron law's η and its unexplained line; advice that can be followed and is not already
+followed (applied_optimizations, lower precision that exists, the effort order, gains from the report's own terms);
+and two small defects (dam explain --why of an unknown id, counterfactuals of a single-GPU job)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kineto_builder import Trace
+
+import expert
+from expert import ObservationError, Report
+from expert.ingest import ingest_result
+from expert.report.render import export
+from expert.report.render.svg import iron_law_svg
+from expert.report.render.terminal import iron_law_table
+
+DAM = shutil.which("dam", path=str(Path(sys.executable).parent)) or shutil.which("dam")
+H100_BF16 = 989.4  # knowledge_base/hardware.yaml, h100-sxm dense bf16 TFLOP/s
+
+
+def derived(report: Report, name: str) -> float:
+    return float(report.derived[name].value)
+
+
+def unexplained(report: Report) -> tuple[float | None, float | None] | None:
+    term = next((t for t in report.iron_law.terms if t.term == "unexplained"), None)
+    return None if term is None else (term.seconds, term.share)
+
+
+# ---- item 7: η, hand calculations ----------------------------------------------------------------------------------
+
+# A data-starved ResNet: MFU 1 %, the GPU busy 45 % of a 0.2 s step that waits 0.1 s for data.
+# η = mfu / gpu_util = 0.01 / 0.45 = 0.02222; t_compute = mfu · T / η = 0.01 · 0.2 / 0.02222 = 0.09 s (45 %, not 1 %);
+# unexplained = 0.2 − (0.1 + 0.09) = 0.01 s (5 %).
+STARVED = {"mfu": 0.01, "gpu_util": 0.45, "step_time_s": 0.2, "data_wait_s": 0.1}
+
+
+def test_eta_from_mfu_over_the_busy_share() -> None:
+    report = expert.diagnose(STARVED)
+    assert derived(report, "compute_efficiency") == pytest.approx(0.01 / 0.45)
+    assert derived(report, "t_compute_s") == pytest.approx(0.09)
+    assert derived(report, "share_compute") == pytest.approx(0.45)
+    assert report.iron_law.efficiency == pytest.approx(0.01 / 0.45)
+    assert report.iron_law.efficiency_source is not None and "mfu / gpu_util" in report.iron_law.efficiency_source
+    assert unexplained(report) == pytest.approx((0.01, 0.05))
+
+
+def test_sm_activity_is_preferred_over_nvidia_smi_utilization() -> None:
+    # η = 0.01 / 0.30 = 0.0333; t_compute = 0.01 · 0.2 / 0.0333 = 0.06 s
+    report = expert.diagnose({**STARVED, "sm_active": 0.30})
+    assert derived(report, "compute_efficiency") == pytest.approx(0.01 / 0.30)
+    assert derived(report, "t_compute_s") == pytest.approx(0.06)
+    assert "sm_active" in report.derived["compute_efficiency"].formula
+
+
+def test_tensor_activity_is_the_last_resort() -> None:
+    report = expert.diagnose({"mfu": 0.40, "tensor_active": 0.80, "step_time_s": 1.0})
+    assert derived(report, "compute_efficiency") == pytest.approx(0.5)
+    assert derived(report, "t_compute_s") == pytest.approx(0.8)  # 0.40 · 1.0 / 0.5
+
+
+def test_eta_with_flops_over_the_catalog_peak() -> None:
+    # flops 1.0e14 on an H100 bf16 in 1 s: achieved 100 TFLOP/s, mfu = 100 / 989.4 = 0.10107; sm_active 0.5 →
+    # η = 0.20214; t_compute = 1e14 / (989.4e12 · 0.20214) = 0.5 s (the time the SMs were active)
+    report = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "flops": 1.0e14, "step_time_s": 1.0,
+                              "sm_active": 0.5})
+    assert derived(report, "compute_efficiency") == pytest.approx(100 / H100_BF16 / 0.5)
+    assert derived(report, "t_compute_s") == pytest.approx(0.5)
+    assert report.derived["t_compute_s"].inputs["compute_efficiency"] == pytest.approx(100 / H100_BF16 / 0.5)
+
+
+def test_without_activity_eta_is_one_and_said_to_be_a_lower_bound() -> None:
+    report = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "flops": 1.0e14, "step_time_s": 1.0})
+    assert "compute_efficiency" not in report.derived
+    assert derived(report, "t_compute_s") == pytest.approx(1e14 / (H100_BF16 * 1e12))
+    assert report.iron_law.efficiency == 1.0
+    assert "lower bound" in (report.iron_law.efficiency_source or "")
+
+
+def test_eta_is_clamped_when_mfu_exceeds_the_busy_share() -> None:
+    report = expert.diagnose({"mfu": 0.6, "gpu_util": 0.3, "step_time_s": 1.0})
+    assert derived(report, "compute_efficiency") == 1.0
+    assert "clamped" in (report.derived["compute_efficiency"].note or "")
+
+
+def test_an_idle_gpu_gives_no_efficiency() -> None:
+    report = expert.diagnose({"mfu": 0.0, "gpu_util": 0.0, "step_time_s": 1.0})
+    assert "compute_efficiency" not in report.derived
+
+
+# ---- item 7: the unexplained line ----------------------------------------------------------------------------------
+
+
+def test_unexplained_is_zero_when_the_terms_cover_the_step() -> None:
+    report = expert.diagnose({"mfu": 0.5, "gpu_util": 0.9, "step_time_s": 0.2, "data_wait_s": 0.05})
+    # t_compute = 0.5 · 0.2 / (0.5 / 0.9) = 0.18; 0.05 + 0.18 > 0.2 → nothing unexplained
+    assert unexplained(report) == (0.0, 0.0)
+
+
+def test_no_unexplained_line_without_a_step_time_or_any_term() -> None:
+    assert unexplained(expert.diagnose({"gpu_util": 0.5})) is None
+    assert unexplained(expert.diagnose({"step_time_s": 0.2})) is None
+
+
+def test_the_unexplained_line_is_rendered_everywhere(tmp_path: Path) -> None:
+    report = expert.diagnose(STARVED)
+    markdown = export(report, "markdown")
+    assert "| unexplained (the part of the measured step no known term accounts for) | 0.01 | 5% |" in markdown
+    assert "η = mfu / gpu_util" in markdown
+    html = export(report, "html")
+    assert 'data-term="unexplained"' in html and "η = mfu / gpu_util" in html
+    svg = iron_law_svg(report)
+    assert svg is not None and 'data-term="unexplained"' in svg and 'class="efficiency"' in svg
+    table = iron_law_table(report)
+    assert table is not None
+    assert "unexplained" in list(table.columns[0].cells) and "η = mfu / gpu_util" in str(table.caption)
+
+
+def test_the_png_chart_has_the_unexplained_bar(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from expert.report.render import charts
+
+    report = expert.diagnose(STARVED)
+    ax = Figure().subplots()
+    charts._iron_law(report, ax)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0].startswith("unexplained")  # drawn last term first, bottom to top
+    out = charts.draw(report, "iron-law", tmp_path / "iron.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- item 8: applied_optimizations ---------------------------------------------------------------------------------
+
+INPUT_BOUND = {"data_wait_s": 0.12, "step_time_s": 0.3, "gpu_util": 0.45, "num_workers": 4, "host_cpu_util": 0.3}
+
+
+def test_applied_optimizations_are_never_recommended() -> None:
+    before = expert.diagnose(INPUT_BOUND)
+    assert "pin_memory" in [r.id for r in before.recommended]
+    after = expert.diagnose({**INPUT_BOUND, "applied_optimizations": "pin_memory, cuda_graphs"})
+    assert "pin_memory" not in [r.id for r in after.recommended]
+    assert [(a.id, a.source) for a in after.applied] == [("cuda_graphs", "user"), ("pin_memory", "user")]
+    assert next(a for a in after.applied if a.id == "pin_memory").rules  # the rules that would have proposed it
+    assert "## Already applied" in export(after, "markdown")
+    assert "Already applied" in export(after, "html")
+
+
+@pytest.mark.parametrize("raw", [["pin_memory", "cuda_graphs"], "cuda_graphs pin_memory", "PIN_MEMORY,cuda_graphs,"])
+def test_applied_optimizations_accepts_lists_and_stores_them_in_catalog_order(raw: object) -> None:
+    report = expert.diagnose({"applied_optimizations": raw})
+    assert report.observations["applied_optimizations"].value == "cuda_graphs, pin_memory"
+
+
+@pytest.mark.parametrize(("raw", "needle"), [("cuda_graph", "did you mean cuda_graphs"), (", ,", "at least one"),
+                                              (3, "optimization ids")])
+def test_unknown_optimizations_are_a_clear_error(raw: object, needle: str) -> None:
+    with pytest.raises(ObservationError) as err:
+        expert.diagnose({"applied_optimizations": raw})
+    text = str(err.value)
+    assert "applied_optimizations" in text and needle in text
+
+
+def _gemm_trace(path: Path, kernel: str, graphs: bool = False) -> Path:
+    t = Trace()
+    ts = 0.0
+    for s in range(4):
+        start = ts
+        corr = t.runtime("cudaGraphLaunch" if graphs else "cudaLaunchKernel", ts, 8)
+        gpu = ts + 10
+        for _ in range(20):
+            t.kernel(kernel, gpu, 400, corr)
+            gpu += 401
+        ts = gpu + 30
+        t.step(s + 1, start, ts - start)
+    return t.write(path)
+
+
+@pytest.mark.parametrize(("kernel", "graphs", "applied"), [
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", False, "lower_precision"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", True, "lower_precision, cuda_graphs"),
+    ("volta_h884gemm_64x64_ldg8_nn", False, "lower_precision"),
+    ("ampere_sgemm_128x64_nn", True, "cuda_graphs"),
+])
+def test_ingestion_fills_applied_optimizations(tmp_path: Path, kernel: str, graphs: bool, applied: str) -> None:
+    result = ingest_result(_gemm_trace(tmp_path / "t.json", kernel, graphs))
+    observed = result.observations.facts["applied_optimizations"]
+    assert expert.diagnose(result.observations).observations["applied_optimizations"].value == \
+        ", ".join(o for o in expert.default_expert().kb.optimizations if o in applied.split(", "))
+    assert observed.detail.get("method")
+
+
+def test_fp32_gemms_without_graphs_fill_nothing(tmp_path: Path) -> None:
+    result = ingest_result(_gemm_trace(tmp_path / "t.json", "ampere_sgemm_128x64_nn"))
+    assert "applied_optimizations" not in result.observations.facts
+
+
+# ---- item 8: lower precision that exists, the effort order, gains from the report's terms --------------------------
+
+
+@pytest.mark.parametrize(("hardware", "dtype", "outcome"), [
+    ("h100-sxm", "bf16", "recommended"), ("a100-sxm-80gb", "bf16", "wasted"), ("h100-sxm", "fp8", "wasted"),
+    ("a100-sxm-80gb", "fp32", "recommended"), ("h800", "bf16", "recommended"),  # h800: unpublished, not absent
+])
+def test_lower_precision_only_where_a_narrower_format_exists(hardware: str, dtype: str, outcome: str) -> None:
+    report = expert.diagnose({"hardware": hardware, "dtype": dtype, "mfu": 0.6})
+    assert report.bottleneck == "compute"
+    ids = {"recommended": [r.id for r in report.recommended], "wasted": [w.id for w in report.wasted]}
+    assert "lower_precision" in ids[outcome]
+    if outcome == "wasted":
+        reason = next(w.reason for w in report.wasted if w.id == "lower_precision")
+        assert dtype in reason
+
+
+def test_fp8_peak_is_the_catalog_figure() -> None:
+    report = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "mfu": 0.6})
+    assert derived(report, "fp8_peak_tflops") == pytest.approx(1978.9)
+    why = next(r.why for r in report.recommended if r.id == "lower_precision")
+    assert "fp8" in why and "1979" in why
+    assert derived(expert.diagnose({"hardware": "a100-sxm-80gb"}), "fp8_peak_tflops") == 0.0
+    assert "fp8_peak_tflops" not in expert.diagnose({"hardware": "h800"}).derived
+
+
+def test_every_optimization_declares_its_effort() -> None:
+    kb = expert.default_expert().kb
+    assert all(opt.effort is not None for opt in kb.optimizations.values())
+
+
+def test_ties_in_the_amdahl_bound_go_to_the_cheaper_optimization() -> None:
+    kb = expert.default_expert().kb
+    report = expert.diagnose(INPUT_BOUND)
+    gains = [(r.expected_gain.max_speedup if r.expected_gain else 1.0, kb.optimizations[r.id].effort or 6)
+             for r in report.recommended]
+    assert gains == sorted(gains, key=lambda g: (-g[0], g[1]))
+    input_term = [r.id for r in report.recommended if r.shrinks == "input"]
+    assert input_term[0] in ("more_dataloader_workers", "pin_memory")  # effort 1 before faster_input_format (4)
+    assert input_term.index("faster_input_format") > input_term.index("pin_memory")
+
+
+CHECKPOINTS = {"num_gpus": 64, "num_nodes": 8, "checkpoint_write_s": 120, "checkpoint_interval_s": 600,
+               "mtbf_h": 12, "restart_time_s": 300}
+
+
+def test_the_checkpoint_interval_gain_is_to_daly_optimum_not_to_zero() -> None:
+    report = expert.diagnose(CHECKPOINTS)
+    # x = δ/τ + τ/2M + R/M = 120/600 + 600/86400 + 300/43200 = 0.213889; c = x / (1 + x) = 0.176201
+    c = derived(report, "coordination_overhead")
+    assert c == pytest.approx(0.213889 / 1.213889, rel=1e-5)
+    c_opt = derived(report, "optimal_coordination_overhead")
+    tuning = next(r for r in report.recommended if r.id == "checkpoint_interval_tuning")
+    assert tuning.expected_gain is not None
+    assert tuning.expected_gain.max_speedup == pytest.approx((1 - c_opt) / (1 - c), abs=1e-3)
+    assert "optimal_coordination_overhead" in tuning.expected_gain.assumptions
+    async_save = next(r for r in report.recommended if r.id == "async_checkpointing")
+    assert async_save.expected_gain is not None
+    assert async_save.expected_gain.max_speedup == pytest.approx(1 / (1 - c), abs=1e-3)  # the whole term
+
+
+# ---- small defects: explain --why of an unknown id, counterfactuals of a single-GPU job ---------------------------
+
+
+@pytest.mark.skipif(DAM is None, reason="the dam console script is not installed (pip install -e .)")
+def test_why_of_an_unknown_id_exits_2_naming_the_known_ids() -> None:
+    assert DAM is not None
+    bad = subprocess.run([DAM, "explain", "--example", "data_starved_training", "--why", "nonexistent"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "nonexistent" in bad.stderr and "data_starved" in bad.stderr and "pin_memory" in bad.stderr
+    good = subprocess.run([DAM, "explain", "--example", "data_starved_training", "--why", "data_starved"],
+                          capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0, good.stderr
+
+
+CLUSTER_FACTS = {"num_gpus", "num_nodes", "scaling_efficiency", "comm_frac", "comm_time_s", "comm_overlap_frac",
+                 "t_comm_s", "sync_wait_s", "sync_wait_frac", "checkpoint_interval_s", "checkpoint_write_s", "mtbf_h",
+                 "failures_per_day", "node_mtbf_h", "restart_time_s"}
+
+
+@pytest.mark.parametrize("example", ["partial_evidence", "healthy_training"])
+def test_counterfactuals_of_a_single_gpu_job_propose_no_cluster_facts(example: str) -> None:
+    from expert.commands._common import example_path
+    from expert.observations.file import read_observation_file
+
+    report = expert.diagnose(read_observation_file(example_path(example)).observations)
+    assert not any(f.id == "cluster_job" for f in report.findings)
+    proposed = {c.fact for c in report.counterfactuals().items}
+    assert not proposed & CLUSTER_FACTS
+
+
+def test_counterfactuals_of_a_cluster_job_may_still_change_cluster_facts() -> None:
+    report = expert.diagnose(CHECKPOINTS)
+    assert any(f.id == "cluster_job" for f in report.findings)
+    assert {c.fact for c in report.counterfactuals().items} & CLUSTER_FACTS
+
+
+def test_zero_mfu_gives_no_efficiency_and_no_division_by_zero() -> None:
+    report = expert.diagnose({"mfu": 0.0, "gpu_util": 1.0, "step_time_s": 1.0})
+    assert "compute_efficiency" not in report.derived
+    assert derived(report, "t_compute_s") == 0.0
+
+
+def test_the_shared_decision_never_recommends_what_is_applied() -> None:
+    from expert.derive.graph import derive
+    from expert.diagnosis.decide import decide
+
+    exp = expert.default_expert()
+    facts: dict[str, object] = {**INPUT_BOUND, "applied_optimizations": "pin_memory"}
+    values = {**facts, **{n: d.value for n, d in derive(facts, exp.kb).items()}}  # type: ignore[arg-type]
+    result = exp.engine.run(values)  # type: ignore[attr-defined]
+    decision = decide(exp.ruleset, result.fired, result.findings, values)  # type: ignore[arg-type]
+    assert "pin_memory" in decision.proposed and "pin_memory" not in decision.recommended
+
+
+def test_better_kernels_gain_stops_at_the_dense_peak() -> None:
+    # share_compute 0.91 (mfu 0.54 over sm_active 0.91 ...): at η = 1 the term keeps 0.54 of today's step, so better
+    # kernels gain at most 1 / (1 − 0.91 + 0.54) = 1.587x, not the 11x of removing the compute term entirely
+    report = expert.diagnose({"mfu": 0.54, "sm_active": 0.91, "step_time_s": 1.0})
+    assert derived(report, "share_compute_at_peak") == pytest.approx(0.54)
+    better = next((r for r in report.recommended if r.id == "better_kernels"), None)
+    assert better is not None and better.expected_gain is not None
+    assert better.expected_gain.max_speedup == pytest.approx(1 / (1 - 0.91 + 0.54), abs=1e-3)
