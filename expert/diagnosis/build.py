@@ -327,7 +327,7 @@ def _verdict(ctx: _Context, decision: Decision) -> list[Candidate]:
 
 def _gain(ctx: _Context, shrinks: str) -> ExpectedGain | None:
     term = ctx.kb.regimes.terms.get(shrinks)
-    if term is None or term.share not in ctx.facts:
+    if term is None or term.share is None or term.share not in ctx.facts:
         return None
     share = float(ctx.facts[term.share])
     cap = ctx.kb.regimes.max_reported_speedup

@@ -317,7 +317,7 @@ class TermSpec(_Strict):
     """A term of the iron law (or a C³ term): the derived facts that hold its seconds and its share of the step."""
 
     label: str
-    share: str
+    share: str | None = None  # None: not a share of the step (memory capacity must fit; it has no Amdahl bound)
     seconds: str | None = None  # only the iron-law terms have a duration of their own
     part_of: str | None = None  # the term this one is a part of (checkpoint and straggler waits are coordination)
 
@@ -610,6 +610,9 @@ class KnowledgeBase:
             at = f"{where}/regimes.yaml: regimes.{regime_id}"
             if regime.term not in terms:
                 problems.append(Problem(at, f"unknown term {regime.term!r}", f"`terms` defines: {', '.join(terms)}"))
+            elif terms[regime.term].share is None:
+                problems.append(Problem(at, f"term {regime.term!r} has no share of the step",
+                                        "a regime's term needs `share` (equally strong verdicts are ranked by it)"))
             for name in [*regime.axes, regime.confirm_axis]:
                 axis(at, name)
         for name in self.tools.axes:
