@@ -31,8 +31,8 @@ from .formulas import (
     decode_bandwidth_gbs,
     decode_intensity,
     exposed_comm,
-    io_overhead,
     inference_flops_per_token,
+    io_overhead,
     iron_law,
     kv_cache_bytes,
     lost_share,
@@ -293,9 +293,9 @@ PREFILL_OR_FORWARD = Gate("inference outside token decode (prompt prefill, or th
     _fact("workload", eq="inference"), AnyOf(any=[_fact("phase", eq="prefill"), _fact("phase", known=False)])]))
 SERVING = Gate("an inference service (or a job whose kind is not given): only serving holds a KV cache",
                AnyOf(any=[_fact("workload", eq="inference"), _fact("workload", known=False)]))
-OPTIMIZER_ON_GPU = Gate("a training job whose optimizer states stay on the GPU (not offloaded, or not said)", AllOf(all=[
-    _fact("workload", eq="training"), AnyOf(any=[_fact("optimizer_offload", eq="no"),
-                                                 _fact("optimizer_offload", known=False)])]))
+OPTIMIZER_ON_GPU = Gate("a training job whose optimizer states stay on the GPU (not offloaded, or not said)",
+                        AllOf(all=[_fact("workload", eq="training"), AnyOf(any=[
+                            _fact("optimizer_offload", eq="no"), _fact("optimizer_offload", known=False)])]))
 OPTIMIZER_OFFLOADED = Gate("a training job whose optimizer states and step are offloaded to the host", AllOf(all=[
     _fact("workload", eq="training"), _fact("optimizer_offload", eq="yes")]))
 
