@@ -127,6 +127,55 @@ def lost_share(loss: float) -> float:
     return loss / (1.0 + loss)
 
 
+# ---- LLM training and serving, memory capacity (issue 13) ---------------------------------------------------------
+
+
+def training_flops_per_token(params: float, num_layers: int | None = None, hidden_size: int | None = None,
+                             seq_len: int | None = None) -> float:
+    """Model FLOPs per trained token: 6·N (forward 2·N, backward 4·N; Kaplan et al. 2020), plus the attention term
+    12·L·H·Q·T = 12·L·hidden_size·seq_len when the shape is given (PaLM, Chowdhery et al. 2022, appendix B)."""
+    attention = 0.0
+    if num_layers is not None and hidden_size is not None and seq_len is not None:
+        attention = 12.0 * num_layers * hidden_size * seq_len
+    return 6.0 * params + attention
+
+
+def inference_flops_per_token(params: float) -> float:
+    """Model FLOPs per token of a forward pass (prefill or decode): 2·N, one multiply-add per parameter."""
+    return 2.0 * params
+
+
+def per_gpu_tflops(flops_per_token: float, tokens_per_s: float, num_gpus: int) -> float:
+    """Achieved model TFLOP/s per GPU: FLOPs per token x the job's tokens/s, spread over its GPUs."""
+    return flops_per_token * tokens_per_s / num_gpus / 1e12
+
+
+def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, context_len: int, bytes_per_element: float,
+                   sequences: int = 1) -> float:
+    """KV cache of `sequences` sequences: 2 (K and V) · layers · KV heads · head dim · context tokens · bytes."""
+    return 2.0 * num_layers * num_kv_heads * head_dim * context_len * bytes_per_element * sequences
+
+
+def decode_bytes_per_token(params: float, bytes_per_weight: float, kv_bytes: float, batch_size: int) -> float:
+    """Device-memory bytes per decoded token: one step reads every weight once and the whole batch's KV cache, and
+    yields one token per sequence."""
+    return (params * bytes_per_weight + kv_bytes) / batch_size
+
+
+def model_state_bytes(params: float, sharding_degree: int, bytes_per_param: float = 16.0) -> float:
+    """Model states per GPU under mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) + 12 (fp32 master
+    weights, momentum, variance) = 16 bytes per parameter (ZeRO, Rajbhandari et al. 2020, §3.1), over the GPUs the
+    states are sharded across (ZeRO-3 / FSDP full sharding divides all three)."""
+    return params * bytes_per_param / sharding_degree
+
+
+def activation_bytes(seq_len: int, batch_size: int, hidden_size: int, num_layers: int) -> float:
+    """Activation memory kept for backward without recomputation: 34·s·b·h bytes per layer (Korthikanti et al. 2022,
+    eq. 1, 16-bit activations, no tensor parallelism, with the 5·a·s²·b attention-score term gone under fused
+    attention)."""
+    return 34.0 * seq_len * batch_size * hidden_size * num_layers
+
+
 # ---- the record of a derived value ------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ from .formulas import (
     Facts,
     Value,
     achieved_tflops,
+    activation_bytes,
     arithmetic_intensity,
     comm_term,
     compression_ratio,
@@ -30,15 +31,21 @@ from .formulas import (
     decode_bandwidth_gbs,
     decode_intensity,
     exposed_comm,
+    inference_flops_per_token,
     io_overhead,
     iron_law,
+    kv_cache_bytes,
     lost_share,
     mfu,
+    model_state_bytes,
+    per_gpu_tflops,
     ridge_point,
     ring_allreduce_bytes,
     scaling_efficiency,
+    training_flops_per_token,
     young_interval,
 )
+from .formulas import decode_bytes_per_token as bytes_per_decoded_token
 
 _T = TypeVar("_T")
 
@@ -327,6 +334,187 @@ def _fp8_peak(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(peak, {f"{hw.id} dense fp8 peak (TFLOP/s)": peak, "source": hw.source}, note)
 
 
+# ---- LLM training and serving, host side, memory capacity (issue 13) -------------------------------------------------
+
+TRAINING = Gate("a training job", _fact("workload", eq="training"))
+PREFILL_OR_FORWARD = Gate("inference outside token decode (prompt prefill, or the phase not given)", AllOf(all=[
+    _fact("workload", eq="inference"), AnyOf(any=[_fact("phase", eq="prefill"), _fact("phase", known=False)])]))
+SERVING = Gate("an inference service (or a job whose kind is not given): only serving holds a KV cache",
+               AnyOf(any=[_fact("workload", eq="inference"), _fact("workload", known=False)]))
+OPTIMIZER_ON_GPU = Gate("a training job whose optimizer states stay on the GPU (not offloaded, or not said)",
+                        AllOf(all=[_fact("workload", eq="training"), AnyOf(any=[
+                            _fact("optimizer_offload", eq="no"), _fact("optimizer_offload", known=False)])]))
+OPTIMIZER_OFFLOADED = Gate("a training job whose optimizer states and step are offloaded to the host", AllOf(all=[
+    _fact("workload", eq="training"), _fact("optimizer_offload", eq="yes")]))
+
+
+def _published_memory(kb: KnowledgeBase) -> Condition:
+    """hardware is one whose catalog entry gives its device-memory capacity."""
+    return _fact("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.memory_gb is not None]})
+
+
+PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
+
+_KAPLAN = "Kaplan et al. 2020, arXiv:2001.08361 (C ≈ 6·N FLOPs per trained token, 2·N per forward token)"
+_PALM = "Chowdhery et al. 2022 (PaLM), arXiv:2204.02311, appendix B (MFU with the attention term 12·L·H·Q·T)"
+_KV = ("KV cache = 2 · layers · KV heads · head dim · context · bytes per element (Pope et al. 2022, "
+       "arXiv:2211.05102, §2; vLLM docs); decode reads the weights and the KV cache every step")
+_ZERO = "Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precision Adam holds 16 bytes per parameter"
+_ACTIVATIONS = "Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: 34·s·b·h bytes per layer with fused attention"
+_SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
+
+
+def _hbm_bytes(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Value]]:
+    hw = _hw(f, kb)
+    gb = _required(hw.memory_gb, f"the memory capacity of {hw.id}")
+    return gb * 1e9, {f"{hw.id} memory (GB)": gb, "source": hw.source}
+
+
+def _train_tflops(with_attention: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def rate(f: Facts, kb: KnowledgeBase) -> Result:
+        params = _decode_params(f)
+        shape = (int(_num(f, "num_layers")), int(_num(f, "hidden_size")), int(_num(f, "seq_len"))) \
+            if with_attention else (None, None, None)
+        per_token = training_flops_per_token(params, *shape)
+        return Result(per_gpu_tflops(per_token, _num(f, "tokens_per_s"), int(_num(f, "num_gpus"))),
+                      {"FLOPs per token": per_token, "params used": params})
+
+    return rate
+
+
+def _forward_tflops(f: Facts, kb: KnowledgeBase) -> Result:
+    params = _decode_params(f)
+    per_token = inference_flops_per_token(params)
+    return Result(per_gpu_tflops(per_token, _num(f, "tokens_per_s"), int(_num(f, "num_gpus"))),
+                  {"FLOPs per token": per_token, "params used": params})
+
+
+def _kv_cache(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    value = kv_cache_bytes(int(_num(f, "num_layers")), int(_num(f, "num_kv_heads")), int(_num(f, "head_dim")),
+                           int(_num(f, "context_len")), b, int(_num(f, "batch_size")))
+    return Result(value, {"bytes per KV element": b},
+                  "KV cache stored in the model's dtype; an fp8 KV cache would halve it")
+
+
+def _decode_bytes(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    params = _decode_params(f)
+    value = bytes_per_decoded_token(params, b, _num(f, "kv_cache_bytes"), int(_num(f, "batch_size")))
+    return Result(value, {"bytes per weight": b, "weight bytes per step": params * b})
+
+
+def _decode_kv_bandwidth(clamp: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def util(f: Facts, kb: KnowledgeBase) -> Result:
+        achieved = _num(f, "tokens_per_s") * _num(f, "decode_bytes_per_token") / 1e9
+        ratio = achieved / _num(f, "peak_bandwidth")
+        figures: dict[str, Value] = {"achieved GB/s (weights + KV cache)": round(achieved, 1)}
+        if not clamp:
+            return Result(ratio, figures)
+        result = _clamp_fraction(ratio, "derived bandwidth utilization")
+        return Result(result.value, figures, result.note)
+
+    return util
+
+
+def _serving_memory(f: Facts, kb: KnowledgeBase) -> Result:
+    hbm, figures = _hbm_bytes(f, kb)
+    gpus = int(_num(f, "num_gpus"))
+    weights = _num(f, "model_params") * kb.dtype_bytes(str(f["dtype"]))
+    free = gpus * hbm - weights
+    figures.update({"weight bytes": weights, "HBM left for the KV cache (GB)": round(free / 1e9, 2)})
+    return Result((weights + _num(f, "kv_cache_bytes")) / (gpus * hbm), figures)
+
+
+def _model_states(bytes_per_param: float) -> Callable[[Facts, KnowledgeBase], Result]:
+    def states(f: Facts, kb: KnowledgeBase) -> Result:
+        value = model_state_bytes(_num(f, "model_params"), int(_num(f, "sharding_degree")), bytes_per_param)
+        return Result(value, {"bytes per parameter": bytes_per_param})
+
+    return states
+
+
+def _to_hbm(*names: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def ratio(f: Facts, kb: KnowledgeBase) -> Result:
+        hbm, figures = _hbm_bytes(f, kb)
+        return Result(sum(_num(f, n) for n in names) / hbm, figures)
+
+    return ratio
+
+
+# Spliced into DERIVATIONS where the walker needs them (it applies derivations in one pass, in order): the tokens/s
+# and FLOP-rate ways to achieved_tflops before mfu reads it, and the KV-cache bandwidth before the weights-only one.
+_LLM_RATES: tuple[Derivation, ...] = (
+    Derivation("tokens_per_s", ("tokens_per_step", "step_time_s"), "tokens_per_step / step_time_s",
+               "definition (tokens per optimizer step over the step's wall time)",
+               lambda f, kb: Result(_num(f, "tokens_per_step") / _num(f, "step_time_s"))),
+    Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus", "num_layers",
+                                   "hidden_size", "seq_len"),
+               "(6·N + 12·L·H·Q·T) · tokens_per_s / num_gpus / 1e12 (N: active parameters when given)",
+               f"{_KAPLAN}; {_PALM}", _train_tflops(True), gate=TRAINING, substitutes=_ACTIVE_PARAMS),
+    Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus"),
+               "6·N · tokens_per_s / num_gpus / 1e12 (N: active parameters when given; attention term left out)",
+               _KAPLAN, _train_tflops(False), gate=TRAINING, substitutes=_ACTIVE_PARAMS),
+    Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus"),
+               "2·N · tokens_per_s / num_gpus / 1e12 (forward only; N: active parameters when given)",
+               _KAPLAN, _forward_tflops, gate=PREFILL_OR_FORWARD, substitutes=_ACTIVE_PARAMS),
+    Derivation("kv_cache_bytes", ("num_layers", "num_kv_heads", "head_dim", "context_len", "dtype", "batch_size"),
+               "2 · num_layers · num_kv_heads · head_dim · context_len · bytes per element · batch_size", _KV,
+               _kv_cache, gate=SERVING),
+    Derivation("decode_bytes_per_token", ("phase", "model_params", "dtype", "kv_cache_bytes", "batch_size"),
+               "(params · bytes per weight + kv_cache_bytes) / batch_size", _KV, _decode_bytes, gate=LLM_DECODE,
+               substitutes=_ACTIVE_PARAMS),
+    Derivation("serving_memory_to_hbm", ("kv_cache_bytes", "model_params", "dtype", "hardware", "num_gpus"),
+               "(model_params · bytes per weight + kv_cache_bytes) / (num_gpus · HBM per GPU)", _KV, _serving_memory,
+               gate=PUBLISHED_MEMORY),
+)
+_LLM_DECODE_UTIL = (
+    Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
+               "tokens_per_s · decode_bytes_per_token / peak_bandwidth (weights + KV cache)",
+               f"{_KV}; domain.md §B (MBU)", _decode_kv_bandwidth(True), gate=LLM_DECODE),
+)
+_LLM_DECODE_RATIO = (
+    Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
+               "tokens_per_s · decode_bytes_per_token / peak_bandwidth (weights + KV cache, unclamped)",
+               _KV, _decode_kv_bandwidth(False), gate=LLM_DECODE),
+)
+_LLM_TAIL: tuple[Derivation, ...] = (
+    Derivation("ttft_over_target", ("ttft_ms", "ttft_target_ms"), "ttft_ms / ttft_target_ms", _SLO,
+               lambda f, kb: Result(_num(f, "ttft_ms") / _num(f, "ttft_target_ms"))),
+    Derivation("tpot_over_target", ("tpot_ms", "tpot_target_ms"), "tpot_ms / tpot_target_ms", _SLO,
+               lambda f, kb: Result(_num(f, "tpot_ms") / _num(f, "tpot_target_ms"))),
+    Derivation("optimizer_step_frac", ("optimizer_step_s", "fwd_bwd_s"),
+               "optimizer_step_s / (optimizer_step_s + fwd_bwd_s)",
+               "ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840 (the CPU optimizer step must not dominate the step)",
+               lambda f, kb: Result(_num(f, "optimizer_step_s")
+                                    / (_num(f, "optimizer_step_s") + _num(f, "fwd_bwd_s")))),
+    Derivation("host_sync_wait_frac", ("host_sync_wait_s", "step_time_s"), "host_sync_wait_s / step_time_s",
+               "PyTorch performance tuning guide (avoid unnecessary CPU-GPU synchronization)",
+               lambda f, kb: _clamp_fraction(_num(f, "host_sync_wait_s") / _num(f, "step_time_s"),
+                                             "host synchronization share")),
+    Derivation("storage_read_util", ("storage_read_mb_s", "storage_bandwidth_mb_s"),
+               "storage_read_mb_s / storage_bandwidth_mb_s", "seed Table 1 (data axis: I/O bandwidth, disk/PCIe) and "
+               "Table 4 (data row: iostat)",
+               lambda f, kb: Result(_num(f, "storage_read_mb_s") / _num(f, "storage_bandwidth_mb_s"))),
+    Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree"),
+               "16 bytes · model_params / sharding_degree", _ZERO, _model_states(16.0), gate=OPTIMIZER_ON_GPU),
+    Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree", "optimizer_offload"),
+               "4 bytes (16-bit weights and gradients) · model_params / sharding_degree; optimizer states on the host",
+               f"{_ZERO}; Ren et al. 2021 (ZeRO-Offload), arXiv:2101.06840", _model_states(4.0),
+               gate=OPTIMIZER_OFFLOADED),
+    Derivation("activation_bytes", ("workload", "seq_len", "batch_size", "hidden_size", "num_layers"),
+               "34 · seq_len · batch_size · hidden_size · num_layers", _ACTIVATIONS,
+               lambda f, kb: Result(activation_bytes(int(_num(f, "seq_len")), int(_num(f, "batch_size")),
+                                                     int(_num(f, "hidden_size")), int(_num(f, "num_layers"))),
+                                    note="no recomputation, no tensor or sequence parallelism, 16-bit activations"),
+               gate=TRAINING),
+    Derivation("model_state_to_hbm", ("model_state_bytes", "hardware"), "model_state_bytes / HBM per GPU", _ZERO,
+               _to_hbm("model_state_bytes"), gate=PUBLISHED_MEMORY),
+    Derivation("training_memory_to_hbm", ("model_state_bytes", "activation_bytes", "hardware"),
+               "(model_state_bytes + activation_bytes) / HBM per GPU", f"{_ZERO}; {_ACTIVATIONS}",
+               _to_hbm("model_state_bytes", "activation_bytes"), gate=PUBLISHED_MEMORY),
+)
+
 DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
                "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
@@ -345,6 +533,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
                _ROOFLINE, lambda f, kb: Result(_num(f, "arithmetic_intensity") / _num(f, "ridge_point"))),
     Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
                lambda f, kb: Result(achieved_tflops(_num(f, "flops"), _num(f, "step_time_s")))),
+    *_LLM_RATES,
     Derivation("flops_to_peak", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (unclamped)",
                "roofline: no kernel exceeds the dense peak",
                lambda f, kb: Result(_num(f, "achieved_tflops") / _num(f, "peak_tflops"))),
@@ -360,6 +549,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
                "DCGM DRAM_ACTIVE definition (achieved / peak DRAM bandwidth)",
                lambda f, kb: _clamp_fraction(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"),
                                              "bandwidth utilization")),
+    *_LLM_DECODE_UTIL,
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
                "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
                "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util, gate=LLM_DECODE,
@@ -367,6 +557,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
                "roofline: no step exceeds the peak memory bandwidth",
                lambda f, kb: Result(_num(f, "achieved_bandwidth") / _num(f, "peak_bandwidth"))),
+    *_LLM_DECODE_RATIO,
     Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
                "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth (unclamped)",
                "domain.md §B, LLM decode bytes per step", _decode_bw_ratio, gate=LLM_DECODE,
@@ -498,5 +689,6 @@ DERIVATIONS: tuple[Derivation, ...] = (
                "max(0, coordination_overhead − optimal_coordination_overhead)", _DALY,
                lambda f, kb: Result(max(0.0, _num(f, "coordination_overhead")
                                         - _num(f, "optimal_coordination_overhead")))),
+    *_LLM_TAIL,
 )
 

@@ -348,7 +348,7 @@ def _gain(ctx: _Context, shrinks: str, floor: str | None = None, floor_of: str =
     zero: 1 / (1 - share + floor) for a share of today's step (better kernels reach η = 1), (1 - floor) / (1 - share)
     for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum)."""
     term = ctx.kb.regimes.terms.get(shrinks)
-    if term is None or term.share not in ctx.facts:
+    if term is None or term.share is None or term.share not in ctx.facts:
         return None
     share = float(ctx.facts[term.share])
     cap = ctx.kb.regimes.max_reported_speedup

@@ -73,7 +73,7 @@ def _build(ruleset: RuleSet) -> _Conclusions:
         concludes=concludes,
         tables={regime: table for regime, (_, table) in ruleset.tables.items()},
         precedence={name: i for i, name in enumerate(regimes.precedence)},
-        share_fact={name: regimes.terms[r.term].share for name, r in regimes.regimes.items()},
+        share_fact={name: share for name, r in regimes.regimes.items() if (share := regimes.terms[r.term].share)},
         strength_names={v: k for k, v in regimes.strengths.items()},
         threshold=regimes.strengths[regimes.verdict_min_strength],
         bands=tuple((metric.fact, metric.band) for metric in kb.scorecard.metrics),

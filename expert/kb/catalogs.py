@@ -337,7 +337,7 @@ class TermSpec(_Strict):
     """A term of the iron law (or a C³ term): the derived facts that hold its seconds and its share of the step."""
 
     label: str
-    share: str
+    share: str | None = None  # None: not a share of the step (memory capacity must fit; it has no Amdahl bound)
     seconds: str | None = None  # only the iron-law terms have a duration of their own
     part_of: str | None = None  # the term this one is a part of (checkpoint and straggler waits are coordination)
 

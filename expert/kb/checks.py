@@ -99,6 +99,9 @@ def _check_vocabulary(kb: KnowledgeBase, where: str) -> list[Problem]:
         at = f"{where}/regimes.yaml: regimes.{regime_id}"
         if regime.term not in terms:
             problems.append(Problem(at, f"unknown term {regime.term!r}", f"`terms` defines: {', '.join(terms)}"))
+        elif terms[regime.term].share is None:
+            problems.append(Problem(at, f"term {regime.term!r} has no share of the step",
+                                    "a regime's term needs `share` (equally strong verdicts are ranked by it)"))
         for name in [*regime.axes, regime.confirm_axis]:
             axis(at, name)
     for name in kb.tools.axes:

@@ -1,0 +1,182 @@
+"""Issue 13: LLM training and serving, host-side and memory-capacity derivations, each against a hand calculation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import expert
+from expert._resources import examples_dir
+from expert.derive.formulas import (
+    activation_bytes,
+    decode_bytes_per_token,
+    inference_flops_per_token,
+    kv_cache_bytes,
+    model_state_bytes,
+    per_gpu_tflops,
+    training_flops_per_token,
+)
+from expert.derive.graph import derive
+from expert.observations.file import read_observation_file
+
+EXPERT = expert.default_expert()
+KB = EXPERT.kb
+approx = pytest.approx
+
+
+def _derived(**facts: Any) -> dict[str, float]:
+    from expert.observations.normalise import convert
+
+    observed = {name: convert(KB.facts[name], value, KB) for name, value in facts.items()}
+    return {name: d.value for name, d in derive(observed, KB).items()}
+
+
+# ---- the pure formulas ----------------------------------------------------------------------------------------------
+
+def test_training_flops_per_token_dense_and_with_attention() -> None:
+    assert training_flops_per_token(7e9) == 4.2e10  # 6 x 7e9
+    # 6 x 6.7e9 + 12 x 32 layers x 4096 hidden x 4096 tokens = 4.02e10 + 6,442,450,944
+    assert training_flops_per_token(6.7e9, 32, 4096, 4096) == approx(46_642_450_944)
+    assert training_flops_per_token(6.7e9, 32, None, 4096) == approx(4.02e10)  # an incomplete shape: no attention term
+
+
+def test_inference_flops_and_per_gpu_rate() -> None:
+    assert inference_flops_per_token(7e9) == 1.4e10
+    # 4.2e10 FLOP/token x 24,000 tokens/s over 8 GPUs = 126 TFLOP/s per GPU
+    assert per_gpu_tflops(4.2e10, 24_000, 8) == approx(126.0)
+
+
+def test_kv_cache_and_decode_bytes_per_token() -> None:
+    # Llama-3-8B: 2 x 32 layers x 8 KV heads x 128 x 4096 tokens x 2 B = 536,870,912 B per sequence; x 32 sequences
+    assert kv_cache_bytes(32, 8, 128, 4096, 2, 1) == 536_870_912
+    assert kv_cache_bytes(32, 8, 128, 4096, 2, 32) == 17_179_869_184
+    # (8e9 x 2 B of weights + 17,179,869,184 B of KV cache) / 32 tokens per step
+    assert decode_bytes_per_token(8e9, 2, 17_179_869_184, 32) == approx(1_036_870_912)
+
+
+def test_model_state_and_activation_bytes() -> None:
+    assert model_state_bytes(13e9, 1) == 208e9  # 16 B x 13e9
+    assert model_state_bytes(13e9, 8) == 26e9
+    assert model_state_bytes(13e9, 1, 4.0) == 52e9  # optimizer offloaded: 16-bit weights and gradients stay
+    # 34 x 4096 x 4 x 5120 x 40 = 114,085,068,800 B
+    assert activation_bytes(4096, 4, 5120, 40) == 114_085_068_800
+
+
+# ---- the registry: which formula applies where -------------------------------------------------------------------
+
+def test_mfu_from_tokens_per_s_with_the_attention_term() -> None:
+    d = _derived(workload="training", hardware="h100-sxm", dtype="bf16", num_gpus=8, model_params="6.7B",
+                 tokens_per_s=24_000, seq_len=4096, num_layers=32, hidden_size=4096)
+    # 46,642,450,944 FLOP/token x 3,000 tokens/s per GPU = 139.93 TFLOP/s; over the 989.4 dense bf16 peak
+    assert d["achieved_tflops"] == approx(139.927, rel=1e-4)
+    assert d["mfu"] == approx(139.927 / 989.4, rel=1e-4)
+
+
+def test_mfu_from_tokens_per_s_dense_and_moe() -> None:
+    dense = _derived(workload="training", hardware="h100-sxm", dtype="bf16", num_gpus=1, model_params="7B",
+                     tokens_per_s=3000)
+    assert dense["achieved_tflops"] == approx(126.0)  # 6 x 7e9 x 3000
+    assert dense["mfu"] == approx(126.0 / 989.4)
+    moe = _derived(workload="training", hardware="h100-sxm", dtype="bf16", num_gpus=8, model_params="47B",
+                   active_params="13B", tokens_per_s=1000)
+    assert moe["achieved_tflops"] == approx(9.75)  # 6 x 13e9 x 1000 / 8: the active parameters
+
+
+def test_tokens_per_s_needs_num_gpus_and_the_job_kind() -> None:
+    assert "achieved_tflops" not in _derived(workload="training", hardware="h100-sxm", dtype="bf16",
+                                             model_params="7B", tokens_per_s=3000)
+    assert "achieved_tflops" not in _derived(hardware="h100-sxm", dtype="bf16", num_gpus=1, model_params="7B",
+                                             tokens_per_s=3000)
+
+
+def test_prefill_is_two_n_per_token_and_decode_gets_no_flop_rate() -> None:
+    prefill = _derived(workload="inference", phase="prefill", hardware="h100-sxm", dtype="bf16", num_gpus=1,
+                       model_params="7B", tokens_per_s=10_000)
+    assert prefill["achieved_tflops"] == approx(140.0)  # 2 x 7e9 x 10,000
+    decode = _derived(workload="inference", phase="decode", hardware="h100-sxm", dtype="bf16", num_gpus=1,
+                      model_params="7B", tokens_per_s=100, batch_size=1)
+    assert "achieved_tflops" not in decode
+
+
+def test_tokens_per_s_from_tokens_per_step() -> None:
+    assert _derived(tokens_per_step="4M", step_time_s="2 s")["tokens_per_s"] == approx(2e6)
+
+
+def test_decode_bandwidth_includes_the_kv_cache() -> None:
+    facts = dict(workload="inference", phase="decode", hardware="h100-sxm", dtype="bf16", num_gpus=1, batch_size=32,
+                 model_params="8B", tokens_per_s=2400)
+    weights_only = _derived(**facts)
+    # 2400 / 32 steps/s x 16e9 B = 1.2e12 B/s over 3.35e12
+    assert weights_only["mem_bw_util"] == approx(1200 / 3350)
+    with_kv = _derived(**facts, num_layers=32, num_kv_heads=8, head_dim=128, context_len=4096)
+    assert with_kv["kv_cache_bytes"] == 17_179_869_184
+    # 2400 tokens/s x 1,036,870,912 B/token = 2,488.5 GB/s over 3,350
+    assert with_kv["mem_bw_util"] == approx(2400 * 1_036_870_912 / 3.35e12)
+    assert with_kv["bandwidth_to_peak"] == approx(with_kv["mem_bw_util"])
+    # weights + KV cache over one H100's 80 GB
+    assert with_kv["serving_memory_to_hbm"] == approx((16e9 + 17_179_869_184) / 80e9)
+
+
+def test_training_jobs_hold_no_kv_cache() -> None:
+    d = _derived(workload="training", dtype="bf16", batch_size=32, num_layers=32, num_kv_heads=8, head_dim=128,
+                 context_len=4096)
+    assert "kv_cache_bytes" not in d
+
+
+def test_memory_capacity_against_hbm() -> None:
+    d = _derived(workload="training", hardware="h100-sxm", dtype="bf16", model_params="13B", sharding_degree=1,
+                 batch_size=4, seq_len=4096, num_layers=40, hidden_size=5120)
+    assert d["model_state_bytes"] == 208e9
+    assert d["model_state_to_hbm"] == approx(2.6)  # 208 GB / 80 GB
+    assert d["training_memory_to_hbm"] == approx((208e9 + 114_085_068_800) / 80e9)
+    offloaded = _derived(workload="training", hardware="h100-sxm", dtype="bf16", model_params="13B",
+                         sharding_degree=1, optimizer_offload="yes")
+    assert offloaded["model_state_to_hbm"] == approx(0.65)  # 4 B x 13e9 / 80 GB
+    assert "model_state_bytes" not in _derived(workload="inference", model_params="13B", sharding_degree=1)
+
+
+def test_host_side_shares() -> None:
+    d = _derived(optimizer_step_s="2.6 s", fwd_bwd_s="900 ms", host_sync_wait_s="60 ms", step_time_s="250 ms",
+                 storage_read_mb_s="480 MB/s", storage_bandwidth_mb_s="0.5 GB/s", ttft_ms=4200, ttft_target_ms=1000,
+                 tpot_ms=38, tpot_target_ms=50)
+    assert d["optimizer_step_frac"] == approx(2.6 / 3.5)
+    assert d["host_sync_wait_frac"] == approx(0.24)
+    assert d["storage_read_util"] == approx(0.96)
+    assert d["ttft_over_target"] == approx(4.2)
+    assert d["tpot_over_target"] == approx(0.76)
+
+
+# ---- the bundled examples -------------------------------------------------------------------------------------------
+
+EXAMPLES = {
+    "llm_pretraining_mfu": None,
+    "llm_decode_kv_cache": "memory",
+    "kv_cache_bound_server": "memory",
+    "offloaded_optimizer_weak_host": "host",
+    "storage_bound_input": "input",
+    "model_does_not_fit": None,
+}
+
+
+@pytest.mark.parametrize(("name", "verdict"), sorted(EXAMPLES.items()))
+def test_issue_13_examples(name: str, verdict: str | None) -> None:
+    path: Path = examples_dir() / f"{name}.yaml"
+    report = EXPERT.diagnose(read_observation_file(path).observations)
+    assert report.bottleneck == verdict
+    findings = {f.id for f in report.findings}
+    wasted = {w.id for w in report.wasted}
+    recommended = {r.id for r in report.recommended}
+    expected = {
+        "llm_pretraining_mfu": lambda: "mfu_fail" in findings,
+        "llm_decode_kv_cache": lambda: "bandwidth_saturated" in findings,
+        "kv_cache_bound_server": lambda: "kv_cache_full" in findings and "batching" in wasted,
+        "offloaded_optimizer_weak_host": lambda: "offloaded_optimizer_dominates" in findings
+        and {"more_peak_flops", "cuda_graphs", "lower_precision"} <= wasted,
+        "storage_bound_input": lambda: "storage_bound" in findings and "more_dataloader_workers" in wasted
+        and "faster_storage" in recommended,
+        "model_does_not_fit": lambda: "model_states_do_not_fit" in findings and "zero_sharding" in recommended
+        and "activation_checkpointing" in wasted,
+    }[name]
+    assert expected(), (findings, recommended, wasted)
