@@ -121,6 +121,30 @@ def _entry_name(data: Any, loc: tuple[int | str, ...]) -> str:
     return ".".join(parts)
 
 
+_UNION_BRANCHES = frozenset({"int", "float", "str", "bool"})
+
+
+def validation_errors(exc: ValidationError) -> list[tuple[tuple[int | str, ...], str]]:
+    """(location, message) of each validation error, with a number that is NaN or infinity said once: pydantic reports
+    it for every branch of a number-or-string union (`lt.int`, `lt.float`, `in.1.str`)."""
+    out: list[tuple[tuple[int | str, ...], str]] = []
+    non_finite: set[tuple[int | str, ...]] = set()
+    errors = exc.errors()
+    for err in errors:
+        loc = tuple(err["loc"])
+        if err["type"] == "finite_number":
+            non_finite.add(loc[:-1] if loc and loc[-1] in _UNION_BRANCHES else loc)
+    for err in errors:
+        loc = tuple(err["loc"])
+        base = loc[:-1] if loc and loc[-1] in _UNION_BRANCHES else loc
+        if base in non_finite:
+            if (base, "") not in out:
+                out.append((base, ""))
+            continue
+        out.append((loc, err["msg"]))
+    return [(loc, msg or "NaN and infinity are not accepted here: give a finite number") for loc, msg in out]
+
+
 def validate(model: type[M], data: Any, path: Path) -> M:
     """Validate parsed YAML against a model; every error names the file, the entry and the field."""
     if data is None:
@@ -129,6 +153,6 @@ def validate(model: type[M], data: Any, path: Path) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         problems = [
-            Problem(f"{path}: {_entry_name(data, tuple(err['loc']))}", err["msg"]) for err in exc.errors()
+            Problem(f"{path}: {_entry_name(data, loc)}", msg) for loc, msg in validation_errors(exc)
         ]
         raise KnowledgeBaseError(problems, title=f"{path.name} does not match its schema") from exc

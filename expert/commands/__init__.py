@@ -45,12 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from ..errors import ExpertError
+    from ..errors import ExpertError, printable
 
     try:
         return int(args.func(args))
     except ExpertError as exc:
-        print(f"dam {args.command}: {exc}", file=sys.stderr)
+        print(f"dam {args.command}: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from ..consult.session import Consultation, Question
     from ..expert import Expert
     from ..report.model import Report
+    from ..report.render.console import SafeConsole as Console
 
 EPILOG = """\
 at any prompt:
@@ -411,10 +410,9 @@ class _Session:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ..consult.session import Consultation
     from ..errors import ObservationError, Problem
+    from ..report.render.console import SafeConsole as Console
     from .diagnose import make_expert
 
     if args.output and not args.export:
@@ -510,14 +508,9 @@ def finish(session: _Session, args: argparse.Namespace, answers: dict[str, Any] 
         report.time_breakdown = args.time_breakdown
     print_report(report, session.console)
     if args.export:
-        from ..errors import ObservationError, Problem
+        from ..errors import write_output
 
-        target = Path(args.output)
-        try:
-            target.write_text(export_text(c, report, args.export), encoding="utf-8")
-        except OSError as exc:
-            raise ObservationError([Problem(str(target), f"cannot write: {exc.strerror}",
-                                            "check that the folder exists and is writable")]) from exc
+        target = write_output(args.output, export_text(c, report, args.export))
         session.say(f"wrote the {args.export} export with the transcript to {target}", style="dim")
     session.say(f"session saved to {session.path}", style="dim")
     return 0

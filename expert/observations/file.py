@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._yaml import check_size, load_yaml, read_text
 from ..breakdown import TimeBreakdown
-from ..errors import KnowledgeBaseError, ObservationError, Problem
+from ..errors import KnowledgeBaseError, ObservationError, Problem, printable
 from .normalise import RankFigures
 
 
@@ -89,6 +89,7 @@ def read_observation_file(path: Path) -> ObservationFile:
                 raise ObservationError([Problem(f"{path}: time_breakdown.{where}", first["msg"],
                                                 "time_breakdown is what `dam ingest` wrote; remove it or re-ingest")]
                                        ) from exc
-        return ObservationFile(description=str(description) if description is not None else None,
+        # a description is free text shown in every report: control characters become visible escapes (\x1b)
+        return ObservationFile(description=printable(str(description)) if description is not None else None,
                                observations=data["observations"], ranks=ranks, time_breakdown=breakdown)
     return ObservationFile(observations=data)
