@@ -86,3 +86,17 @@ def test_enter_then_ctrl_c_keeps_the_submitted_answer(tmp_path: Path) -> None:
             child.close()
         answers = Consultation.from_json(session.read_text()).answers
         assert answers == {"workload": "training"}, f"attempt {attempt}: {answers}"
+
+
+@pytest.mark.parametrize("tail", ["", "\nall\n"], ids=["endless-line", "long-line-then-more"])
+def test_an_endless_stdin_line_is_refused_without_reading_it_all(tmp_path: Path, tail: str) -> None:
+    """One endless line on stdin used to be read whole (2 GB) before anything was said."""
+    from expert.commands.consult import MAX_ANSWER_BYTES
+
+    env = _state_env(tmp_path)
+    data = ("x" * (MAX_ANSWER_BYTES * 32) + tail).encode()
+    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), "consult"], input=data, capture_output=True,
+                            env=env, timeout=60)
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert "Traceback" not in stderr and "standard input" in stderr and "KiB" in stderr

@@ -154,6 +154,28 @@ def interrupts_deferred(pending: bool = False) -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+MAX_ANSWER_BYTES = 64 * 1024  # one answer line; an endless line (a stray binary on stdin) is refused, not buffered
+
+
+def _too_long() -> Exception:
+    from ..errors import ObservationError, Problem
+
+    return ObservationError([Problem("standard input", f"an answer line longer than {MAX_ANSWER_BYTES // 1024} KiB",
+                                     "answer each question on a line of its own")], title="cannot read the answer")
+
+
+def bounded_input(prompt: str) -> str:
+    """input() that reads at most MAX_ANSWER_BYTES characters of a line (EOFError at the end of the input)."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline(MAX_ANSWER_BYTES + 1)
+    if not line:
+        raise EOFError
+    if len(line) > MAX_ANSWER_BYTES:
+        raise _too_long()
+    return line.removesuffix("\n")
+
+
 class TerminalReader:
     """Lines typed at a terminal, read so that Ctrl-C never loses a line the user submitted.
 
@@ -170,12 +192,12 @@ class TerminalReader:
     def read(self, prompt: str) -> tuple[str, bool]:
         fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
         if fd is None or threading.current_thread() is not threading.main_thread():
-            return input(prompt), False
+            return bounded_input(prompt), False
         try:
             import select
             import termios
         except ImportError:  # pragma: no cover - not a POSIX terminal
-            return input(prompt), False
+            return bounded_input(prompt), False
         sys.stdout.write(prompt)
         sys.stdout.flush()
         arrived: list[int] = []
@@ -194,6 +216,9 @@ class TerminalReader:
                             break
                         raise EOFError
                     self.buffer += chunk
+                    if len(self.buffer) > MAX_ANSWER_BYTES and b"\n" not in self.buffer:
+                        self.buffer = b""
+                        raise _too_long()
                 elif arrived:
                     termios.tcflush(fd, termios.TCIFLUSH)
                     raise KeyboardInterrupt
