@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import KnowledgeBaseError, Problem
+from .errors import KnowledgeBaseError, Problem, not_a_file
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -51,14 +51,18 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 def read_text(path: Path, error: type[KnowledgeBaseError] | Any = KnowledgeBaseError) -> str:
     """A text file's content (UTF-8, a byte-order mark allowed), refusing what is not a bounded regular file."""
     try:
-        if not path.is_file():
-            what = "a directory" if path.is_dir() else ("not found" if not path.exists() else "not a regular file")
+        what = not_a_file(path)
+        if what is not None:
             raise error([Problem(str(path), f"cannot read: {what}", "give a YAML or JSON file")])
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise error([Problem(str(path), f"the file is {size / 2**20:.0f} MiB; at most "
                                  f"{MAX_FILE_BYTES // 2**20} MiB is read", "is this the right file?")])
-        return path.read_text(encoding="utf-8-sig")
+        raw = path.read_bytes()
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise error([Problem(str(path), "UTF-16 text, not UTF-8",
+                                 "save it as UTF-8: iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8")])
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error([Problem(str(path), f"not UTF-8 text (byte {exc.start})", "save it as UTF-8")]) from None
     except OSError as exc:

@@ -87,3 +87,29 @@ def printable(text: str) -> str:
     """`text` with its control characters (ESC, BEL, C1 codes; not newline or tab) written as visible escapes
     (`\\x1b`), so a string from a file or a rule cannot move the cursor, retitle or clear the user's terminal."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if _CONTROL.search(text) else text
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """None for a regular file (or a symlink to one); otherwise what the path is, for an error message: "no such
+    file", "a directory", "a symlink loop", "a broken symlink", "a FIFO (named pipe)", "a character device"..."""
+    import errno
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop (the link points back at itself)"
+        if os.path.islink(path):
+            return f"a broken symlink (to {os.readlink(path)}, which does not exist)"
+        if exc.errno == errno.ENOENT:
+            return "no such file"
+        return f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")

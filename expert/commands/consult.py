@@ -443,12 +443,15 @@ def run(args: argparse.Namespace) -> int:
     if args.output and not args.export:
         formats = ", ".join(_export_formats())
         raise ObservationError([Problem("--output", "needs --export FORMAT",
-                                        f"e.g. --export markdown --output consult.md ({formats})")])
+                                        f"e.g. --export markdown --output consult.md ({formats})")],
+                               title="invalid option")
     if args.export and not args.output:
-        raise ObservationError([Problem("--export", "needs --output FILE", "e.g. --output consult.md")])
+        raise ObservationError([Problem("--export", "needs --output FILE", "e.g. --output consult.md")],
+                               title="invalid option")
     if args.from_files and args.resume:
         raise ObservationError([Problem("--from", "starts a new session and cannot be combined with --resume",
-                                        "resume the session, and give a measured fact at a prompt as NAME=VALUE")])
+                                        "resume the session, and give a measured fact at a prompt as NAME=VALUE")],
+                               title="invalid option")
     answers: dict[str, Any] | None = None
     expert_ = make_expert(args)  # the default Expert, or one with the --hardware-file entries
     if args.answers:

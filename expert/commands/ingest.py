@@ -154,6 +154,11 @@ def ingest_args(args: argparse.Namespace, files: list[str], kb: Any = None) -> A
     """Run ingestion for parsed command-line options; returns an IngestResult."""
     from ..ingest import ingest_result
 
+    if files.count("-") > 1:
+        from ..errors import ObservationError, Problem
+
+        raise ObservationError([Problem("FILE -", f"standard input is given {files.count('-')} times; it can be read "
+                                        "once", "give - once, and the other inputs as files")], title="invalid option")
     sources: list[Any] = [sys.stdin.buffer if f == "-" else f for f in files]
     columns = [c.strip() for c in args.columns.split(",")] if getattr(args, "columns", None) else None
     workers = getattr(args, "workers", None)
