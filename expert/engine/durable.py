@@ -21,10 +21,13 @@ Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
+import os
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,8 +173,25 @@ class _Run:
     errors: list[str] = field(default_factory=list)
 
 
+_LIVE: weakref.WeakSet[DurableEngine] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A fork copies the engine's lock as it was: held, when another thread was running a diagnosis, and never
+    released in the child (the deadlock of issue 22). The child gets fresh locks, and rebuilds its host on first use
+    (the copied C state may hold that thread's half-finished session)."""
+    for engine in list(_LIVE):
+        engine._lock = threading.Lock()
+        engine._forked = True
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class DurableEngine:
-    """Runs a RuleSet on durable-rules. Thread-safe: runs are serialised (the C engine never releases the GIL)."""
+    """Runs a RuleSet on durable-rules. Thread-safe: runs are serialised (the C engine never releases the GIL).
+    Fork-safe: a child process gets fresh locks and its own host."""
 
     name = "durable-rules"
 
@@ -191,8 +211,11 @@ class DurableEngine:
             raise TooLarge(f"the rules compile to {len(definition) - 2} durable-rules rules, more than the "
                            f"{MAX_DURABLE_RULES} durable-rules 2.0.28 survives (it fails from about 256)")
         self._flags = tuple(self._compiler.flags)
+        self._definition = copy.deepcopy(definition)  # durable-rules consumes the one it is given (pops "run")
+        self._forked = False
         self._host = _QuietHost()
         self._host.set_rulesets({self._ruleset_name: definition})
+        _LIVE.add(self)
 
     def _compile(self, ruleset: RuleSet) -> dict[str, Any]:
         consumed = ruleset.consumed_findings()
@@ -255,6 +278,11 @@ class DurableEngine:
         for flag, test in self._flags:  # the sub-conditions durable-rules could not build, evaluated here
             payload[flag] = 1 if test(facts) else 0
         with self._lock:
+            if self._forked:  # first run in a forked child: a host of its own, without the parent's sessions
+                self._ruleset_name = f"dam_{uuid.uuid4().hex}"
+                self._host = _QuietHost()
+                self._host.set_rulesets({self._ruleset_name: copy.deepcopy(self._definition)})
+                self._forked = False
             sid = f"s{next(self._sids)}"
             run = _Run()
             self._current = run
