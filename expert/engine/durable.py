@@ -39,7 +39,7 @@ from .base import EngineResult, Value
 
 _IMPORT_ERROR: str | None = None
 try:  # pragma: no branch
-    import durable_rules_engine  # noqa: F401  (the C extension; fails first on unsupported Pythons)
+    import durable_rules_engine  # the C extension (fails first on unsupported Pythons); frees rulesets
     from durable import engine as _dr
 except Exception as exc:  # ImportError, or undefined symbols on Python 3.13
     _dr = None
@@ -176,6 +176,17 @@ class _Run:
 _LIVE: weakref.WeakSet[DurableEngine] = weakref.WeakSet()
 
 
+def _free_rulesets(host: Any, pid: int) -> None:
+    """Free the C rulesets of a host no engine uses any more (not in a forked child: the parent owns them)."""
+    if pid != os.getpid():
+        return
+    for ruleset in list(getattr(host, "_ruleset_list", ())):
+        handle = getattr(ruleset, "_handle", None)
+        if handle is not None:
+            durable_rules_engine.delete_ruleset(handle)
+            ruleset._handle = None
+
+
 def _after_fork_in_child() -> None:
     """A fork copies the engine's lock as it was: held, when another thread was running a diagnosis, and never
     released in the child (the deadlock of issue 22). The child gets fresh locks, and rebuilds its host on first use
@@ -216,6 +227,9 @@ class DurableEngine:
         self._host = _QuietHost()
         self._host.set_rulesets({self._ruleset_name: definition})
         _LIVE.add(self)
+        # the C ruleset is never freed by durable-rules (784 kB per engine, issue 21): free it with the engine; the
+        # actions hold the engine weakly, so the host does not keep it alive
+        self._finalizer = weakref.finalize(self, _free_rulesets, self._host, os.getpid())
 
     def _compile(self, ruleset: RuleSet) -> dict[str, Any]:
         consumed = ruleset.consumed_findings()
@@ -246,8 +260,11 @@ class DurableEngine:
         return definition
 
     def _action(self, rule_id: str, finding: str | None, assert_back: bool) -> Any:
+        engine = weakref.ref(self)
+
         def action(c: Any) -> None:
-            run = self._current
+            me = engine()
+            run = me._current if me is not None else None
             if run is None:  # pragma: no cover - only reachable if durable-rules fired outside run()
                 return
             try:
@@ -282,6 +299,7 @@ class DurableEngine:
                 self._ruleset_name = f"dam_{uuid.uuid4().hex}"
                 self._host = _QuietHost()
                 self._host.set_rulesets({self._ruleset_name: copy.deepcopy(self._definition)})
+                self._finalizer = weakref.finalize(self, _free_rulesets, self._host, os.getpid())
                 self._forked = False
             sid = f"s{next(self._sids)}"
             run = _Run()
