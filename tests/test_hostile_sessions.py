@@ -3,12 +3,14 @@ symlink. No submitted answer is lost and no write follows a symlink the user did
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,3 +102,35 @@ def test_an_endless_stdin_line_is_refused_without_reading_it_all(tmp_path: Path,
     stderr = result.stderr.decode()
     assert result.returncode == 2, stderr
     assert "Traceback" not in stderr and "standard input" in stderr and "KiB" in stderr
+
+
+def _tampered(edit: Any) -> str:
+    c = Consultation()
+    c.answer("workload", "training")
+    c.answer("gpu_util", "unknown")
+    data = json.loads(c.to_json())
+    edit(data["turns"])
+    return json.dumps(data)
+
+
+# (case id, edit of the saved turns, words the error must contain)
+BAD_RESUMES = [
+    ("closes-an-unknown-fact", lambda turns: turns[1]["closes"].append("no_such_fact"), ["'no_such_fact'", "askable"]),
+    ("closes-a-derived-fact", lambda turns: turns[1]["closes"].append("mfu_gap"), ["askable"]),
+    ("answers-and-closes", lambda turns: turns[0]["closes"].append("workload"), ["marks it unknown"]),
+]
+
+
+@pytest.mark.parametrize(("case", "edit", "needles"), BAD_RESUMES, ids=[b[0] for b in BAD_RESUMES])
+def test_a_resume_file_closing_facts_it_cannot_is_refused(case: str, edit: Any, needles: list[str]) -> None:
+    from expert.errors import ObservationError
+
+    with pytest.raises(ObservationError) as info:
+        Consultation.from_json(_tampered(edit))
+    for needle in needles:
+        assert needle in str(info.value), str(info.value)
+
+
+def test_an_honest_resume_file_still_loads() -> None:
+    c = Consultation.from_json(_tampered(lambda turns: None))
+    assert c.answers.get("workload") == "training"
