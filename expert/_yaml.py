@@ -122,7 +122,16 @@ def _entry_name(data: Any, loc: tuple[int | str, ...]) -> str:
             parts.append(f"{key} ({label})" if isinstance(label, str) and isinstance(key, int) else str(key))
         else:
             parts.append(str(key))
-    return ".".join(parts)
+    return short_location(parts)
+
+
+def short_location(parts: list[str] | tuple[int | str, ...], keep: int = 5) -> str:
+    """A dotted location; one nested past 2*keep levels shows its first and last `keep` parts and how many are left
+    out (a rule nested 300 levels deep printed a location of over 1,000 characters)."""
+    names = [str(p) for p in parts]
+    if len(names) <= 2 * keep + 1:
+        return ".".join(names)
+    return ".".join([*names[:keep], f"…({len(names) - 2 * keep} levels)…", *names[-keep:]])
 
 
 _UNION_BRANCHES = frozenset({"int", "float", "str", "bool"})

@@ -173,3 +173,19 @@ def test_control_sequences_in_an_error_are_escaped(tmp_path: Path) -> None:
     result = _dam("diagnose", "--set", "description_is_not_a_fact\x1b[2J=1", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "\x1b" not in result.stderr
+
+
+@pytest.mark.parametrize("depth", [150, 300])
+def test_deeply_nested_rule_locations_stay_short(tmp_path: Path, depth: int) -> None:
+    """Rule locations nested past ~255 levels printed over 1,000 characters (issue 22)."""
+    when = "{fact: gpu_util, lt: .nan}"
+    for _ in range(depth):
+        when = "{not: " + when + "}"
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "team.yaml").write_text(_rule(when))
+    for args in (["diagnose", "--set", "gpu_util=50%", "--rules-dir", "rules"], ["rules", "lint", "rules"]):
+        result = _dam(*args, cwd=tmp_path)
+        out = result.stdout + result.stderr
+        assert result.returncode == 2 and "Traceback" not in out and "team.yaml" in out
+        assert max(len(line) for line in out.splitlines()) < 300, out[:2000]

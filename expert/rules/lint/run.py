@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..._resources import data_dir
-from ..._yaml import validation_errors
+from ..._yaml import short_location, validation_errors
 from ...errors import KnowledgeBaseError, Problem
 from ...kb.knowledge import KnowledgeBase
 from ..model import RuleFile
@@ -74,7 +74,7 @@ def _load_file(path: Path, kind: Literal["rules", "tests", "waivers"], model: ty
     except ValidationError as exc:
         for where, msg in validation_errors(exc):
             loc = _loc_path(data, where)
-            field_name = ".".join(str(k) for k in where)
+            field_name = short_location(where)
             error(SchemaViolation, source.line(loc), f"{field_name or 'file'}: {msg}")
     return source
 
