@@ -134,3 +134,29 @@ def test_a_resume_file_closing_facts_it_cannot_is_refused(case: str, edit: Any, 
 def test_an_honest_resume_file_still_loads() -> None:
     c = Consultation.from_json(_tampered(lambda turns: None))
     assert c.answers.get("workload") == "training"
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.6, 1.5])
+def test_ctrl_c_at_any_moment_of_a_diagnosis_is_a_clean_exit(tmp_path: Path, delay: float) -> None:
+    """SIGINT while the CLI imports, builds the durable ruleset or diagnoses: 'interrupted', exit 130, within a
+    second (the 500-value `in` build used to ignore it), or a normal finish when it was already done."""
+    import time
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    values = ", ".join(str(v) for v in range(500))
+    (rules / "team.yaml").write_text("schema_version: 1\nrules:\n  - id: team-in\n    title: t\n    source: s\n"
+                                     f"    rationale: r\n    when: {{fact: batch_size, in: [{values}]}}\n"
+                                     "    then: {finding: {id: in_hit, message: m}}\n")
+    child = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "diagnose", "--set", "batch_size=8",
+                              "--rules-dir", str(rules), "--engine", "durable"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=_state_env(tmp_path))
+    time.sleep(delay)
+    child.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, err = child.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert "Traceback" not in err
+    assert child.returncode in (0, 130), err
+    if child.returncode == 130:
+        assert "interrupted" in err
