@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from expert.commands import COMMANDS, build_parser, main
+try:
+    from expert.commands import COMMANDS, build_parser, main
+except KeyboardInterrupt:  # Ctrl-C while the library imports: a clean exit, as in main()
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 

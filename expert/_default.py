@@ -6,6 +6,7 @@ explanations, the consultation) can reach the default without importing upwards.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -16,6 +17,15 @@ if TYPE_CHECKING:
 _factory: Callable[[], Expert] | None = None
 _default: Expert | None = None
 _lock = threading.Lock()
+
+
+def _reset_lock() -> None:  # a fork while another thread holds the lock would leave it held in the child
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_lock)
 
 
 def set_factory(factory: Callable[[], Expert]) -> None:

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import KnowledgeBaseError, Problem
+from .errors import KnowledgeBaseError, Problem, not_a_file
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -51,14 +51,18 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
 def read_text(path: Path, error: type[KnowledgeBaseError] | Any = KnowledgeBaseError) -> str:
     """A text file's content (UTF-8, a byte-order mark allowed), refusing what is not a bounded regular file."""
     try:
-        if not path.is_file():
-            what = "a directory" if path.is_dir() else ("not found" if not path.exists() else "not a regular file")
+        what = not_a_file(path)
+        if what is not None:
             raise error([Problem(str(path), f"cannot read: {what}", "give a YAML or JSON file")])
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
             raise error([Problem(str(path), f"the file is {size / 2**20:.0f} MiB; at most "
                                  f"{MAX_FILE_BYTES // 2**20} MiB is read", "is this the right file?")])
-        return path.read_text(encoding="utf-8-sig")
+        raw = path.read_bytes()
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise error([Problem(str(path), "UTF-16 text, not UTF-8",
+                                 "save it as UTF-8: iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8")])
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error([Problem(str(path), f"not UTF-8 text (byte {exc.start})", "save it as UTF-8")]) from None
     except OSError as exc:
@@ -118,7 +122,40 @@ def _entry_name(data: Any, loc: tuple[int | str, ...]) -> str:
             parts.append(f"{key} ({label})" if isinstance(label, str) and isinstance(key, int) else str(key))
         else:
             parts.append(str(key))
-    return ".".join(parts)
+    return short_location(parts)
+
+
+def short_location(parts: list[str] | tuple[int | str, ...], keep: int = 5) -> str:
+    """A dotted location; one nested past 2*keep levels shows its first and last `keep` parts and how many are left
+    out (a rule nested 300 levels deep printed a location of over 1,000 characters)."""
+    names = [str(p) for p in parts]
+    if len(names) <= 2 * keep + 1:
+        return ".".join(names)
+    return ".".join([*names[:keep], f"…({len(names) - 2 * keep} levels)…", *names[-keep:]])
+
+
+_UNION_BRANCHES = frozenset({"int", "float", "str", "bool"})
+
+
+def validation_errors(exc: ValidationError) -> list[tuple[tuple[int | str, ...], str]]:
+    """(location, message) of each validation error, with a number that is NaN or infinity said once: pydantic reports
+    it for every branch of a number-or-string union (`lt.int`, `lt.float`, `in.1.str`)."""
+    out: list[tuple[tuple[int | str, ...], str]] = []
+    non_finite: set[tuple[int | str, ...]] = set()
+    errors = exc.errors()
+    for err in errors:
+        loc = tuple(err["loc"])
+        if err["type"] == "finite_number":
+            non_finite.add(loc[:-1] if loc and loc[-1] in _UNION_BRANCHES else loc)
+    for err in errors:
+        loc = tuple(err["loc"])
+        base = loc[:-1] if loc and loc[-1] in _UNION_BRANCHES else loc
+        if base in non_finite:
+            if (base, "") not in out:
+                out.append((base, ""))
+            continue
+        out.append((loc, err["msg"]))
+    return [(loc, msg or "NaN and infinity are not accepted here: give a finite number") for loc, msg in out]
 
 
 def validate(model: type[M], data: Any, path: Path) -> M:
@@ -129,6 +166,6 @@ def validate(model: type[M], data: Any, path: Path) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         problems = [
-            Problem(f"{path}: {_entry_name(data, tuple(err['loc']))}", err["msg"]) for err in exc.errors()
+            Problem(f"{path}: {_entry_name(data, loc)}", msg) for loc, msg in validation_errors(exc)
         ]
         raise KnowledgeBaseError(problems, title=f"{path.name} does not match its schema") from exc

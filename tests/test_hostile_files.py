@@ -4,11 +4,14 @@ different value. Every case runs the real CLI in a subprocess with a time limit.
 
 from __future__ import annotations
 
+import gzip
+import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +126,96 @@ def test_an_example_name_is_never_a_path(tmp_path: Path) -> None:
         result = _dam("diagnose", "--example", name, cwd=tmp_path)
         assert result.returncode == 2 and "no such bundled example" in result.stderr
         assert "root:" not in result.stdout
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _loop(path: Path) -> None:
+    (path.parent / "other").symlink_to(path.name)
+    path.symlink_to("other")
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to("nowhere.yaml")
+
+
+def _gzip_of_nothing(path: Path) -> None:
+    path.write_bytes(gzip.compress(b""))
+
+
+def _utf16(path: Path) -> None:
+    path.write_bytes('{"traceEvents": []}'.encode("utf-16"))
+
+
+def _utf16_le_no_bom(path: Path) -> None:
+    path.write_bytes("timestamp, index, name\n".encode("utf-16-le"))
+
+
+# (input name, how it is made, commands to run with {} for its name, words the error must contain, words it must not)
+MISLEADING: list[tuple[str, Any, list[str], list[str], list[str]]] = [
+    ("fifo.yaml", _fifo, ["diagnose"], ["a FIFO"], ["no such file"]),
+    ("fifo.json", _fifo, ["ingest"], ["a FIFO", "standard input"], ["no such file"]),
+    ("loop.yaml", _loop, ["diagnose"], ["symlink loop"], ["no such file"]),
+    ("loop.json", _loop, ["ingest"], ["symlink loop"], ["no such file"]),
+    ("dangling.yaml", _dangling, ["diagnose"], ["broken symlink", "nowhere.yaml"], []),
+    ("empty.json.gz", _gzip_of_nothing, ["ingest"], ["holds no data when decompressed"], ["the file is empty"]),
+    ("utf16.json", _utf16, ["ingest"], ["UTF-16", "iconv"], ["binary data"]),
+    ("utf16le.csv", _utf16_le_no_bom, ["ingest"], ["UTF-16"], ["binary data"]),
+    ("utf16obs.json", _utf16, ["diagnose"], ["UTF-16", "iconv"], []),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "command", "needles", "absent"), MISLEADING, ids=[m[0] for m in MISLEADING])
+def test_inputs_that_are_not_files_say_what_they_are(tmp_path: Path, name: str, make: Any, command: list[str],
+                                                     needles: list[str], absent: list[str]) -> None:
+    make(tmp_path / name)
+    result = _dam(*command, name, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout[-300:] + result.stderr
+    assert "Traceback" not in result.stderr and name in result.stderr
+    assert "invalid observations" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    for word in absent:
+        assert word not in result.stderr, result.stderr
+
+
+# (--set given, words the error must contain, words it must not)
+NUMBERS = [
+    ("step_time_s=1e309", ["'1e309'", "too large", "1.8e308"], ["NaN"]),
+    ("step_time_s=-1e309", ["too large"], ["NaN"]),
+    ("batch_size=" + "9" * 400, ["400-digit number", "too large"], ["NaN"]),
+    ("gpu_util=0,5", ["decimals with a point"], ["did you mean", "5%"]),
+    ("step_time_s=0,5", ["decimals with a point"], ["did you mean"]),
+]
+
+
+@pytest.mark.parametrize(("given", "needles", "absent"), NUMBERS, ids=[n[0][:24] for n in NUMBERS])
+def test_numbers_out_of_range_say_why(tmp_path: Path, given: str, needles: list[str], absent: list[str]) -> None:
+    result = _dam("diagnose", "--set", given, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    for word in absent:
+        assert word not in result.stderr, result.stderr
+
+
+def test_standard_input_given_twice_says_so(tmp_path: Path) -> None:
+    assert DAM is not None
+    result = subprocess.run([DAM, "ingest", "-", "-"], input="", capture_output=True, text=True, cwd=tmp_path,
+                            timeout=60)
+    assert result.returncode == 2 and "given 2 times" in result.stderr and "empty" not in result.stderr
+
+
+def test_a_rules_dir_that_is_a_file_says_so(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text("schema_version: 1\nrules: []\n")
+    result = _dam("diagnose", "--set", "gpu_util=50%", "--rules-dir", "rules.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "a file, not a rules directory" in result.stderr
+    assert "does not exist" not in result.stderr
+
+
+def test_option_errors_are_not_titled_invalid_observations(tmp_path: Path) -> None:
+    result = _dam("consult", "--export", "markdown", cwd=tmp_path)
+    assert result.returncode == 2 and "invalid option" in result.stderr
+    assert "invalid observations" not in result.stderr

@@ -6,10 +6,13 @@ naming the file and the line (never a traceback), or exit 0 with the value read 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +78,58 @@ def test_device_names_with_markup_are_printed_as_text(tmp_path: Path, name: str)
     result = _dam("ingest", str(path), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def _kernels(edit: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    return lambda e: edit(e) if e.get("cat") == "kernel" else None
+
+
+def _timed(edit: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    return lambda e: edit(e) if "ts" in e else None
+
+
+def _big_correlation(e: dict[str, Any]) -> None:
+    if "correlation" in (e.get("args") or {}):
+        e["args"]["correlation"] += 2**70
+
+
+# (case id, edit of each event of the two-step Kineto fixture, words the error must contain)
+HOSTILE_TRACES: list[tuple[str, Callable[[dict[str, Any]], Any], list[str]]] = [
+    ("kernel-ts-1e30", _kernels(lambda e: e.update(ts=1e30)), ["1e+30", "microseconds"]),
+    ("all-ts-1e30", _timed(lambda e: e.update(ts=e["ts"] + 1e30)), ["2**53", "microseconds"]),
+    ("ts-2**70", _timed(lambda e: e.update(ts=2**70)), ["2**53"]),
+    ("kernel-ts-minus-1e30", _kernels(lambda e: e.update(ts=-1e30)), ["-1e+30"]),
+    ("kernel-ts-max-float", _kernels(lambda e: e.update(ts=1.7e308)), ["1.7e+308"]),
+    ("kernel-dur-1e30", _kernels(lambda e: e.update(dur=1e30)), ["1e+30"]),
+    ("zero-durations", _timed(lambda e: e.update(dur=0)), ["zero length"]),
+    ("one-instant", _timed(lambda e: e.update(ts=5000, dur=0)), ["zero length"]),
+    ("correlation-2**70", _big_correlation, ["64 bits"]),
+    ("device-2**70", _kernels(lambda e: e["args"].update(device=2**70)), ["64 bits"]),
+]
+
+
+@pytest.mark.parametrize(("case", "edit", "needles"), HOSTILE_TRACES, ids=[c[0] for c in HOSTILE_TRACES])
+def test_hostile_trace_events_are_clear_errors(tmp_path: Path, case: str, edit: Callable[[dict[str, Any]], Any],
+                                               needles: list[str]) -> None:
+    data = json.loads((FIXTURES / "kineto_two_steps.json").read_text())
+    for event in data["traceEvents"]:
+        edit(event)
+    path = tmp_path / f"{case}.json"
+    path.write_text(json.dumps(data))
+    result = _dam("ingest", str(path), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout[-500:] + result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert path.name in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+def test_events_at_one_instant_with_their_durations_are_read(tmp_path: Path) -> None:
+    data = json.loads((FIXTURES / "kineto_two_steps.json").read_text())
+    for e in data["traceEvents"]:
+        if "ts" in e:
+            e["ts"] = 5000
+    (tmp_path / "instant.json").write_text(json.dumps(data))
+    result = _dam("ingest", "instant.json", "--as", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["observations"]["trace_steps"]["value"] == 1

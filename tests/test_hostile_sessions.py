@@ -3,12 +3,14 @@ symlink. No submitted answer is lost and no write follows a symlink the user did
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +88,75 @@ def test_enter_then_ctrl_c_keeps_the_submitted_answer(tmp_path: Path) -> None:
             child.close()
         answers = Consultation.from_json(session.read_text()).answers
         assert answers == {"workload": "training"}, f"attempt {attempt}: {answers}"
+
+
+@pytest.mark.parametrize("tail", ["", "\nall\n"], ids=["endless-line", "long-line-then-more"])
+def test_an_endless_stdin_line_is_refused_without_reading_it_all(tmp_path: Path, tail: str) -> None:
+    """One endless line on stdin used to be read whole (2 GB) before anything was said."""
+    from expert.commands.consult import MAX_ANSWER_BYTES
+
+    env = _state_env(tmp_path)
+    data = ("x" * (MAX_ANSWER_BYTES * 32) + tail).encode()
+    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), "consult"], input=data, capture_output=True,
+                            env=env, timeout=60)
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert "Traceback" not in stderr and "standard input" in stderr and "KiB" in stderr
+
+
+def _tampered(edit: Any) -> str:
+    c = Consultation()
+    c.answer("workload", "training")
+    c.answer("gpu_util", "unknown")
+    data = json.loads(c.to_json())
+    edit(data["turns"])
+    return json.dumps(data)
+
+
+# (case id, edit of the saved turns, words the error must contain)
+BAD_RESUMES = [
+    ("closes-an-unknown-fact", lambda turns: turns[1]["closes"].append("no_such_fact"), ["'no_such_fact'", "askable"]),
+    ("closes-a-derived-fact", lambda turns: turns[1]["closes"].append("mfu_gap"), ["askable"]),
+    ("answers-and-closes", lambda turns: turns[0]["closes"].append("workload"), ["marks it unknown"]),
+]
+
+
+@pytest.mark.parametrize(("case", "edit", "needles"), BAD_RESUMES, ids=[b[0] for b in BAD_RESUMES])
+def test_a_resume_file_closing_facts_it_cannot_is_refused(case: str, edit: Any, needles: list[str]) -> None:
+    from expert.errors import ObservationError
+
+    with pytest.raises(ObservationError) as info:
+        Consultation.from_json(_tampered(edit))
+    for needle in needles:
+        assert needle in str(info.value), str(info.value)
+
+
+def test_an_honest_resume_file_still_loads() -> None:
+    c = Consultation.from_json(_tampered(lambda turns: None))
+    assert c.answers.get("workload") == "training"
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.6, 1.5])
+def test_ctrl_c_at_any_moment_of_a_diagnosis_is_a_clean_exit(tmp_path: Path, delay: float) -> None:
+    """SIGINT while the CLI imports, builds the durable ruleset or diagnoses: 'interrupted', exit 130, within a
+    second (the 500-value `in` build used to ignore it), or a normal finish when it was already done."""
+    import time
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    values = ", ".join(str(v) for v in range(500))
+    (rules / "team.yaml").write_text("schema_version: 1\nrules:\n  - id: team-in\n    title: t\n    source: s\n"
+                                     f"    rationale: r\n    when: {{fact: batch_size, in: [{values}]}}\n"
+                                     "    then: {finding: {id: in_hit, message: m}}\n")
+    child = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "diagnose", "--set", "batch_size=8",
+                              "--rules-dir", str(rules), "--engine", "durable"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=_state_env(tmp_path))
+    time.sleep(delay)
+    child.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, err = child.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert "Traceback" not in err
+    assert child.returncode in (0, 130), err
+    if child.returncode == 130:
+        assert "interrupted" in err

@@ -54,17 +54,21 @@ def _needed(argv: Sequence[str]) -> Collection[str] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(_needed(sys.argv[1:] if argv is None else argv))
-    args = parser.parse_args(argv)
+    try:  # Ctrl-C while the command modules import (rich, pydantic, durable-rules) is a clean exit too
+        parser = build_parser(_needed(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from ..errors import ExpertError
+    from ..errors import ExpertError, printable
 
     try:
         return int(args.func(args))
     except ExpertError as exc:
-        print(f"dam {args.command}: {exc}", file=sys.stderr)
+        print(f"dam {args.command}: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -38,16 +38,6 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
 
 def write_text(path: str | Path, text: str) -> Path:
     """Write an output file; failures raise OutputError naming the path and the reason (exit code 2)."""
-    from ..errors import OutputError, Problem
+    from ..errors import write_output
 
-    target = Path(path)
-    try:
-        target.write_text(text, encoding="utf-8")
-    except IsADirectoryError:
-        raise OutputError([Problem(f"--output {path}", "is a directory", "give a file name inside it")]) from None
-    except FileNotFoundError:
-        raise OutputError([Problem(f"--output {path}", f"the folder {target.parent} does not exist",
-                                   "create it first, or write elsewhere")]) from None
-    except OSError as exc:
-        raise OutputError([Problem(f"--output {path}", f"cannot write: {exc.strerror or exc}")]) from None
-    return target
+    return write_output(path, text)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 EPILOG = """\
@@ -86,16 +85,13 @@ def _side(positional: str | None, files: list[str], what: str) -> list[str]:
 
 
 def _write(text: str, output: str | None) -> None:
-    from ..errors import ObservationError, Problem
+    from ..errors import write_output
 
     text = text if text.endswith("\n") else text + "\n"
     if output is None:
         sys.stdout.write(text)
         return
-    try:
-        Path(output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ObservationError([Problem(f"--output {output}", f"cannot write: {exc.strerror}")]) from exc
+    write_output(output, text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,9 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
         _write(markdown(comparison, expert.kb), args.output)
     else:
-        from rich.console import Console
-
         from ..compare.render import print_comparison
+        from ..report.render.console import SafeConsole as Console
 
         print_comparison(comparison, Console(), expert.kb)
     if not comparison.gate.passed:

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from ..consult.session import Consultation, Question
     from ..expert import Expert
     from ..report.model import Report
+    from ..report.render.console import SafeConsole as Console
 
 EPILOG = """\
 at any prompt:
@@ -155,6 +154,28 @@ def interrupts_deferred(pending: bool = False) -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+MAX_ANSWER_BYTES = 64 * 1024  # one answer line; an endless line (a stray binary on stdin) is refused, not buffered
+
+
+def _too_long() -> Exception:
+    from ..errors import ObservationError, Problem
+
+    return ObservationError([Problem("standard input", f"an answer line longer than {MAX_ANSWER_BYTES // 1024} KiB",
+                                     "answer each question on a line of its own")], title="cannot read the answer")
+
+
+def bounded_input(prompt: str) -> str:
+    """input() that reads at most MAX_ANSWER_BYTES characters of a line (EOFError at the end of the input)."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline(MAX_ANSWER_BYTES + 1)
+    if not line:
+        raise EOFError
+    if len(line) > MAX_ANSWER_BYTES:
+        raise _too_long()
+    return line.removesuffix("\n")
+
+
 class TerminalReader:
     """Lines typed at a terminal, read so that Ctrl-C never loses a line the user submitted.
 
@@ -171,12 +192,12 @@ class TerminalReader:
     def read(self, prompt: str) -> tuple[str, bool]:
         fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
         if fd is None or threading.current_thread() is not threading.main_thread():
-            return input(prompt), False
+            return bounded_input(prompt), False
         try:
             import select
             import termios
         except ImportError:  # pragma: no cover - not a POSIX terminal
-            return input(prompt), False
+            return bounded_input(prompt), False
         sys.stdout.write(prompt)
         sys.stdout.flush()
         arrived: list[int] = []
@@ -195,6 +216,9 @@ class TerminalReader:
                             break
                         raise EOFError
                     self.buffer += chunk
+                    if len(self.buffer) > MAX_ANSWER_BYTES and b"\n" not in self.buffer:
+                        self.buffer = b""
+                        raise _too_long()
                 elif arrived:
                     termios.tcflush(fd, termios.TCIFLUSH)
                     raise KeyboardInterrupt
@@ -411,21 +435,23 @@ class _Session:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ..consult.session import Consultation
     from ..errors import ObservationError, Problem
+    from ..report.render.console import SafeConsole as Console
     from .diagnose import make_expert
 
     if args.output and not args.export:
         formats = ", ".join(_export_formats())
         raise ObservationError([Problem("--output", "needs --export FORMAT",
-                                        f"e.g. --export markdown --output consult.md ({formats})")])
+                                        f"e.g. --export markdown --output consult.md ({formats})")],
+                               title="invalid option")
     if args.export and not args.output:
-        raise ObservationError([Problem("--export", "needs --output FILE", "e.g. --output consult.md")])
+        raise ObservationError([Problem("--export", "needs --output FILE", "e.g. --output consult.md")],
+                               title="invalid option")
     if args.from_files and args.resume:
         raise ObservationError([Problem("--from", "starts a new session and cannot be combined with --resume",
-                                        "resume the session, and give a measured fact at a prompt as NAME=VALUE")])
+                                        "resume the session, and give a measured fact at a prompt as NAME=VALUE")],
+                               title="invalid option")
     answers: dict[str, Any] | None = None
     expert_ = make_expert(args)  # the default Expert, or one with the --hardware-file entries
     if args.answers:
@@ -510,14 +536,9 @@ def finish(session: _Session, args: argparse.Namespace, answers: dict[str, Any] 
         report.time_breakdown = args.time_breakdown
     print_report(report, session.console)
     if args.export:
-        from ..errors import ObservationError, Problem
+        from ..errors import write_output
 
-        target = Path(args.output)
-        try:
-            target.write_text(export_text(c, report, args.export), encoding="utf-8")
-        except OSError as exc:
-            raise ObservationError([Problem(str(target), f"cannot write: {exc.strerror}",
-                                            "check that the folder exists and is writable")]) from exc
+        target = write_output(args.output, export_text(c, report, args.export))
         session.say(f"wrote the {args.export} export with the transcript to {target}", style="dim")
     session.say(f"session saved to {session.path}", style="dim")
     return 0

@@ -113,9 +113,9 @@ def make_expert(args: argparse.Namespace) -> Any:
 def emit(report: Any, fmt: str, output: str | None, description: str | None = None) -> None:
     """Print (or write) a report in the chosen format."""
     if fmt == "rich":
-        from rich.console import Console
         from rich.text import Text
 
+        from ..report.render.console import SafeConsole as Console
         from ..report.render.terminal import print_report
 
         console = Console(record=output is not None, file=io.StringIO() if output else None,

@@ -76,7 +76,7 @@ def _need(modules: list[str]) -> None:
 @contextmanager
 def progress_bar() -> Iterator[Callable[[int, int, int], None] | None]:
     """A rich progress bar on stderr (on a terminal): jobs done, jobs/s, ETA, errors."""
-    from rich.console import Console
+    from ..report.render.console import SafeConsole as Console
 
     console = Console(stderr=True)
     if not console.is_terminal:
@@ -125,10 +125,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(result: Any, resumed: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..fleet._summary import INSUFFICIENT
+    from ..report.render.console import SafeConsole as Console
 
     console = Console()
     for note in result.notes:
@@ -183,8 +183,9 @@ def query(args: argparse.Namespace) -> int:
         writer.writerow(columns)
         writer.writerows([[_cell(v) for v in row] for row in rows])
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from ..report.render.console import SafeConsole as Console
 
     table = Table(*columns)
     for row in rows:

@@ -37,9 +37,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ..errors import ObservationError, Problem
+    from ..report.render.console import SafeConsole as Console
     from .diagnose import make_expert
 
     kb = make_expert(args).kb

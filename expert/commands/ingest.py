@@ -76,9 +76,11 @@ def register(sub: Any) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="trace or telemetry file, a directory of them, or a glob (- reads standard input)")
     add_input_options(p)
-    p.add_argument("--as", "--output-format", dest="output_format", choices=["rich", "json", "yaml"], default="rich",
+    p.add_argument("--as", "--output-format", dest="output_format", choices=["rich", "json", "yaml"], default=None,
                    help="output: rich (a table), or json/yaml (an observation file `dam diagnose FILE` reads)")
-    p.add_argument("--output", metavar="FILE", help="write json/yaml output to FILE instead of stdout")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the output to FILE instead of stdout (without --as: json for a .json name, yaml for "
+                        ".yaml/.yml, else the table as plain text)")
     from .hardware import add_hardware_file_option
 
     add_hardware_file_option(p)  # device names a trace gives are looked up in these entries too
@@ -116,7 +118,7 @@ def progress_bars(files: list[str]) -> Iterator[tuple[Callable[[int, int | None]
     except Exception:  # ingestion itself reports bad inputs, with their location
         paths = []
     sizes = [p.stat().st_size for p in paths if p.is_file()]
-    from rich.console import Console
+    from ..report.render.console import SafeConsole as Console
 
     console = Console(stderr=True)
     if not sizes or sum(sizes) < _PROGRESS_MIN_BYTES or not console.is_terminal:
@@ -152,6 +154,11 @@ def ingest_args(args: argparse.Namespace, files: list[str], kb: Any = None) -> A
     """Run ingestion for parsed command-line options; returns an IngestResult."""
     from ..ingest import ingest_result
 
+    if files.count("-") > 1:
+        from ..errors import ObservationError, Problem
+
+        raise ObservationError([Problem("FILE -", f"standard input is given {files.count('-')} times; it can be read "
+                                        "once", "give - once, and the other inputs as files")], title="invalid option")
     sources: list[Any] = [sys.stdin.buffer if f == "-" else f for f in files]
     columns = [c.strip() for c in args.columns.split(",")] if getattr(args, "columns", None) else None
     workers = getattr(args, "workers", None)
@@ -179,18 +186,26 @@ def ingested_observations(args: argparse.Namespace, files: list[str], kb: Any) -
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import write_output
     from .diagnose import make_expert
 
+    fmt = args.output_format or _format_for(args.output)
     result = ingest_args(args, args.files, make_expert(args).kb if args.hardware_file else None)
-    if args.output_format == "rich":
-        from rich.console import Console
+    if fmt == "rich":
+        import io
 
+        from ..report.render.console import SafeConsole as Console
         from ..report.render.ingest import print_ingest
 
-        print_ingest(result, Console())
+        if not args.output:
+            print_ingest(result, Console())
+            return 0
+        console = Console(record=True, file=io.StringIO(), width=100)  # --output: the table as plain text
+        print_ingest(result, console)
+        write_output(args.output, console.export_text())
         return 0
     data = result.to_observation_file()
-    if args.output_format == "json":
+    if fmt == "json":
         import json
 
         text = json.dumps(data, indent=2, ensure_ascii=False)
@@ -201,10 +216,16 @@ def run(args: argparse.Namespace) -> int:
         text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
     text = text if text.endswith("\n") else text + "\n"
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _format_for(output: str | None) -> str:
+    """The output format an --output name implies when --as is not given (rich, the table, on stdout)."""
+    suffix = Path(output).suffix.lower() if output else ""
+    return {".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(suffix, "rich")
 
 
 def _header_lines(result: Any) -> list[str]:

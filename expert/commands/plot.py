@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     suffix = output.suffix.lower()
     if suffix not in _SUFFIXES:
         raise ObservationError([Problem(f"--output {args.output}", f"unknown image type {suffix or '(none)'!r}",
-                                        f"use one of {', '.join(_SUFFIXES)}")])
+                                        f"use one of {', '.join(_SUFFIXES)}")], title="invalid --output")
     if not args.source and not args.example and not args.set:
         raise ObservationError([Problem("SOURCE", "nothing to plot",
                                         "give a report, an observation file, --example NAME or --set NAME=VALUE")])
@@ -61,10 +61,9 @@ def run(args: argparse.Namespace) -> int:
         svg = roofline_svg(report) if args.chart == "roofline" else iron_law_svg(report)
         if svg is None:
             raise no_chart(args.chart)
-        try:
-            output.write_text(svg + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise ObservationError([Problem(f"--output {args.output}", f"cannot write: {exc.strerror}")]) from exc
+        from ..errors import write_output
+
+        write_output(args.output, svg + "\n")
     else:
         draw(report, args.chart, output)
     print(f"wrote {output}")

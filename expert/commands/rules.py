@@ -93,8 +93,9 @@ def run_list(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from ..report.render.console import SafeConsole as Console
 
     table = Table(title=f"{len(rows)} rules")
     for col in ("id", "title", "severity", "tests", "file", "source"):
@@ -108,10 +109,10 @@ def run_list(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     import difflib
 
-    from rich.console import Console
     from rich.markdown import Markdown
 
     from ..errors import KnowledgeBaseError, Problem
+    from ..report.render.console import SafeConsole as Console
     from ..rules.docs import cases_by_rule, rule_section
     from ..rules.logic import facts_used, findings_used
 
@@ -152,8 +153,9 @@ def run_lint(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(result.model_dump_json(indent=2))
         return result.exit_code
-    from rich.console import Console
     from rich.markup import escape
+
+    from ..report.render.console import SafeConsole as Console
 
     console = Console(highlight=False, soft_wrap=True)
     style = {"error": "bold red", "warning": "yellow"}
@@ -216,9 +218,10 @@ def run_test(args: argparse.Namespace) -> int:
                           "coverage": coverage.model_dump(), "failures": len(suite.failures)}, indent=2))
         return 1 if suite.failures else 0
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from ..report.render.console import SafeConsole as Console
 
     console = Console(highlight=False, soft_wrap=True)
     table = Table(title=f"Rule tests ({expert_.engine_name} engine)")
@@ -289,8 +292,14 @@ def run_docs(args: argparse.Namespace) -> int:
         print(f"{args.output} is up to date")
         return 0
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text, encoding="utf-8")
+        from ..errors import OutputError, Problem, write_output
+
+        try:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError([Problem(f"--output {args.output}",
+                                       f"cannot create its folder: {exc.strerror}")]) from None
+        write_output(args.output, text)
         print(f"wrote {args.output} ({len(ruleset.rules)} rules)")
     else:
         sys.stdout.write(text)

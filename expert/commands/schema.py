@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     text = render(schema_for(args.name, kb))
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        from ..errors import write_output
+
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
     return 0

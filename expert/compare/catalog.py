@@ -6,6 +6,7 @@ KnowledgeBaseError naming the entry, not a comparison that silently never matche
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Literal
@@ -62,6 +63,15 @@ class CompareCatalog(_Strict):
 
 _cache: dict[Path, CompareCatalog] = {}
 _lock = threading.Lock()
+
+
+def _reset_lock() -> None:  # a fork while another thread holds the lock would leave it held in the child
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_lock)
 
 
 def load_catalog(kb: KnowledgeBase) -> CompareCatalog:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import format_value
+from ..report.render.console import SafeConsole
 from .model import BreakdownDelta, Comparison, FactChange, NamedDelta, Side
 
 _TOP = 10
@@ -197,7 +198,7 @@ def _short(name: str, width: int = 80) -> str:
 
 
 def print_comparison(c: Comparison, console: Console | None = None, kb: KnowledgeBase | None = None) -> None:
-    (console or Console()).print(renderable(c, kb))
+    (console or SafeConsole()).print(renderable(c, kb))
 
 
 # ---- markdown ---------------------------------------------------------------------------------------------------

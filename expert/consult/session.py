@@ -434,6 +434,7 @@ class Consultation:
                 except ValueError as exc:
                     bad.append(Problem(f"{where}: turn {turn.step} ({turn.fact})", str(exc),
                                             f"accepted: {spec.range_text()}"))
+            bad += consultation._check_closes(turn, where)
             consultation._turns.append(turn.model_copy())
         if bad:
             raise ObservationError(bad, title="the saved consultation does not fit the fact vocabulary")
@@ -447,6 +448,20 @@ class Consultation:
         consultation._updated = data.updated
         consultation._version += 1
         return consultation
+
+    def _check_closes(self, turn: Turn, where: str) -> list[Problem]:
+        """Problems of what a saved one-fact turn marks unknown: only askable facts (its own, or those its tool
+        measures), and never the fact it answers with a value."""
+        at = f"{where}: turn {turn.step} ({turn.fact})"
+        problems = []
+        unknown = [f for f in turn.closes if f not in self._ix.askable]
+        if unknown:
+            problems.append(Problem(at, f"closes {', '.join(map(repr, unknown))}, not askable facts",
+                                    "a turn closes only facts the consultation asks"))
+        if turn.value is not None and turn.fact in turn.closes:
+            problems.append(Problem(at, f"answers {turn.fact} and also marks it unknown",
+                                    "a turn either gives a value or closes its fact"))
+        return problems
 
     def _check_combined_turn(self, turn: Turn, where: str) -> list[Problem]:
         """Problems of a saved answer to a combined question (members it does not ask, values out of range); the

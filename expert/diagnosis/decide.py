@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, NamedTuple
 
+from .._lazy import cached_property
 from .._weakcache import PerObject
 from ..kb.knowledge import Axis, KnowledgeBase, Strength
 from ..observations.normalise import applied_optimizations

@@ -22,7 +22,13 @@ def make_engine(ruleset: RuleSet, name: EngineName = "auto") -> Engine:
 
     ok, why = durable.available()
     if ok:
-        return durable.DurableEngine(ruleset)
+        try:
+            return durable.DurableEngine(ruleset)
+        except durable.TooLarge as exc:
+            if name == "durable":
+                raise durable.TooLarge(f"{exc}; use the pure engine (engine='pure', --engine pure)") from None
+            warnings.warn(f"{exc}; using the pure-Python engine", RuntimeWarning, stacklevel=2)
+            return PureEngine(ruleset)
     if name == "durable":
         from ..errors import EngineError
 

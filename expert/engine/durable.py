@@ -12,7 +12,13 @@ Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/
 * floats whose repr has an exponent but no '.' (1e-05) are rejected -> nudged by one ULP; NaN/inf/bool never get here;
 * no truth maintenance -> rules that negate a finding are gated on a phase fact asserted after lower strata finish;
 * a ruleset name cannot be redefined -> every engine registers a uniquely named ruleset on its own host;
-* the release does not import on Python 3.13 -> ``available()`` says so and the caller falls back to the pure engine.
+* the release does not import on Python 3.13 -> ``available()`` says so and the caller falls back to the pure engine;
+* it expands every ``$or`` into its own network paths, so a 500-value ``in`` list hangs the build (uninterruptibly) and
+  22 two-way ``any``s take 14 GB -> a membership test of more than ``MAX_IN_VALUES`` values, and any fact-only
+  sub-condition whose expansion exceeds ``MAX_PATTERN_BRANCHES``, is evaluated here and handed to the engine as a
+  0/1 flag in the observation fact (``_Expr``);
+* a ruleset of about 256 rules or more segfaults or fails (error 108, 303) -> more than ``MAX_DURABLE_RULES`` compiled
+  rules is refused with ``TooLarge`` before durable-rules sees it, and ``make_engine("auto")`` uses the pure engine.
 """
 
 from __future__ import annotations
@@ -20,14 +26,16 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import threading
 import uuid
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EngineError
-from ..rules.logic import facts_used, finding_branches
+from ..rules.logic import compare, facts_used, finding_branches
 from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
 
@@ -63,8 +71,70 @@ def durable_number(value: float | int) -> float | int:
     return value
 
 
+MAX_IN_VALUES = 16  # a longer in/not_in list is one set test here, not an $or of equalities in the engine
+MAX_PATTERN_BRANCHES = 64  # a fact-only sub-condition that durable-rules would expand into more paths is a flag
+MAX_DURABLE_RULES = 200  # compiled rules (rule branches) per ruleset; durable-rules fails from about 256
+
+
+class TooLarge(EngineError):
+    """The rule set compiles to more durable-rules rules than the engine survives (use the pure engine)."""
+
+
 def _const(value: Any) -> Any:
     return value if isinstance(value, str) else durable_number(value)
+
+
+Predicate = Callable[[Mapping[str, Any]], bool]
+
+
+@dataclass
+class _Expr:
+    """A fact-only pattern being compiled: the durable-rules expression, how many paths durable-rules expands it
+    into, and the same test in Python (true only where every fact it needs is known and passes, as in the engine)."""
+
+    pattern: dict[str, Any]
+    size: int
+    test: Predicate
+
+
+class _Compiler:
+    """Folds fact-only conditions into durable-rules patterns, replacing what the engine cannot build (a long
+    membership list, an expansion past MAX_PATTERN_BRANCHES) by a flag `__cN` the run computes in Python."""
+
+    def __init__(self) -> None:
+        self.flags: list[tuple[str, Predicate]] = []
+
+    def flag(self, test: Predicate) -> _Expr:
+        name = f"__c{len(self.flags)}"
+        self.flags.append((name, test))
+        return _Expr({name: 1}, 1, test)
+
+    def leaf(self, fact: str, op: str, constant: Any) -> _Expr:
+        def test(facts: Mapping[str, Any]) -> bool:
+            value = facts.get(fact)
+            if op == "known":
+                return (value is not None) == bool(constant)
+            return value is not None and compare(op, value, constant)
+
+        if op in ("in", "not_in") and len(constant) > MAX_IN_VALUES:
+            members = frozenset(constant)
+            if op == "in":
+                return self.flag(lambda f: f.get(fact) is not None and f.get(fact) in members)
+            return self.flag(lambda f: f.get(fact) is not None and f.get(fact) not in members)
+        pattern = _leaf(fact, op, constant)
+        return _Expr(pattern, len(constant) if op == "in" else 1, test)
+
+    def conj(self, parts: list[_Expr]) -> _Expr:
+        size = math.prod(p.size for p in parts)
+        tests = [p.test for p in parts]
+        expr = _Expr(_and([p.pattern for p in parts]), size, lambda f: all(t(f) for t in tests))
+        return self.flag(expr.test) if size > MAX_PATTERN_BRANCHES else expr
+
+    def disj(self, parts: list[_Expr]) -> _Expr:
+        size = sum(p.size for p in parts)
+        tests = [p.test for p in parts]
+        expr = _Expr(_or([p.pattern for p in parts]), size, lambda f: any(t(f) for t in tests))
+        return self.flag(expr.test) if size > MAX_PATTERN_BRANCHES else expr
 
 
 def _leaf(fact: str, op: str, constant: Any) -> dict[str, Any]:
@@ -139,6 +209,12 @@ class _Host:
     def delete_state(self, sid: str) -> None:
         _dr.delete_state(self._handle, sid)
 
+    def free(self) -> None:
+        """Free the C ruleset (durable-rules never does: 784 kB per engine, issue 21)."""
+        if self._handle is not None:
+            _dr.delete_ruleset(self._handle)
+            self._handle = None
+
 
 @dataclass
 class _Run:
@@ -146,8 +222,31 @@ class _Run:
     errors: list[str] = field(default_factory=list)
 
 
+_LIVE: weakref.WeakSet[DurableEngine] = weakref.WeakSet()
+
+
+def _free_ruleset(host: _Host, pid: int) -> None:
+    """Free the C ruleset of a host no engine uses any more (not in a forked child: the parent owns it)."""
+    if pid == os.getpid():
+        host.free()
+
+
+def _after_fork_in_child() -> None:
+    """A fork copies the engine's lock as it was: held, when another thread was running a diagnosis, and never
+    released in the child (the deadlock of issue 22). The child gets fresh locks, and rebuilds its host on first use
+    (the copied C state may hold that thread's half-finished session)."""
+    for engine in list(_LIVE):
+        engine._lock = threading.Lock()
+        engine._forked = True
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class DurableEngine:
-    """Runs a RuleSet on durable-rules. Thread-safe: runs are serialised (the C engine never releases the GIL)."""
+    """Runs a RuleSet on durable-rules. Thread-safe: runs are serialised (the C engine never releases the GIL).
+    Fork-safe: a child process gets fresh locks and its own host."""
 
     name = "durable-rules"
 
@@ -161,8 +260,18 @@ class DurableEngine:
         # only facts some rule reads go into the engine (fewer keys to serialise and parse per run)
         self._read = frozenset(name for lr in ruleset.rules.values() for name in facts_used(lr.condition))
         self._ruleset_name = f"dam_{uuid.uuid4().hex}"
+        self._compiler = _Compiler()
         definition, actions = self._compile(ruleset)
+        if len(definition) - 2 > MAX_DURABLE_RULES:
+            raise TooLarge(f"the rules compile to {len(definition) - 2} durable-rules rules, more than the "
+                           f"{MAX_DURABLE_RULES} durable-rules 2.0.28 survives (it fails from about 256)")
+        self._flags = tuple(self._compiler.flags)
+        self._definition, self._actions = definition, actions
+        self._forked = False
         self._host = _Host(self._ruleset_name, definition, actions)
+        _LIVE.add(self)
+        # free the C ruleset with the engine; the actions hold the engine weakly, so the host does not keep it alive
+        self._finalizer = weakref.finalize(self, _free_ruleset, self._host, os.getpid())
 
     def _compile(self, ruleset: RuleSet) -> tuple[dict[str, Any], dict[str, _Action]]:
         consumed = ruleset.consumed_findings()
@@ -177,11 +286,15 @@ class DurableEngine:
         for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
             finding = lr.rule.then.finding.id if lr.rule.then.finding else None
             action = self._action(lr.id, finding, assert_back=finding in consumed)
-            for k, branch in enumerate(finding_branches(lr.condition, _leaf, _and, _or)):
+            compiler = self._compiler
+            for k, branch in enumerate(finding_branches(lr.condition, compiler.leaf, compiler.conj, compiler.disj)):
                 patterns: list[dict[str, Any]] = []
                 if lr.stratum > 0 and branch.neg:
                     patterns.append({"ph": {"$and": [{"t": "phase"}, {"n": lr.stratum}]}})
-                obs = [{"t": "obs"}, *branch.facts]
+                facts = list(branch.facts)
+                if math.prod(e.size for e in facts) > MAX_PATTERN_BRANCHES:
+                    facts = [compiler.conj(facts)]  # one flag for the whole fact-only part of the branch
+                obs = [{"t": "obs"}, *(e.pattern for e in facts)]
                 patterns.append({"o": {"$and": obs}})
                 for j, fid in enumerate(branch.pos):
                     patterns.append({f"f{j}": {"$and": [{"t": "finding"}, {"id": fid}]}})
@@ -192,8 +305,11 @@ class DurableEngine:
         return definition, actions
 
     def _action(self, rule_id: str, finding: str | None, assert_back: bool) -> _Action:
+        engine = weakref.ref(self)
+
         def action(m: dict[str, Any]) -> dict[str, Any] | None:
-            run = self._current
+            me = engine()
+            run = me._current if me is not None else None
             if run is None:  # pragma: no cover - only reachable if durable-rules fired outside run()
                 return None
             try:
@@ -220,7 +336,14 @@ class DurableEngine:
         for name, value in facts.items():
             if name in read:
                 payload[name] = value if isinstance(value, str) else durable_number(value)
+        for flag, test in self._flags:  # the sub-conditions durable-rules could not build, evaluated here
+            payload[flag] = 1 if test(facts) else 0
         with self._lock:
+            if self._forked:  # first run in a forked child: a host of its own, without the parent's sessions
+                self._ruleset_name = f"dam_{uuid.uuid4().hex}"
+                self._host = _Host(self._ruleset_name, self._definition, self._actions)
+                self._finalizer = weakref.finalize(self, _free_ruleset, self._host, os.getpid())
+                self._forked = False
             sid = f"s{next(self._sids)}"
             run = _Run()
             self._current = run

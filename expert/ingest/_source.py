@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from ..errors import ObservationError, Problem
+from ..errors import ObservationError, Problem, not_a_file
 
 Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests"]
 FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests")
@@ -47,10 +47,11 @@ class Source:
             self.path = Path(obj)
             self.label = str(obj)
             self.name = self.path.name
-            if not self.path.exists():
-                raise ObservationError([Problem(self.label, "no such file")], title="cannot read telemetry")
-            if not self.path.is_file():
-                raise ObservationError([Problem(self.label, "not a regular file")], title="cannot read telemetry")
+            what = not_a_file(self.path)
+            if what is not None:  # a directory is expanded before a Source is made; FIFOs and devices never end
+                hint = ("give a trace or telemetry file; pipe a stream through - (standard input)"
+                        if any(k in what for k in ("FIFO", "device", "socket")) else "")
+                raise ObservationError([Problem(self.label, what, hint)], title="cannot read telemetry")
             self.size: int | None = self.path.stat().st_size
         elif hasattr(obj, "read"):
             name = getattr(obj, "name", None)
@@ -263,9 +264,17 @@ def sniff(src: Source) -> Format:
         return "nsys"
     head = src.head()
     if not head.strip():
-        raise src.problem("the file is empty", hint="give a profiler trace or a telemetry log")
+        if head == b"" and src.size:  # bytes on disk, none after decompression: a gzip of nothing
+            raise src.problem(f"the compressed file ({src.size} bytes) holds no data when decompressed",
+                              hint="give a profiler trace or a telemetry log; re-export it")
+        raise src.problem("the file is empty" if head == b"" else "the file holds only whitespace",
+                          hint="give a profiler trace or a telemetry log")
     if head.startswith(_SQLITE_MAGIC):
         return "nsys"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 3 and head[1:4:2] == b"\x00\x00") \
+            or (len(head) > 3 and head[0:3:2] == b"\x00\x00"):
+        raise src.problem("UTF-16 text, not UTF-8 (traces and telemetry logs are UTF-8)",
+                          hint="convert it: iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8")
     if b"\x00" in head:
         raise src.problem("binary data, not a profiler trace or telemetry text", hint=_WHAT)
     try:

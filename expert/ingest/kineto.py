@@ -51,6 +51,10 @@ KERNEL_WAIT_US = 0.03
 _NO_STEPS = "the trace has no ProfilerStep#N spans (profile with a schedule and call prof.step() every iteration)"
 _NO_GPU = ("CPU-only trace: no kernel, memcpy or memset events "
            "(profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
+# Sanity bounds on event times (Chrome traces count microseconds). Past 2**53 µs (the year 2255 since 1970) a double
+# no longer holds a microsecond, so durations vanish; a trace spanning more than a week is not one profiling session.
+_MAX_TS_US = float(2**53)
+_MAX_SPAN_US = 7 * 24 * 3600 * 1e6
 
 
 def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None] | None = None,
@@ -67,21 +71,25 @@ def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None
     collected: _Collected | None = None
     meta: dict[str, Any] = {}
     read = 0
-    if engine == "auto" and src.path is not None:
-        collected = _Collected()
-        try:
-            with src.open(progress) as fh, gc_paused():
-                _collect(_fast_batches(fh, meta), collected)
-                read = int(meta.pop("_bytes", 0))
-        except NotFast:
-            collected, meta = None, {}
-    if collected is None:
-        collected = _Collected()
-        with gc_paused():
-            read = _read_with_ijson(src, collected, meta, progress)
-        result.stats["reader"] = "ijson"
-    else:
-        result.stats["reader"] = "msgspec batches"
+    try:
+        if engine == "auto" and src.path is not None:
+            collected = _Collected()
+            try:
+                with src.open(progress) as fh, gc_paused():
+                    _collect(_fast_batches(fh, meta), collected)
+                    read = int(meta.pop("_bytes", 0))
+            except NotFast:
+                collected, meta = None, {}
+        if collected is None:
+            collected = _Collected()
+            with gc_paused():
+                read = _read_with_ijson(src, collected, meta, progress)
+            result.stats["reader"] = "ijson"
+        else:
+            result.stats["reader"] = "msgspec batches"
+    except OverflowError as exc:  # an id past 64 bits in the typed arrays (a 2**70 correlation id)
+        raise src.problem("an event's correlation id, external id, device or stream number does not fit in 64 bits",
+                          hint="ids in a profiler trace are 64-bit integers; the trace is corrupt") from exc
     result.stats.update(bytes=read, events=collected.events, complete_events=collected.complete,
                         gpu_activities=len(collected.tl.g_start), runtime_calls=len(collected.tl.r_start),
                         operators=len(collected.tl.o_start), shaped_operators=collected.shaped_ops)
@@ -89,6 +97,10 @@ def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None
         raise src.problem("no trace events: expected a Chrome trace with a non-empty `traceEvents` array", hint=_HINT)
     if collected.complete == 0 or collected.first == math.inf:
         raise src.problem("no complete ('ph': 'X') events with numeric ts/dur in the trace", hint=_HINT)
+    if not -_MAX_TS_US <= collected.first <= collected.last <= _MAX_TS_US \
+            or collected.last - collected.first > _MAX_SPAN_US:
+        raise src.problem(f"event times run from ts {collected.first:.6g} to {collected.last:.6g} µs: past 2**53 µs or "
+                          f"over a week apart, durations cannot be measured", hint="ts and dur count microseconds")
     if collected.malformed:
         result.notes.append(f"{collected.malformed} events without a numeric ts/dur were skipped")
     _Analysis(src, kb, collected, meta, result, steps, window, gpus, kernel_wait_us).run(breakdown)
@@ -195,6 +207,9 @@ class _Analysis:
         excluded = 0.0
         if steps:
             numbered = step_windows(tl, steps, devices)
+            if not numbered:
+                raise self.src.problem(f"all {len(steps)} ProfilerStep spans have zero length (dur 0): the trace "
+                                       f"cannot be split into steps", hint="profile at least one whole step")
             windows = [(a, b) for _, a, b in numbered]
             n_steps = len(numbered)
             label = (f"ProfilerStep#{numbered[0][0]}–#{numbered[-1][0]} ({n_steps} steps)" if n_steps > 1

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from functools import cached_property
 from pathlib import Path
 
+from .._lazy import cached_property
 from .._yaml import load_yaml, validate
 from ..errors import KnowledgeBaseError, Problem
 from .catalogs import (

@@ -7,9 +7,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
+from .._lazy import cached_property
 from ..errors import ObservationError, Problem
 from ..expert import Expert
 from ..kb.knowledge import FactCatalog, HardwareCatalog

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._yaml import check_size, load_yaml, read_text
 from ..breakdown import TimeBreakdown
-from ..errors import KnowledgeBaseError, ObservationError, Problem
+from ..errors import KnowledgeBaseError, ObservationError, Problem, printable
 from .normalise import RankFigures
 
 
@@ -39,23 +39,27 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _cannot_read(problems: list[Problem]) -> ObservationError:
+    return ObservationError(problems, title="cannot read the observation file")
+
+
 def read_observation_file(path: Path) -> ObservationFile:
     """Read an observation file; every failure is an ObservationError naming the file (and line where known)."""
-    if not path.exists():
-        raise ObservationError([Problem(str(path), "no such file")])
+    if not path.exists() and not path.is_symlink():
+        raise ObservationError([Problem(str(path), "no such file")], title="cannot read the observation file")
     if path.suffix.lower() == ".json":
-        text = read_text(path, ObservationError)
+        text = read_text(path, _cannot_read)
         try:
             data = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
-            raise ObservationError([Problem(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}")]) from None
+            raise _cannot_read([Problem(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}")]) from None
         except _DuplicateKey as exc:
-            raise ObservationError([Problem(str(path), f"duplicate key {exc.key!r}",
-                                            "each fact may appear once")]) from None
+            raise _cannot_read([Problem(str(path), f"duplicate key {exc.key!r}",
+                                        "each fact may appear once")]) from None
         except RecursionError:
-            raise ObservationError([Problem(str(path), "nested too deeply to read")]) from None
+            raise _cannot_read([Problem(str(path), "nested too deeply to read")]) from None
         except ValueError as exc:  # an integer past Python's 4,300-digit conversion limit
-            raise ObservationError([Problem(str(path), f"invalid value: {exc}")]) from None
+            raise _cannot_read([Problem(str(path), f"invalid value: {exc}")]) from None
         check_size(data, str(path), ObservationError)
     else:
         try:
@@ -89,6 +93,7 @@ def read_observation_file(path: Path) -> ObservationFile:
                 raise ObservationError([Problem(f"{path}: time_breakdown.{where}", first["msg"],
                                                 "time_breakdown is what `dam ingest` wrote; remove it or re-ingest")]
                                        ) from exc
-        return ObservationFile(description=str(description) if description is not None else None,
+        # a description is free text shown in every report: control characters become visible escapes (\x1b)
+        return ObservationFile(description=printable(str(description)) if description is not None else None,
                                observations=data["observations"], ranks=ranks, time_breakdown=breakdown)
     return ObservationFile(observations=data)

@@ -137,7 +137,15 @@ def _number(raw: object, spec: FactSpec, kb: KnowledgeBase) -> float:
     else:
         raise ValueError(f"expected a number, got {type(raw).__name__}")
     if math.isnan(value) or math.isinf(value):
-        raise ValueError("NaN and infinity are not measurements")
+        given = raw.strip() if isinstance(raw, str) else raw
+        named = isinstance(given, str) and given.lstrip("+-").lower().rstrip("%") in ("nan", "inf", "infinity", ".nan",
+                                                                                     ".inf")
+        if named or (isinstance(raw, float) and not isinstance(given, str)):
+            raise ValueError("NaN and infinity are not measurements")
+        digits = len(re.sub(r"\D", "", str(given).split("e")[0].split("E")[0]))
+        size = f"a {digits}-digit number" if digits > 20 else f"{given!r}"
+        raise ValueError(f"{size} is too large to be a measurement (it overflows a 64-bit float, whose largest "
+                         f"value is about 1.8e308)")
     return value
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._lazy import cached_property
 from ..breakdown import TimeBreakdown
 from ..derive.formulas import DerivedValue
 from ..observations.normalise import Observation, RankFigures
@@ -55,7 +55,7 @@ EdgeRelation = Literal["used", "derived-from", "concluded", "ruled-out", "needs"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ignored_types=(cached_property,))
 
 
 # The small records below are plain dataclasses: a report holds hundreds of them, and pydantic validates and

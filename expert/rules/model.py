@@ -6,11 +6,13 @@ A condition is a tree of exactly-one-key nodes: ``{fact: x, lt: 0.8}``, ``{all: 
 
 from __future__ import annotations
 
-from functools import cached_property
+import re
+import string
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from .._lazy import cached_property
 from ..kb.knowledge import Strength
 
 Number = Union[int, float]  # noqa: UP007 - runtime aliases pydantic reads on Python 3.10
@@ -20,7 +22,51 @@ OPS = ("lt", "le", "gt", "ge", "eq", "ne", "in", "not_in")
 
 
 class _Node(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # allow_inf_nan=False: a threshold of .nan never compares true and .inf crashes durable-rules; both are refused
+    # when the file loads, naming the file and the rule, for both engines (issues 21, 22)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False,
+                              ignored_types=(cached_property,))
+
+    @model_validator(mode="after")
+    def _printable(self) -> _Node:
+        """Rule text is printable: an ANSI escape (`\\e[2J`) in a title or message would reach every terminal and
+        export that shows it (newlines and tabs are fine)."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for text in (value if isinstance(value, list) else [value]):
+                if isinstance(text, str) and _CONTROL.search(text):
+                    char = _CONTROL.search(text).group()  # type: ignore[union-attr]
+                    raise ValueError(f"`{name}` holds the control character U+{ord(char):04X} "
+                                     f"(accepted: printable text; newlines and tabs are fine)")
+        return self
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+MAX_FORMAT_WIDTH = 200  # widest field a message template may ask for ({gpu_util:>12.1%} is fine, {x:99999} is not)
+_WIDTH = re.compile(r"^(?:.?[<>=^])?[-+ ]?z?#?0?(\d*)[_,]?(?:\.(\d+))?")
+
+
+def _check_template(template: str) -> str:
+    """A message template whose format specs ask for at most MAX_FORMAT_WIDTH characters (a `{x:200000000}` would
+    allocate 200 MB per rendering) and no nested replacement fields."""
+    try:
+        fields = [(name, spec) for _, name, spec, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError:
+        return template  # unbalanced braces render as written (lint DAM112 reports them)
+    for name, spec in fields:
+        if not spec:
+            continue
+        if "{" in spec:
+            raise ValueError(f"placeholder {{{name}:{spec}}}: a format spec cannot contain another placeholder")
+        match = _WIDTH.match(spec)
+        widths = [int(g) for g in match.groups() if g] if match else []
+        if any(w > MAX_FORMAT_WIDTH for w in widths):
+            raise ValueError(f"placeholder {{{name}:{spec}}}: a width or precision over {MAX_FORMAT_WIDTH} "
+                             f"(accepted: specs such as .0%, .2f, >8.1f)")
+    return template
+
+
+Template = Annotated[str, AfterValidator(_check_template)]
 
 
 class FactTest(_Node):
@@ -118,7 +164,7 @@ class NamedCondition(_Node):
 
 class FindingSpec(_Node):
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    message: str
+    message: Template
 
 
 class BottleneckVote(_Node):
@@ -133,12 +179,12 @@ class AxisVote(_Node):
 
 class RecommendSpec(_Node):
     id: str
-    why: str
+    why: Template
 
 
 class WasteSpec(_Node):
     id: str
-    reason: str
+    reason: Template
 
 
 class Then(_Node):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from .._lazy import cached_property
 from .._yaml import load_yaml, validate
-from ..errors import KnowledgeBaseError, Problem
+from ..errors import KnowledgeBaseError, Problem, not_a_file
 from ..kb.knowledge import KnowledgeBase
 from .evaluate import compile_condition
 from .logic import findings_used, resolve
@@ -94,7 +94,11 @@ class RuleSet:
         problems: list[Problem] = []
         for directory in directories:
             if not directory.is_dir():
-                raise KnowledgeBaseError([Problem(str(directory), "rules directory does not exist")])
+                what = not_a_file(directory)
+                problem = ("rules directory does not exist" if what == "no such file"
+                           else f"{what or 'a file'}, not a rules directory")
+                raise KnowledgeBaseError([Problem(str(directory), problem,
+                                                  "give a directory of rule files (*.yaml)")])
             for path in rule_file_paths(directory):
                 try:
                     files.append((path, validate(RuleFile, load_yaml(path), path)))

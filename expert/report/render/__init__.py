@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, get_args
 
-from ...errors import ObservationError, Problem
+from ...errors import ObservationError, Problem, write_output
 from ..model import Report
 
 Format = Literal["markdown", "mermaid", "dot", "graphml", "json", "html"]
@@ -41,14 +41,7 @@ def export(report: Report, fmt: str) -> str:
 
 def write(report: Report, fmt: str, path: str | Path) -> Path:
     """Write an export to a file (UTF-8); returns the path."""
-    target = Path(path)
-    text = export(report, fmt)
-    try:
-        target.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise ObservationError([Problem(str(target), f"cannot write: {exc.strerror}",
-                                        "check that the folder exists and is writable")]) from exc
-    return target
+    return write_output(path, export(report, fmt), option="")
 
 
 def load(path: str | Path) -> Report:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ...errors import ObservationError, Problem
+from ...errors import ObservationError, OutputError, Problem
 from ..model import Report
 from .svg import roofline
 
@@ -47,7 +47,8 @@ def draw(report: Report, chart: Chart, path: Path) -> Path:
     try:
         fig.savefig(path, dpi=150)
     except (OSError, ValueError) as exc:
-        raise ObservationError([Problem(str(path), f"cannot write: {exc}")], title="cannot draw the chart") from exc
+        raise OutputError([Problem(str(path), f"cannot write: {getattr(exc, 'strerror', None) or exc}")],
+                          title="cannot draw the chart") from exc
     return path
 
 

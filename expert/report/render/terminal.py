@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ...breakdown import TimeBreakdown
 from ..model import Report
+from .console import SafeConsole
 
 _BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -301,4 +302,4 @@ def report_renderable(report: Report) -> RenderableType:
 
 
 def print_report(report: Report, console: Console | None = None) -> None:
-    (console or Console()).print(report_renderable(report))
+    (console or SafeConsole()).print(report_renderable(report))

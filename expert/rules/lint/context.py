@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ..._lazy import cached_property
 from ...derive.formulas import DERIVATIONS
 from ...kb.knowledge import KnowledgeBase
 from ..logic import BoxAlgebra, finding_uses, refs_used

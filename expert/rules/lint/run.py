@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..._resources import data_dir
+from ..._yaml import short_location, validation_errors
 from ...errors import KnowledgeBaseError, Problem
 from ...kb.knowledge import KnowledgeBase
 from ..model import RuleFile
@@ -71,10 +72,10 @@ def _load_file(path: Path, kind: Literal["rules", "tests", "waivers"], model: ty
     try:
         source.model = model.model_validate(data)
     except ValidationError as exc:
-        for err in exc.errors():
-            loc = _loc_path(data, err["loc"])
-            field_name = ".".join(str(k) for k in err["loc"])
-            error(SchemaViolation, source.line(loc), f"{field_name or 'file'}: {err['msg']}")
+        for where, msg in validation_errors(exc):
+            loc = _loc_path(data, where)
+            field_name = short_location(where)
+            error(SchemaViolation, source.line(loc), f"{field_name or 'file'}: {msg}")
     return source
 
 
