@@ -80,6 +80,12 @@ def test_hand_computed_export_gives_every_fact_with_provenance(two_steps: Path) 
     assert v["hardware"] == "h100-sxm"
     assert v["workload"] == "training"
     assert v["num_workers"] == 0
+    assert v["trace_steps"] == 2 and v["trace_window_s"] == pytest.approx(2100e-6)
+    assert v["step_time_cv"] == pytest.approx(math.sqrt(2 * 50**2) / 1050)  # windows of 1000 and 1100 us
+    # the shared analysis's finer idle split (launch overhead, host compute, blocking syncs, nothing on the host)
+    # stays within the idle time
+    assert v["launch_overhead_frac"] + v["host_compute_frac"] + v["host_sync_frac"] + v["unattributed_idle_frac"] \
+        <= v["gpu_idle_gap_frac"] + 1e-9
     gap = result.observations.facts["gpu_idle_gap_frac"].detail
     assert gap["idle_data_wait"] == pytest.approx(200 / window, abs=1e-4)
     assert gap["idle_host_wait"] == pytest.approx(250 / window, abs=1e-4)

@@ -13,6 +13,7 @@ runtime calls) into the file's stats; hardware from TARGET_INFO_GPU / TARGET_INF
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +58,8 @@ TIMELINE_FACTS = ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kerne
 """The facts the shared trace analysis gives (`TimelineAnalysis.add_facts`)."""
 GPU_FACTS = (*TIMELINE_FACTS, "comm_overlap_frac", "comm_time_s")
 
-FACTS = ("step_time_s", "data_wait_s", *GPU_FACTS, "hardware", "num_workers", "workload", *CLUSTER_FACTS)
+FACTS = ("step_time_s", "data_wait_s", "step_time_cv", "trace_steps", "trace_window_s", *GPU_FACTS, "hardware",
+         "num_workers", "workload", *CLUSTER_FACTS)
 """The facts an Nsight Systems export can give."""
 
 _UNSET = "not derived from this export"
@@ -162,7 +164,7 @@ class _Analysis:
         if extent is None or not devices or gpu_rows == 0:
             reason = ("the export has no CUPTI kernel, memcpy or memset records (profile with nsys profile -t cuda)"
                       if not x.activity_tables() else "the export's kernel, memcpy and memset tables are empty")
-            for fact in (*GPU_FACTS, *CLUSTER_FACTS):
+            for fact in (*GPU_FACTS, *CLUSTER_FACTS, "step_time_cv", "trace_steps", "trace_window_s"):
                 r.missing(fact, reason)
             self._hardware(set())
             self._loader_and_workload()
@@ -188,7 +190,7 @@ class _Analysis:
         steps_by_proc = self._steps()
         self._loader_and_workload()
         self._analyse_devices(steps_by_proc)
-        self._facts(bool(steps_by_proc))
+        self._facts()
         self._syncs()
         self._cluster()
         label = self.label
@@ -360,10 +362,29 @@ class _Analysis:
             if "pageable_copy_frac" in result.not_derived and analysis.copies["unknown"] > 0:
                 result.missing("pageable_copy_frac", "the host-to-device copies do not say whether host memory was "
                                f"pinned (no srcKind column in {MEMCPY_T})")
+        self._window_facts(result, windows, label, n)
         rank = device_rank(tl, dev, windows, [k for k, _, _ in numbered], path=f"{self.src.label}:device{dev}",
                            name=f"{self.src.name} device {dev}", label=label)
         self._comm(result, rank, label, n)
         return DeviceResult(dev, windows, label, n, analysis, result, rank)
+
+    def _window_facts(self, result: FileResult, windows: list[Interval], label: str, n: int) -> None:
+        """The window's size and, with steps, their spread (as a Kineto trace gives them)."""
+        common: dict[str, Any] = {"window": label, "file": self.src.label}
+        result.add("trace_steps", n, method="NVTX step ranges in the window" if n else "no NVTX step ranges: a "
+                   "steady-state window", **common)
+        result.add("trace_window_s", total(windows) / 1e6, method="length of the analysed window", **common)
+        if n >= 2:
+            per_step = [b - a for a, b in windows]
+            mean = sum(per_step) / n
+            sd = math.sqrt(sum((x - mean) ** 2 for x in per_step) / (n - 1))
+            result.add("step_time_cv", sd / mean if mean > 0 else 0.0, method="sample standard deviation of the step "
+                       "windows over their mean", samples=n, **common)
+        elif n == 1:
+            result.missing("step_time_cv", "a single step has no spread")
+        else:
+            assert self.nvtx is not None
+            result.missing("step_time_cv", self.nvtx.no_steps_reason)
 
     @staticmethod
     def _comm(result: FileResult, rank: RankTrace, label: str, n_steps: int) -> None:
@@ -393,7 +414,7 @@ class _Analysis:
         return union(spans)
 
     # -- the export's facts ------------------------------------------------------------------------------------------
-    def _facts(self, have_steps: bool) -> None:
+    def _facts(self) -> None:
         r = self.r
         assert self.nvtx is not None
         used = {d: t for d, t in self.per_device.items() if t.analysis is not None}
