@@ -301,15 +301,12 @@ class _Analysis:
             stream = _reporting(stream, self.progress, self.src.size, int(self.r.stats.get("kernels", 0))
                                 + int(self.r.stats.get("memcpys", 0)) + int(self.r.stats.get("memsets", 0)))
         catalog, roof = self._catalog(), self._roof()
-        first_label: str | None = None
         for dev, acts in groupby(stream, key=lambda a: a.device):
-            if dev not in self.devices:
-                continue
-            done = self._device(dev, acts, steps_by_proc, catalog, roof)
-            self.per_device[dev] = done
-            if first_label is None or (done.n_steps and not self.per_device[min(self.per_device)].n_steps):
-                first_label = done.label
-        self.label = first_label or self.label
+            if dev in self.devices:
+                self.per_device[dev] = self._device(dev, acts, steps_by_proc, catalog, roof)
+        done = sorted(self.per_device.items())
+        labels = [t.label for _, t in done if t.n_steps] or [t.label for _, t in done]
+        self.label = labels[0] if labels else self.label  # the first device's (with steps, when some have them)
         span = sum(total(d.windows) for d in self.per_device.values()) / max(1, len(self.per_device))
         self.r.stats.update(window=self.label, window_s=round(span / 1e6, 6))
 
