@@ -49,7 +49,8 @@ t1 = time.perf_counter()
 _default_kb()
 result = expert.ingest_result(sys.argv[1])
 t2 = time.perf_counter()
-util = {n.split(':')[0]: n.split('busy ')[1].split('%')[0] for n in result.notes if n.startswith('device ')}
+util = {n.split(':')[0]: n.split('busy ')[1].split('%')[0] for n in result.notes
+        if n.startswith('device ') and 'busy ' in n}
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "facts": len(result.observations), "util": util,
                   "rows": sum(v for k, v in result.files[0].stats.items() if k in ("kernels", "memcpys", "memsets",
                               "runtime_calls", "sync_records", "nvtx_events"))}))

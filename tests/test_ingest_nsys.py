@@ -19,8 +19,10 @@ import expert
 from expert.errors import ObservationError
 from expert.ingest import ingest_result, nsys
 from expert.ingest._source import Source, sniff
-from expert.ingest.device_analysis import analyse_device, classify_kernel, short_name
+from expert.ingest.nsys.adapter import device_timeline
 from expert.ingest.records import GpuActivity
+from expert.ingest.timeline import H2D, PAGEABLE, PINNED
+from expert.ingest.timeline import analyse as analyse_timeline
 
 GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(Params)"
 ELEM = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>(int, float*)"
@@ -78,6 +80,12 @@ def test_hand_computed_export_gives_every_fact_with_provenance(two_steps: Path) 
     assert v["hardware"] == "h100-sxm"
     assert v["workload"] == "training"
     assert v["num_workers"] == 0
+    assert v["trace_steps"] == 2 and v["trace_window_s"] == pytest.approx(2100e-6)
+    assert v["step_time_cv"] == pytest.approx(math.sqrt(2 * 50**2) / 1050)  # windows of 1000 and 1100 us
+    # the shared analysis's finer idle split (launch overhead, host compute, blocking syncs, nothing on the host)
+    # stays within the idle time
+    assert v["launch_overhead_frac"] + v["host_compute_frac"] + v["host_sync_frac"] + v["unattributed_idle_frac"] \
+        <= v["gpu_idle_gap_frac"] + 1e-9
     gap = result.observations.facts["gpu_idle_gap_frac"].detail
     assert gap["idle_data_wait"] == pytest.approx(200 / window, abs=1e-4)
     assert gap["idle_host_wait"] == pytest.approx(250 / window, abs=1e-4)
@@ -136,9 +144,10 @@ def test_without_step_ranges_the_whole_export_is_the_window_and_step_facts_say_w
     spec.nvtx = [n for n in spec.nvtx if n.text != "train_step"] + [Nvtx("train_step", 0, 2000)]
     result = ingest_result(write(tmp_path / "once.sqlite", spec))
     assert "occurs once" in result.not_derived["step_time_s"]
-    assert "whole export" in str(result.observations.facts["gpu_util"].detail["window"])
-    # the export spans its CUDA activity: from the first launch call (90 us) to the end of the last kernel
-    assert result.observations.values()["gpu_util"] == pytest.approx((600 + 100 + 950) / (2100 - 90))
+    # the shared analysis's steady window, as for a Kineto trace without ProfilerStep spans: from the first GPU
+    # activity (100 us; the launch call at 90 us before it is initialisation) to the end of the last kernel
+    assert "steady state" in str(result.observations.facts["gpu_util"].detail["window"])
+    assert result.observations.values()["gpu_util"] == pytest.approx((600 + 100 + 950) / (2100 - 100))
     windowed = ingest_result(write(tmp_path / "once2.sqlite", spec), window="0.00091:")
     assert windowed.observations.values()["gpu_util"] == pytest.approx(950 / 1100)  # 1000 us to the end
     with pytest.raises(ObservationError, match="--window is outside the export"):
@@ -221,41 +230,58 @@ def test_rows_stream_without_python_lists_of_the_table(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert result.observations.values()["gpu_util"] == pytest.approx(0.8, abs=1e-3)
-    assert peak < 8 << 20  # a list of 40,000 records alone would take more than this
+    # rows go from the cursors into the shared analysis's columnar timeline (arrays of machine numbers, about 130
+    # bytes per kernel and its launch call), one device at a time; the analysis's working set (index lists, the
+    # host-activity intervals: 40,000 unnested launch calls here) brings the peak to about 18 MB. Reading the tables
+    # into Python record lists as well would add about 15 MB (40,000 GpuActivity and RuntimeCall records).
+    assert peak < 24 << 20
 
 
-# -- the per-device analysis on its own ---------------------------------------------------------------------------
+# -- the adapter: nsys rows as the shared analysis's timeline ------------------------------------------------------
 
-def _k(name: str, start: float, end: float, launch: float = math.nan, kind: str = "kernel") -> GpuActivity:
-    return GpuActivity(kind, name, start, end - start, 0, 7, -1, -1, launch)
+def test_the_adapter_feeds_the_shared_analysis_which_splits_gaps_and_clips_to_windows(tmp_path: Path) -> None:
+    spec = Export(kernels=[Kernel(ELEM, 10, 20, 5), Kernel(ELEM, 20.01, 30, 8), Kernel(ELEM, 50, 60, 45),
+                           Kernel(ELEM, 80, 90, 20)],
+                  copies=[Copy(1, 92, 94, 91, src=0), Copy(1, 95, 97, 94, src=1)],
+                  nvtx=[Nvtx("aten::add, seq = 3, op_id = 7", 4, 9), Nvtx(LOADER, 0, 5)])
+    kb = expert.default_expert().kb
+    assert kb.kernels is not None
+    with nsys.open_export(Source(write(tmp_path / "gaps.sqlite", spec))) as (export, _):
+        tl = device_timeline(export, 0, export.activities([0]), {100}, [(0.0, 5.0)])
+    assert list(tl.g_start) == [10, 20.01, 50, 80, 92, 95]
+    assert list(tl.launch) == pytest.approx([5, 8, 45, 20, 91, 94])  # joined by correlation id within the process
+    assert [f & (H2D | PAGEABLE | PINNED) for f in tl.g_flag][4:] == [H2D | PAGEABLE, H2D | PINNED]
+    assert [tl.names[i] for i in tl.o_name] == ["aten::add"]  # emit_nvtx's annotation stripped: an operator
+    assert [tl.names[i] for i in tl.s_name] == [LOADER] and tl.loader == [(0.0, 5.0)]
+    a = analyse_timeline(tl, [(0.0, 100.0)], {0}, kb.kernels)
+    assert a is not None
+    span = 100.0
+    assert a.idle["busy"] == pytest.approx((10 + 9.99 + 10 + 10 + 2 + 2) / span)
+    assert a.idle["data"] == pytest.approx(5 / span)
+    # launched after the gap began: [5, 10), [30, 50) and [90, 92) (the copy launched at 91)
+    assert a.idle["hta_host"] == pytest.approx((5 + 20 + 2) / span)
+    assert a.idle["hta_kernel"] == pytest.approx(0.01 / span)  # shorter than 30 ns
+    # launched before the gap began: [60, 80) and [94, 95) (launched at 94); the trailing [97, 100)
+    assert a.idle["hta_other"] == pytest.approx((20 + 1 + 3) / span)
+    assert a.copies["pageable"] == pytest.approx(2) and a.copies["pinned"] == pytest.approx(2)
+    clipped = analyse_timeline(tl, [(15.0, 55.0)], {0}, kb.kernels)
+    assert clipped is not None and clipped.idle["busy"] == pytest.approx((5 + 9.99 + 5) / 40)
+    assert clipped.activities == 2  # activities starting inside the window
 
 
-def test_analyse_device_splits_gaps_and_clips_to_windows() -> None:
-    acts = [_k(ELEM, 10, 20, 5), _k(ELEM, 20.01, 30, 8), _k(ELEM, 50, 60, 45), _k(ELEM, 80, 90, 20)]
-    tl = analyse_device(0, acts, [(0, 100)], data_spans=[(0, 5)])
-    assert tl.busy_us == pytest.approx(10 + 9.99 + 10 + 10)
-    assert tl.idle_data_us == pytest.approx(5)
-    assert tl.idle_host_us == pytest.approx(5 + 20)  # [5, 10) and [30, 50): launched after the gap began
-    assert tl.idle_kernel_us == pytest.approx(0.01)  # shorter than 30 ns
-    assert tl.idle_other_us == pytest.approx(20 + 10)  # [60, 80): launched before the gap; trailing [90, 100)
-    assert tl.gaps == 5 and tl.longest_gap_us == pytest.approx(20)
-    clipped = analyse_device(0, acts, [(15, 55)])
-    assert clipped.busy_us == pytest.approx(5 + 9.99 + 5) and clipped.activities == 2
-    with pytest.raises(ValueError, match="sorted"):
-        analyse_device(0, list(reversed(acts)), [(0, 100)])
-
-
-def test_kernel_classes_and_short_names() -> None:
-    assert classify_kernel(NCCL) == "communication"
-    assert classify_kernel(GEMM) == "gemm"
-    assert classify_kernel("flash_fwd_kernel") == "attention"
-    assert classify_kernel("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN") == "gemm"
-    assert classify_kernel("vectorized_layer_norm_kernel") == "reduction"
-    assert classify_kernel(ELEM) == "elementwise"
-    assert classify_kernel("mystery") == "other"
-    assert classify_kernel("void cudnn::cnn::conv2d_grouped_direct_kernel<float>") == "conv"
-    assert classify_kernel("convert_fp32_to_bf16_kernel") != "conv"
-    assert short_name(ELEM) == "at::native::vectorized_elementwise_kernel"
+def test_kernel_classes_and_top_kernels_come_from_the_shared_catalog(two_steps: Path) -> None:
+    result = ingest_result(two_steps)
+    bd = result.time_breakdown
+    assert bd is not None and bd.source == "two_steps.sqlite"
+    classes = {c.class_: c for c in bd.classes}
+    assert {"gemm", "communication", "elementwise", "reduction", "memcpy"} <= set(classes)
+    assert classes["gemm"].count == 2 and classes["communication"].count == 1
+    assert bd.top_kernels[0].name == REDUCE and bd.top_kernels[0].count == 1
+    v = result.observations.values()
+    assert v["top_kernel_class"] == "reduction" and v["trace_kernels"] == 5
+    assert v["uses_cuda_graphs"] == "no"
+    assert nsys.short_name(ELEM) == "at::native::vectorized_elementwise_kernel"
+    assert nsys.short_name(GEMM) == "cutlass::Kernel2"
 
 
 # -- .nsys-rep ------------------------------------------------------------------------------------------------------

@@ -90,12 +90,15 @@ def _as_range(value: StepRange | TimeWindow, what: str, *, integer: bool) -> tup
 def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | None, float | None] | None,
               window: tuple[float | None, float | None] | None, samples: tuple[float | None, float | None] | None,
               gpus: Sequence[int] | None, columns: Sequence[str] | None, progress: Progress | None,
-              nvtx_range: str | None = None) -> FileResult:
+              nvtx_range: str | None = None, jobs: list[JobResult] | None = None) -> FileResult:
     if fmt == "nsys":
         from . import nsys
 
-        result = nsys.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, step_range=nvtx_range,
-                            progress=progress)
+        analysis = nsys.analyse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, step_range=nvtx_range,
+                                progress=progress)
+        result = analysis.result
+        if analysis.job is not None and jobs is not None:  # several devices: compared as the ranks of a job
+            jobs.append(analysis.job)
         if samples is not None:
             result.notes.append("--samples applies to telemetry logs; ignored for this export")
         return result
@@ -191,16 +194,22 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     elif job is not None:
         raise ObservationError([Problem(f"--job {job}", "the inputs are not the ranks of multi-GPU jobs")],
                                title="cannot read telemetry")
+    export_jobs: list[JobResult] = []  # Nsight Systems exports with several devices (their facts are in the file)
     others = [_read_one(src, fmt, kb, steps=step_numbers, window=time_window, samples=sample_range, gpus=gpus,
-                        columns=columns, progress=progress, nvtx_range=nvtx_step)
+                        columns=columns, progress=progress, nvtx_range=nvtx_step, jobs=export_jobs)
               for src, fmt in zip(srcs, fmts, strict=True) if not (multi and fmt == "kineto")]
     merged_inputs = ([job_result.result] if job_result is not None else rank_files) + others
     raw, not_derived, merge_notes = merge(merged_inputs)
     observations = normalise(kb, raw)
-    if job_result is not None:
-        observations = observations.model_copy(update={"ranks": list(job_result.ranks)})
+    cluster = job_result
+    if cluster is None and export_jobs:
+        cluster = export_jobs[0]
+        if len(export_jobs) > 1:
+            notes.append(f"{len(export_jobs)} multi-device exports: the rank figures are the first one's")
+    if cluster is not None:
+        observations = observations.model_copy(update={"ranks": list(cluster.ranks)})
     return IngestResult(observations=observations, files=[*rank_files, *others], not_derived=not_derived,
-                        notes=notes + merge_notes, job=job_result)
+                        notes=notes + merge_notes, job=cluster)
 
 
 def ingest(path_or_stream: SourceLike | Sequence[SourceLike], *, format: str = "auto", steps: StepRange = None,

@@ -1,8 +1,9 @@
 """Format-neutral profiler records: what a trace reader hands to the timeline analysis.
 
-A reader (today `nsys`) turns its own rows into these plain tuples, in microseconds, so the per-device analysis
-(`device_analysis.analyse_device`, or the shared trace analysis that replaces it) never sees a file format. They are
-NamedTuples: cheap to build by the million from database rows, and readable by field name.
+A reader (today `nsys`) turns its own rows into these plain tuples, in microseconds, one at a time, and its adapter
+appends them to the shared trace analysis's columnar `timeline.Timeline` (expert/ingest/nsys/adapter.py), which never
+sees a file format. They are NamedTuples: cheap to build by the million from database rows, and readable by field
+name.
 """
 
 from __future__ import annotations
