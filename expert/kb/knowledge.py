@@ -331,11 +331,15 @@ class AxisSpec(_Strict):
 
 
 class EvidenceCap(_Strict):
-    """While `finding` holds, no bottleneck candidate is stronger than `max_strength` (thin evidence)."""
+    """While `finding` holds, no bottleneck candidate is stronger than `max_strength` (thin or conflicting evidence;
+    below the verdict threshold, the verdict is withheld). `conflict` lists the facts that cannot all be right when
+    the finding is conflicting evidence; `firmer` says what would lift the cap."""
 
     finding: str
     max_strength: Strength
     source: str
+    firmer: str | None = None
+    conflict: list[str] = []
 
 
 class RegimeCatalog(_Strict):
@@ -507,6 +511,9 @@ class KnowledgeBase:
             if fact.measure and fact.measure not in self.tools.measurements:
                 problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown measurement {fact.measure!r}"))
         problems.extend(self._check_questions(where))
+        for cap in self.regimes.evidence_caps:
+            problems.extend(Problem(f"{where}/regimes.yaml: evidence_caps.{cap.finding}.conflict",
+                                    f"unknown fact {name!r}") for name in cap.conflict if name not in self.facts)
         for name in self.tools.consultation.available_tools.after:
             if name not in self.facts:
                 problems.append(Problem(f"{where}/tools.yaml: consultation.available_tools.after",
