@@ -23,7 +23,8 @@ def _frac(lo: float, hi: float) -> st.SearchStrategy[float]:
 @st.composite
 def _input(draw: st.DrawFn) -> dict[str, Any]:
     step = draw(_frac(0.05, 2.0))
-    return {"gpu_util": draw(_frac(0.05, 0.6)), "step_time_s": step, "data_wait_s": round(step * draw(_frac(0.4, 0.9)), 6)}
+    return {"gpu_util": draw(_frac(0.05, 0.6)), "step_time_s": step,
+            "data_wait_s": round(step * draw(_frac(0.4, 0.9)), 6)}
 
 
 @st.composite
