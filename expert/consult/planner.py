@@ -97,11 +97,16 @@ class Index:
         self.decisive = direct
         self.relevant = relevant
         # conflict caps: a rule concluding one matters once the user has given one of the readings it checks (the
-        # consultation then asks for the other when it could withhold the verdict, never for a pair from scratch)
-        conflicts = {cap.finding: cap.conflict for cap in self.kb.regimes.evidence_caps if cap.conflict}
+        # consultation then asks for the other when it could withhold the verdict, never for a pair from scratch);
+        # the context (hardware, dtype) and the durations that shares divide by (step_time_s) are not such readings
+        # (only the conflicts that withhold the verdict: a cap at the verdict's strength leaves the answer standing)
+        regimes = self.kb.regimes
+        conflicts = {cap.finding: cap.conflict for cap in regimes.evidence_caps if cap.conflict
+                     and regimes.strengths[cap.max_strength] < regimes.strengths[regimes.verdict_min_strength]}
         self.conflict_readings: dict[str, frozenset[str]] = {
             lr.id: frozenset(f for f in conflicts[lr.rule.then.finding.id]
-                             if self.kb.facts[f].askable and not self.kb.facts[f].ask_first)
+                             if self.kb.facts[f].askable and not self.kb.facts[f].ask_first
+                             and self.kb.facts[f].dimension != "time")
             for lr in self.rules if lr.rule.then.finding is not None and lr.rule.then.finding.id in conflicts}
         self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
         for lr in self.rules:
