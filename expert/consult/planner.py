@@ -79,8 +79,9 @@ class Index:
             for fact in facts_used(lr.condition):
                 self.readers.setdefault(fact, []).append(lr.id)
         self.producers = expert.ruleset.producers
-        # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding them decide too
-        capping = {cap.finding for cap in self.kb.regimes.evidence_caps}
+        # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding thin evidence
+        # decide too; a conflict is checked between the answers given, never a reason to ask for a second reading
+        capping = {cap.finding for cap in self.kb.regimes.evidence_caps if not cap.conflict}
         direct = {lr.id for lr in self.rules if decisive(lr)
                   or (lr.rule.then.finding is not None and lr.rule.then.finding.id in capping)}
         relevant = set(direct)
@@ -98,6 +99,18 @@ class Index:
                             changed = True
         self.decisive = direct
         self.relevant = relevant
+        # conflict caps: a rule concluding one matters once the user has given one of the readings it checks (the
+        # consultation then asks for the other when it could withhold the verdict, never for a pair from scratch);
+        # the context (hardware, dtype) and the durations that shares divide by (step_time_s) are not such readings
+        # (only the conflicts that withhold the verdict: a cap at the verdict's strength leaves the answer standing)
+        regimes = self.kb.regimes
+        conflicts = {cap.finding: cap.conflict for cap in regimes.evidence_caps if cap.conflict
+                     and regimes.strengths[cap.max_strength] < regimes.strengths[regimes.verdict_min_strength]}
+        self.conflict_readings: dict[str, frozenset[str]] = {
+            lr.id: frozenset(f for f in conflicts[lr.rule.then.finding.id]
+                             if self.kb.facts[f].askable and not self.kb.facts[f].ask_first
+                             and self.kb.facts[f].dimension != "time")
+            for lr in self.rules if lr.rule.then.finding is not None and lr.rule.then.finding.id in conflicts}
         self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
         for lr in self.rules:
             for conjunction in conjunctions(lr.condition):
@@ -146,6 +159,8 @@ class State:
         self._routes: dict[str, list[frozenset[str]]] = {}
         self.open_findings: set[str] = set()
         self.live: set[str] = set()
+        self.relevant = ix.relevant | {rule for rule, readings in ix.conflict_readings.items()
+                                       if not readings.isdisjoint(self.answers)}
         self._possibility()
 
     # which facts could still change ------------------------------------------------------------------------------
@@ -261,7 +276,7 @@ class State:
         """Open facts tested by rules that can still change and can reach the verdict or the recommendations."""
         out: list[str] = []
         for lr in self.ix.rules:
-            if lr.id not in self.live or lr.id not in self.ix.relevant:
+            if lr.id not in self.live or lr.id not in self.relevant:
                 continue
             for fact in facts_used(lr.condition):
                 if fact not in out and self.is_open(fact):
@@ -386,7 +401,7 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
 def make_plan(state: State) -> Plan:
     plan = Plan(state)
     ix = state.ix
-    live_decisive = [lr for lr in ix.rules if lr.id in state.live and lr.id in ix.relevant]
+    live_decisive = [lr for lr in ix.rules if lr.id in state.live and lr.id in state.relevant]
     if not live_decisive:
         plan.settled_soundly = True
         return plan

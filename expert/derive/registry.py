@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
 from ..rules.model import AllOf, AnyOf, Condition, FactTest
+from . import consistency
 from .formulas import (
     Facts,
     Value,
@@ -514,6 +515,17 @@ _LLM_TAIL: tuple[Derivation, ...] = (
                "(model_state_bytes + activation_bytes) / HBM per GPU", f"{_ZERO}; {_ACTIVATIONS}",
                _to_hbm("model_state_bytes", "activation_bytes"), gate=PUBLISHED_MEMORY),
 )
+# consistency margins (expert/derive/consistency.py)
+SOME_ACHIEVED = Gate("some achieved FLOP/s to compare the MFU with", _fact("flops_to_peak", gt=0))
+_CONFLICT_MFU = ("seed Table 5 (MFU = achieved FLOP/s over the dense peak); "
+                 "PaLM, Chowdhery et al. 2022, App. B (MFU vs HFU)")
+_CONFLICT_BW = "DCGM DRAM_ACTIVE definition (achieved / peak DRAM bandwidth); Nsight Compute dram__bytes per step"
+_CONFLICT_IDLE = ("NVML utilization.gpu (a kernel was running) and the trace's idle share (nothing running) "
+                  "exclude each other")
+_CONFLICT_PIPES = ("DCGM profiling metrics: PIPE_TENSOR_ACTIVE counts cycles of resident warps, "
+                   "so it cannot exceed SM_ACTIVE")
+_CONFLICT_WAIT = "seed Table 5 (I/O overhead) and screening signal 1: an exposed data wait leaves the GPU idle"
+_CONFLICT_NODES = "every node of a GPU job holds at least one GPU"
 
 DERIVATIONS: tuple[Derivation, ...] = (
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
@@ -690,5 +702,30 @@ DERIVATIONS: tuple[Derivation, ...] = (
                lambda f, kb: Result(max(0.0, _num(f, "coordination_overhead")
                                         - _num(f, "optimal_coordination_overhead")))),
     *_LLM_TAIL,
+    # ---- consistency margins: pairs of facts that physically must agree (rules/conflicts.yaml judges them) ----------
+    *(
+        Derivation("mfu_to_achieved", ("mfu", "flops_to_peak"), "mfu / (achieved_tflops / peak_tflops)",
+                   _CONFLICT_MFU, lambda f, kb: Result(consistency.ratio_of_readings(
+                       _num(f, "mfu"), _num(f, "flops_to_peak"))), gate=SOME_ACHIEVED),
+        Derivation("bytes_bw_util", ("bytes_moved", "step_time_s", "peak_bandwidth"),
+                   "bytes_moved / step_time_s / peak_bandwidth (unclamped)", _CONFLICT_BW,
+                   lambda f, kb: Result(consistency.bytes_bandwidth_util(
+                       _num(f, "bytes_moved"), _num(f, "step_time_s"), _num(f, "peak_bandwidth")))),
+        Derivation("bandwidth_to_peak", ("bytes_bw_util",), "bytes_moved / step_time_s / peak_bandwidth (unclamped)",
+                   "roofline: no step exceeds the peak memory bandwidth",
+                   lambda f, kb: Result(_num(f, "bytes_bw_util"))),
+        Derivation("mem_bw_to_bytes", ("mem_bw_util", "bytes_bw_util"), "mem_bw_util / bytes_bw_util",
+                   _CONFLICT_BW, lambda f, kb: Result(consistency.ratio_of_readings(
+                       _num(f, "mem_bw_util"), _num(f, "bytes_bw_util")))),
+        Derivation("busy_idle_excess", ("gpu_util", "gpu_idle_gap_frac"), "gpu_util + gpu_idle_gap_frac − 1",
+                   _CONFLICT_IDLE, lambda f, kb: Result(consistency.busy_idle_excess(
+                       _num(f, "gpu_util"), _num(f, "gpu_idle_gap_frac")))),
+        Derivation("tensor_over_sm", ("tensor_active", "sm_active"), "tensor_active − sm_active", _CONFLICT_PIPES,
+                   lambda f, kb: Result(consistency.excess(_num(f, "tensor_active"), _num(f, "sm_active")))),
+        Derivation("wait_over_idle", ("io_overhead", "gpu_idle_gap_frac"), "io_overhead − gpu_idle_gap_frac",
+                   _CONFLICT_WAIT, lambda f, kb: Result(consistency.excess(
+                       _num(f, "io_overhead"), _num(f, "gpu_idle_gap_frac")))),
+        Derivation("gpus_per_node", ("num_gpus", "num_nodes"), "num_gpus / num_nodes", _CONFLICT_NODES,
+                   lambda f, kb: Result(consistency.per_node(_num(f, "num_gpus"), _num(f, "num_nodes")))),
+    ),
 )
-

@@ -25,6 +25,7 @@ from ..report.model import (
     ClusterSection,
     Concludes,
     Evidence,
+    EvidenceLimit,
     ExpectedGain,
     Finding,
     GraphEdge,
@@ -219,6 +220,7 @@ def build_report(
     recommended, wasted, applied = _optimizations(ctx, decision, parts)
     missing = _missing(ctx, ordered)
     measurements = _measurements(ctx, fired, missing, verdict, axes)
+    conflicts, limits = _evidence_limits(ctx, decision, findings)
     # every part was built here from checked values (as the graph is), so the Report is not validated again
     return Report.model_construct(
         engine=engine_name,
@@ -226,7 +228,10 @@ def build_report(
         derived=dict(sorted(derived.items())),
         bottleneck=verdict,
         verdict_title=kb.regimes.regimes[verdict].title if verdict else None,
+        state="verdict" if verdict else "conflicting evidence" if conflicts else "insufficient evidence",
         candidates=candidates,
+        conflicts=conflicts,
+        evidence_limits=limits,
         axes=axes,
         findings=findings,
         recommended=recommended,
@@ -475,6 +480,37 @@ def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
         out.append(MissingFact(fact=fact, question=spec.question or spec.description,
                                why=f"would settle: {titles}{more}", rules=rules))
     return out
+
+
+def _evidence_limits(ctx: _Context, decision: Decision,
+                     findings: list[Finding]) -> tuple[list[EvidenceLimit], list[EvidenceLimit]]:
+    """The evidence caps in effect (knowledge_base/regimes.yaml `evidence_caps`), as (conflicts, thin evidence):
+    each with its finding's wording, the values that disagree, and the measurements that would lift it."""
+    regimes = ctx.kb.regimes
+    threshold = regimes.strengths[regimes.verdict_min_strength]
+    by_id = {f.id: f for f in findings}
+    conflicts: list[EvidenceLimit] = []
+    limits: list[EvidenceLimit] = []
+    for cap in regimes.evidence_caps:
+        found = by_id.get(cap.finding)
+        if cap.finding not in decision.caps or found is None:
+            continue
+        measure = ctx.ruleset.rules[found.rule_id].rule.then.measure
+        if cap.conflict:  # re-measure what was given; what was not given is no part of the conflict
+            measure = [m for m in measure if m in ctx.facts] or list(measure)
+        remeasure: list[NextMeasurement] = []
+        for fact in measure:
+            tool = _measurement_for(ctx, fact)
+            if tool is not None:
+                remeasure.append(NextMeasurement(fact=fact, axis=tool[0], tool=tool[1], how=tool[2],
+                                                 why=f"{found.title}: re-measure {fact}", settles=[cap.finding]))
+        record = EvidenceLimit(
+            finding=cap.finding, title=found.title, message=found.message, max_strength=cap.max_strength,
+            effect="withheld" if regimes.strengths[cap.max_strength] < threshold else "capped",
+            firmer=cap.firmer or found.message, source=cap.source,
+            facts={name: ctx.facts[name] for name in cap.conflict if name in ctx.facts}, remeasure=remeasure)
+        (conflicts if cap.conflict else limits).append(record)
+    return conflicts, limits
 
 
 def _measurement_for(ctx: _Context, fact: str) -> tuple[str, str, str] | None:

@@ -351,11 +351,15 @@ class AxisSpec(_Strict):
 
 
 class EvidenceCap(_Strict):
-    """While `finding` holds, no bottleneck candidate is stronger than `max_strength` (thin evidence)."""
+    """While `finding` holds, no bottleneck candidate is stronger than `max_strength` (thin or conflicting evidence;
+    below the verdict threshold, the verdict is withheld). `conflict` lists the facts that cannot all be right when
+    the finding is conflicting evidence; `firmer` says what would lift the cap."""
 
     finding: str
     max_strength: Strength
     source: str
+    firmer: str | None = None
+    conflict: list[str] = []
 
 
 class RegimeCatalog(_Strict):

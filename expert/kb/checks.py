@@ -23,6 +23,9 @@ def check_references(kb: KnowledgeBase) -> None:
         if fact.measure and fact.measure not in kb.tools.measurements:
             problems.append(Problem(f"{where}/facts.yaml: {fact.name}", f"unknown measurement {fact.measure!r}"))
     problems.extend(_check_questions(kb, where))
+    for cap in kb.regimes.evidence_caps:
+        problems.extend(Problem(f"{where}/regimes.yaml: evidence_caps.{cap.finding}.conflict",
+                                f"unknown fact {name!r}") for name in cap.conflict if name not in kb.facts)
     for name in kb.tools.consultation.available_tools.after:
         if name not in kb.facts:
             problems.append(Problem(f"{where}/tools.yaml: consultation.available_tools.after",

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._lazy import cached_property
 from ..breakdown import TimeBreakdown
@@ -152,6 +152,26 @@ class NextMeasurement:
     how: str
     why: str
     settles: list[str]
+
+
+VerdictState = Literal["verdict", "conflicting evidence", "insufficient evidence"]
+
+
+@dataclass
+class EvidenceLimit:
+    """A finding that caps every candidate's strength while it holds (knowledge_base/regimes.yaml `evidence_caps`):
+    thin evidence, or conflicting evidence (`facts`: the known values that cannot all be right). `effect` is
+    "withheld" when the cap lies below the verdict threshold; `firmer` and `remeasure` say what would lift it."""
+
+    finding: str
+    title: str
+    message: str
+    max_strength: Literal["suspect", "likely", "confirmed"]
+    effect: Literal["withheld", "capped"]
+    firmer: str
+    source: str
+    facts: dict[str, Value] = field(default_factory=dict)
+    remeasure: list[NextMeasurement] = field(default_factory=list)
 
 
 @dataclass
@@ -310,7 +330,10 @@ class Report(_Model):
     derived: dict[str, DerivedValue]
     bottleneck: str | None
     verdict_title: str | None = None
+    state: VerdictState = "insufficient evidence"  # "conflicting evidence": a conflict holds and no verdict is named
     candidates: list[Candidate]
+    conflicts: list[EvidenceLimit] = []  # conflicting evidence in effect (regimes.yaml caps with `conflict` facts)
+    evidence_limits: list[EvidenceLimit] = []  # thin evidence in effect (the other caps)
     axes: list[AxisScore]
     findings: list[Finding]
     recommended: list[Recommendation]
@@ -325,6 +348,14 @@ class Report(_Model):
     tables: list[RegimeTableRecord] = []
     cluster: ClusterSection | None = None
     time_breakdown: TimeBreakdown | None = None  # where the GPU time goes, when the facts came from a profiler trace
+
+    @model_validator(mode="after")
+    def _state_of_verdict(self) -> Report:
+        if self.bottleneck is not None:  # a report saved before `state` existed, or built without it
+            self.state = "verdict"
+        elif self.state == "verdict":
+            raise ValueError("state 'verdict' needs a bottleneck")
+        return self
 
     def to_json(self, indent: int | None = 2) -> str:
         """Lossless JSON; `Report.model_validate_json` reads it back."""

@@ -73,6 +73,11 @@ def _roofline(report: Report, ax: Any) -> None:
     elif rf.achieved_tflops is not None:
         ax.axhline(rf.achieved_tflops, color="#dc2626", ls=":",
                    label=f"achieved {rf.achieved_tflops:.4g} TFLOP/s (intensity unknown)")
+    warning = rf.above_roof()
+    if warning is not None and rf.achieved_tflops is not None:  # a point above its roof: only with this label
+        ax.set_ylim(top=rf.achieved_tflops * 10)  # room for the label above the point
+        ax.text(0.02, 0.97, warning, transform=ax.transAxes, va="top", fontsize=9, fontweight="bold",
+                color="#86198f", wrap=True, bbox={"boxstyle": "round", "facecolor": "#fdf4ff", "edgecolor": "#a21caf"})
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("performance (TFLOP/s)")
     ax.set_title(f"Roofline: {rf.hardware}" + (f" {rf.dtype}" if rf.dtype else ""))

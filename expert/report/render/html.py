@@ -18,6 +18,9 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #e5e7eb;padding
 table{border-collapse:collapse;margin:.5em 0;font-size:.92em}th,td{border:1px solid #e5e7eb;padding:4px 8px;
 text-align:left;vertical-align:top}th{background:#f9fafb}.verdict{font-size:1.3em;padding:.6em 1em;border-radius:8px;
 background:#fee2e2;border:1px solid #dc2626}.verdict.undecided{background:#fef9c3;border-color:#ca8a04}
+.verdict.conflicting{background:#fae8ff;border-color:#a21caf}
+.conflict{border-left:4px solid #a21caf;background:#fdf4ff;padding:.4em .8em}.thin{border-left:4px solid #ca8a04;
+background:#fefce8;padding:.4em .8em}
 .muted{color:#6b7280}.band-fail{color:#b91c1c;font-weight:bold}.band-pass{color:#15803d}.band-marginal{color:#a16207}
 pre{background:#f9fafb;border:1px solid #e5e7eb;padding:.6em;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
 .graph{overflow-x:auto;border:1px solid #e5e7eb;border-radius:8px;padding:4px}del{color:#6b7280}
@@ -69,15 +72,37 @@ def _verdict(report: Report) -> list[str]:
         out = [f"<p id=\"verdict\" class=\"verdict\" data-verdict=\"{_e(report.bottleneck)}\">"
                f"Verdict: <strong>{_e(report.verdict_title)}</strong> "
                f"<span class=\"muted\">({_e(lead.strength)}; rules: {_e(', '.join(lead.rules))})</span></p>"]
+    elif report.state == "conflicting evidence":
+        out = ["<p id=\"verdict\" class=\"verdict conflicting\" data-verdict=\"\" data-state=\"conflicting evidence\">"
+               "Verdict: <strong>withheld: conflicting evidence</strong> <span class=\"muted\">— the inputs cannot "
+               "all be right, so no verdict is named until they are re-measured</span></p>"]
     else:
         out = ["<p id=\"verdict\" class=\"verdict undecided\" data-verdict=\"\">Verdict: <strong>undecided</strong> "
                "<span class=\"muted\">— the evidence is insufficient to name a bottleneck</span></p>"]
+    out += _limits(report)
     others = report.candidates[1:] if report.bottleneck else report.candidates
     if others:
         out.append("<p>Other hypotheses: " + ", ".join(f"{_e(c.title)} ({_e(c.strength)}, score {c.score})"
                                                       for c in others) + "</p>")
     if report.axes:
         out.append("<p>D·A·M axes: " + ", ".join(f"{_e(a.axis)} {a.share:.0%}" for a in report.axes) + "</p>")
+    return out
+
+
+def _limits(report: Report) -> list[str]:
+    """Conflicting and thin evidence in effect: the values that disagree, the effect, what to re-measure."""
+    out: list[str] = []
+    for c in report.conflicts:
+        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        values = ", ".join(f"<code>{_e(name)}</code> = {_e(_fmt(value))}" for name, value in c.facts.items())
+        remeasure = "".join(f"<li><code>{_e(m.fact)}</code>: {_e(m.tool)} ({_e(m.how)})</li>" for m in c.remeasure)
+        out.append(f"<div class=\"conflict\" data-finding=\"{_e(c.finding)}\"><p><strong>Conflicting "
+                   f"evidence</strong> ({_e(effect)}): {_e(c.title)} ({values})</p><p>{_e(c.message)}</p>"
+                   f"<p>To settle it: {_e(c.firmer)}</p>" + (f"<ul>{remeasure}</ul>" if remeasure else "") + "</div>")
+    for c in report.evidence_limits:
+        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        out.append(f"<div class=\"thin\" data-finding=\"{_e(c.finding)}\"><p><strong>Thin evidence</strong> "
+                   f"({_e(effect)}): {_e(c.title)}. Firmer with: {_e(c.firmer)}</p></div>")
     return out
 
 

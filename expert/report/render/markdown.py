@@ -66,6 +66,9 @@ def _verdict(report: Report) -> list[str]:
         lead = report.candidates[0]
         lines.append(f"**{report.verdict_title}** (`{report.bottleneck}`, {lead.strength}; rules: "
                      f"{', '.join(f'`{r}`' for r in lead.rules)})")
+    elif report.state == "conflicting evidence":
+        lines.append("**Conflicting evidence**: the inputs cannot all be right, so no verdict is named until they are "
+                     "re-measured (the expert never guesses).")
     else:
         lines.append("**Undecided**: the evidence is insufficient to name a bottleneck (the expert never guesses).")
     others = report.candidates[1:] if report.bottleneck else report.candidates
@@ -73,7 +76,23 @@ def _verdict(report: Report) -> list[str]:
         lines += ["", "Other hypotheses: " + ", ".join(f"{c.title} ({c.strength}, score {c.score})" for c in others)]
     if report.axes:
         lines += ["", "D·A·M axes: " + ", ".join(f"{a.axis} {a.share:.0%}" for a in report.axes)]
-    return [*lines, ""]
+    return [*lines, "", *_limits(report)]
+
+
+def _limits(report: Report) -> list[str]:
+    """Conflicting and thin evidence in effect: the values that disagree, the effect, what to re-measure."""
+    lines: list[str] = []
+    for c in report.conflicts:
+        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        values = ", ".join(f"`{name}` = {_text(_fmt(value))}" for name, value in c.facts.items())
+        lines.append(f"> **Conflicting evidence** ({effect}): {_text(c.title)} ({values}). {_text(c.message)} "
+                     f"To settle it: {_text(c.firmer)}" + "".join(f"; `{m.fact}` with {_text(m.tool)} ({_text(m.how)})"
+                                                              for m in c.remeasure) + ".")
+        lines.append("")
+    for c in report.evidence_limits:
+        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        lines += [f"> **Thin evidence** ({effect}): {_text(c.title)}. Firmer with: {_text(c.firmer)}.", ""]
+    return lines
 
 
 def _evidence(report: Report) -> list[str]:

@@ -162,6 +162,17 @@ class Roofline:
         """min(peak, BW · I) in TFLOP/s."""
         return min(self.peak_tflops, self.bandwidth_gbs * intensity / 1e3)
 
+    def above_roof(self) -> str | None:
+        """A warning when the workload's point lies above its roof (physically impossible: conflicting evidence),
+        else None. 5 % of slack, as rules/sanity.yaml allows."""
+        if self.achieved_tflops is None:
+            return None
+        roof = self.attainable(self.intensity) if self.intensity is not None else self.peak_tflops
+        if self.achieved_tflops <= roof * 1.05:
+            return None
+        return (f"WARNING: above the roof ({self.achieved_tflops / roof:.2g}x its {roof:.4g} TFLOP/s): "
+                "conflicting evidence, the inputs cannot all be right")
+
 
 def roofline(report: Report) -> Roofline | None:
     """The roofline of the diagnosed hardware and dtype, or None when the peak or bandwidth is unknown."""
@@ -272,6 +283,12 @@ def roofline_svg(report: Report, width: int = 640, height: int = 400, element_id
                    'stroke="#dc2626" stroke-dasharray="2 3"/>'
                    f'<text x="{left + 6}" y="{_num(y - 5)}" font-size="11" fill="#b91c1c">achieved '
                    f"{rf.achieved_tflops:.4g} TFLOP/s (arithmetic intensity unknown)</text>")
+    warning = rf.above_roof()
+    if warning is not None:  # a point above its roof is drawn only with this label (issue 12: conflicting evidence)
+        out.append(f'<rect class="warning" x="{left + 4}" y="{top + 4}" width="{pw - 8}" height="20" rx="3" '
+                   'fill="#fdf4ff" stroke="#a21caf"/>'
+                   f'<text class="warning" x="{left + 10}" y="{top + 18}" font-size="12" font-weight="bold" '
+                   f'fill="#86198f">{_e(_short(warning, int((pw - 20) / 6.5)))}<title>{_e(warning)}</title></text>')
     out.append("</svg>")
     return "\n".join(out)
 

@@ -28,7 +28,14 @@ def _fmt(value: object) -> str:
 
 
 def verdict_panel(report: Report) -> Panel:
-    if report.bottleneck is None:
+    if report.bottleneck is None and report.state == "conflicting evidence":
+        body = Text("CONFLICTING EVIDENCE: the inputs cannot all be right, so no verdict is named until they are "
+                    "re-measured.", style="bold magenta")
+        if report.candidates:
+            body.append("\nHypotheses: " + ", ".join(f"{c.regime} ({c.strength})" for c in report.candidates),
+                        style="magenta")
+        title = "Verdict: withheld (conflicting evidence)"
+    elif report.bottleneck is None:
         body = Text("No verdict: the evidence is insufficient to name a bottleneck (the expert never guesses).",
                     style="bold yellow")
         if report.candidates:
@@ -45,8 +52,22 @@ def verdict_panel(report: Report) -> Panel:
         title = f"Verdict: {report.bottleneck}"
     if report.axes:
         body.append("\nD·A·M axes: " + "  ".join(f"{a.axis} {a.share:.0%}" for a in report.axes))
-    style = "red" if report.bottleneck else "yellow"
+    _limits_text(report, body)
+    style = "magenta" if report.conflicts else "red" if report.bottleneck else "yellow"
     return Panel(body, title=title, border_style=style, box=box.ROUNDED)
+
+
+def _limits_text(report: Report, body: Text) -> None:
+    """Conflicting and thin evidence in effect: what each did to the verdict and what would lift it."""
+    for c in report.conflicts:
+        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        values = ", ".join(f"{name} = {_fmt(value)}" for name, value in c.facts.items())
+        body.append(f"\nConflicting evidence ({effect}): {c.title}", style="bold magenta")
+        body.append(f" [{values}]" if values else "", style="magenta")
+        body.append(f"\n  {c.message}\n  to settle it: {c.firmer}", style="magenta")
+    for c in report.evidence_limits:
+        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        body.append(f"\nThin evidence ({effect}): {c.title}. Firmer with: {c.firmer}", style="yellow")
 
 
 def iron_law_table(report: Report) -> Table | None:
