@@ -234,18 +234,17 @@ def roofline_svg(report: Report, width: int = 640, height: int = 400, element_id
            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
            f'<text x="{left}" y="22" font-size="14" font-weight="bold">{_e(title)}</text>',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#9ca3af"/>']
-    for tick in _decade_ticks(x_lo, x_hi):
-        if x_lo <= tick <= x_hi:
-            out.append(f'<line x1="{_num(px(tick))}" y1="{top}" x2="{_num(px(tick))}" y2="{top + ph}" '
-                       'stroke="#e5e7eb"/>'
-                       f'<text x="{_num(px(tick))}" y="{top + ph + 16}" font-size="11" text-anchor="middle">'
-                       f"{_tick_label(tick)}</text>")
-    for tick in _decade_ticks(y_lo, y_hi):
-        if y_lo <= tick <= y_hi:
-            out.append(f'<line x1="{left}" y1="{_num(py(tick))}" x2="{left + pw}" y2="{_num(py(tick))}" '
-                       'stroke="#e5e7eb"/>'
-                       f'<text x="{left - 6}" y="{_num(py(tick) + 4)}" font-size="11" text-anchor="end">'
-                       f"{_tick_label(tick)}</text>")
+    def gridline(tick: float, line: tuple[object, object, object, object], at: tuple[object, object],
+                 anchor: str) -> str:
+        """A grid line across the plot at one decade, labelled at `at`."""
+        x1, y1, x2, y2 = line
+        return (f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="#e5e7eb"/>'
+                f'<text x="{at[0]}" y="{at[1]}" font-size="11" text-anchor="{anchor}">{_tick_label(tick)}</text>')
+
+    out += [gridline(t, (_num(px(t)), top, _num(px(t)), top + ph), (_num(px(t)), top + ph + 16), "middle")
+            for t in _decade_ticks(x_lo, x_hi) if x_lo <= t <= x_hi]
+    out += [gridline(t, (left, _num(py(t)), left + pw, _num(py(t))), (left - 6, _num(py(t) + 4)), "end")
+            for t in _decade_ticks(y_lo, y_hi) if y_lo <= t <= y_hi]
     out.append(f'<text x="{left + pw / 2}" y="{height - 12}" font-size="12" text-anchor="middle">'
                "arithmetic intensity (FLOP/byte)</text>")
     out.append(f'<text x="16" y="{top + ph / 2}" font-size="12" text-anchor="middle" '

@@ -145,14 +145,18 @@ class LintContext:
 
     @cached_property
     def cycles(self) -> list[tuple[list[str], bool, list[str]]]:
-        """(findings in the cycle, through negation?, rules on it) for every simple cycle of the finding graph."""
+        """(findings in the cycle, through negation?, rules on it) for every simple cycle of the finding graph, each
+        cycle starting at its smallest finding and the cycles sorted (networkx's order follows set iteration, which
+        changes with the hash seed)."""
         import networkx as nx
 
         out = []
         graph = self.finding_graph
-        for cycle in nx.simple_cycles(graph):
+        for found in nx.simple_cycles(graph):
+            at = found.index(min(found))
+            cycle = [*found[at:], *found[:at]]
             edges = list(zip(cycle, [*cycle[1:], cycle[0]], strict=True))
             negated = any(graph.edges[a, b]["negated"] for a, b in edges)
             rules = sorted({r for a, b in edges for r in graph.edges[a, b]["rules"]})
             out.append((cycle, negated, rules))
-        return out
+        return sorted(out)

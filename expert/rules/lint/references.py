@@ -9,9 +9,15 @@ from collections.abc import Iterable, Iterator
 from ...kb.catalogs import BAND_BOUNDS
 from ..logic import NEGATION, condition_refs_at, fact_tests_at, format_constant
 from ..model import KnowledgeValue
-from ..references import condition_problems, knowledge_value_problems, table_problems, then_problems
+from ..references import (
+    ReferenceProblem,
+    condition_problems,
+    knowledge_value_problems,
+    table_problems,
+    then_problems,
+)
 from .context import LintContext
-from .core import Diagnostic, Lint, _suggest
+from .core import Diagnostic, Lint, SourceFile, _suggest
 
 
 class UnknownFact(Lint):
@@ -141,10 +147,8 @@ pass_below, fail_below, pass_above) knowledge_base/scorecard.yaml sets.
 """
 
     def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
-        for file, root, cond, subject in ctx.written_roots():
-            for p in knowledge_value_problems(cond, ctx.kb, root):
-                if p.message is not None:
-                    yield ctx.diag(self.__class__, file, p.path, p.message, subject=subject, hint=p.hint)
+        return _reported(ctx, self.__class__, ((file, subject, knowledge_value_problems(cond, ctx.kb, root))
+                                               for file, root, cond, subject in ctx.written_roots()))
 
 
 class RepeatedBand(Lint):
@@ -185,24 +189,28 @@ the number and the name).
                                            subject=subject, hint=f"write `{op}: {{kb: {name}}}`")
 
 
-def _condition_problems(ctx: LintContext, lint: type[Lint]) -> Iterator[Diagnostic]:
-    """The shared reference check of every rule's and named condition's `when`, as diagnostics of one lint."""
-    for file, root, cond, subject in ctx.condition_roots():
-        for p in condition_problems(cond, ctx.kb, ctx.producers, root):
+def _reported(ctx: LintContext, lint: type[Lint],
+              found: Iterable[tuple[SourceFile, str, Iterable[ReferenceProblem]]]) -> Iterator[Diagnostic]:
+    """The problems of one lint (those the linter words) as diagnostics: (file, subject, problems located by their
+    path in the file)."""
+    for file, subject, problems in found:
+        for p in problems:
             if p.lint == lint.id and p.message is not None:
                 yield ctx.diag(lint, file, p.path, p.message, subject=subject, hint=p.hint)
 
 
+def _condition_problems(ctx: LintContext, lint: type[Lint]) -> Iterator[Diagnostic]:
+    """The shared reference check of every rule's and named condition's `when`, as diagnostics of one lint."""
+    return _reported(ctx, lint, ((file, subject, condition_problems(cond, ctx.kb, ctx.producers, root))
+                                 for file, root, cond, subject in ctx.condition_roots()))
+
+
 def _then_problems(ctx: LintContext, lint: type[Lint]) -> Iterator[Diagnostic]:
-    for site in ctx.rules:
-        for p in then_problems(site.rule.then, ctx.kb, (*site.path, "then")):
-            if p.lint == lint.id and p.message is not None:
-                yield ctx.diag(lint, site.file, p.path, p.message, subject=site.rule.id, hint=p.hint)
+    return _reported(ctx, lint, ((site.file, site.rule.id, then_problems(site.rule.then, ctx.kb, (*site.path, "then")))
+                                 for site in ctx.rules))
 
 
 def _table_problems(ctx: LintContext, lint: type[Lint]) -> Iterator[Diagnostic]:
-    for ts in ctx.table_sites:
-        for p in table_problems(ts.table, ctx.kb):
-            if p.lint == lint.id and p.message is not None:
-                yield ctx.diag(lint, ts.file, (*ts.path, *p.path), p.message,
-                               subject=f"table/{ts.table.regime}", hint=p.hint)
+    return _reported(ctx, lint, ((ts.file, f"table/{ts.table.regime}",
+                                  (p._replace(path=(*ts.path, *p.path)) for p in table_problems(ts.table, ctx.kb)))
+                                 for ts in ctx.table_sites))
