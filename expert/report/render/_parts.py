@@ -8,7 +8,7 @@ from typing import Any
 
 from ...breakdown import IdleShares, RoofSpec, TimeBreakdown, TimeEntry
 from ...observations.normalise import RankFigures
-from ..model import ClusterSection, EvidenceLimit
+from ..model import ClusterSection, EvidenceLimit, IronLaw
 
 # ---- values ---------------------------------------------------------------------------------------------------------
 
@@ -48,6 +48,22 @@ def number_text(value: float | None) -> str:
 def limit_effect(limit: EvidenceLimit) -> str:
     """What a conflict or thin evidence did to the verdict."""
     return "verdict withheld" if limit.effect == "withheld" else f"strength capped at {limit.max_strength}"
+
+
+# ---- iron law -------------------------------------------------------------------------------------------------------
+
+
+def iron_law_notes(law: IronLaw, sequential: str = "sequential sum", efficiency: bool = True) -> list[str]:
+    """What the iron-law table says beyond its terms: the measured step, the sequential and overlapped sums (the
+    first called `sequential`), and (with `efficiency`) where the efficiency came from."""
+    notes = []
+    if law.step_time_s is not None:
+        notes.append(f"measured step {law.step_time_s:.4g} s")
+    if law.sequential_s is not None and law.overlapped_s is not None:
+        notes.append(f"{sequential} {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    if efficiency and law.efficiency_source:
+        notes.append(law.efficiency_source)
+    return notes
 
 
 # ---- cluster and ranks ----------------------------------------------------------------------------------------------

@@ -36,7 +36,6 @@ def job_table(result: IngestResult) -> Table | None:
     job = result.job
     if job is None or not job.ranks:
         return None
-
     of = f" of {job.world_size}" if job.world_size else ""
     table = rank_grid(f"Ranks ({len(job.ranks)} traced{of}, {job.mode}; per step)", job.ranks, job.slowest_rank,
                       "bold", box.SIMPLE_HEAVY)

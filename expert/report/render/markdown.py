@@ -108,13 +108,7 @@ def _iron_law(report: Report) -> list[str]:
         seconds = "unknown" if t.seconds is None else f"{t.seconds:.4g}"
         share = "unknown" if t.share is None else f"{t.share:.0%}"
         lines.append(f"| {_cell(t.label)} | {seconds} | {share} |")
-    notes = []
-    if law.step_time_s is not None:
-        notes.append(f"measured step {law.step_time_s:.4g} s")
-    if law.sequential_s is not None and law.overlapped_s is not None:
-        notes.append(f"sequential sum {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
-    if law.efficiency_source:
-        notes.append(law.efficiency_source)
+    notes = shared.iron_law_notes(law)
     if notes:
         lines += ["", "; ".join(notes).capitalize() + "."]
     return [*lines, ""]

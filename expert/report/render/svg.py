@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from html import escape
 
 from ..model import Report
+from . import _parts as shared
 from .graph import KIND_STYLE, RELATION_STYLE, labels
 
 _FONT = "font-family=\"Helvetica, Arial, sans-serif\""
@@ -322,11 +323,7 @@ def iron_law_svg(report: Report, width: int = 640, element_id: str = "iron-law")
         out.append(f'<rect class="term" data-term="{term.term}" x="{left}" y="{y + 3}" '
                    f'width="{_num(bar_w * min(1.0, share))}" height="16" fill="{fill}"/>'
                    f'<text x="{left + bar_w + 8}" y="{y + 15}" font-size="12">{_e(value)}</text>')
-    caption = []
-    if law.step_time_s is not None:
-        caption.append(f"measured step {law.step_time_s:.4g} s")
-    if law.sequential_s is not None and law.overlapped_s is not None:
-        caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    caption = shared.iron_law_notes(law, "sequential", efficiency=False)  # the efficiency gets a line of its own
     out.append(f'<text x="10" y="{height - 12 - (14 if law.efficiency_source else 0)}" font-size="11" '
                f'fill="#374151">{_e("; ".join(caption))}</text>')
     if law.efficiency_source:

@@ -86,14 +86,7 @@ def iron_law_table(report: Report) -> Table | None:
         bar = Text("█" * filled, style=colour) + Text("░" * (_BAR_WIDTH - filled), style="dim")
         table.add_row(_SHORT_TERM.get(term.term, term.label), f"{term.seconds:.4g}",
                       f"{share:.0%}" if term.share is not None else "?", bar)
-    caption = []
-    if law.step_time_s is not None:
-        caption.append(f"measured step {law.step_time_s:.4g} s")
-    if law.sequential_s is not None and law.overlapped_s is not None:
-        caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
-    if law.efficiency_source:
-        caption.append(law.efficiency_source)
-    table.caption = "; ".join(caption)
+    table.caption = "; ".join(shared.iron_law_notes(law, "sequential"))
     return table
 
 
