@@ -169,3 +169,62 @@ def validate(model: type[M], data: Any, path: Path) -> M:
             Problem(f"{path}: {_entry_name(data, loc)}", msg) for loc, msg in validation_errors(exc)
         ]
         raise KnowledgeBaseError(problems, title=f"{path.name} does not match its schema") from exc
+
+
+_Path = tuple[str | int, ...]  # keys and indices from the document root (rules.logic.YamlPath)
+
+
+def load_positioned(path: Path) -> tuple[Any, dict[_Path, int], list[tuple[int, str]]]:
+    """Parse YAML safely, recording each node's line; returns (data, lines, duplicate keys as (line, key))."""
+    text = path.read_text(encoding="utf-8")
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    lines: dict[_Path, int] = {}
+    duplicates: list[tuple[int, str]] = []
+    if node is not None:
+        _record(node, data, (), lines, duplicates)
+    return data, lines, duplicates
+
+
+def _record(node: yaml.Node, data: Any, path: _Path, lines: dict[_Path, int],
+            duplicates: list[tuple[int, str]]) -> None:
+    lines.setdefault(path, node.start_mark.line + 1)  # a mapping entry keeps the line of its key
+    if isinstance(node, yaml.MappingNode) and isinstance(data, dict):
+        by_text = {str(k): k for k in data}
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            text = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            if text is None or text not in by_text:
+                continue
+            if text in seen:
+                duplicates.append((key_node.start_mark.line + 1, text))
+            seen.add(text)
+            key = by_text[text]
+            child = (*path, key if isinstance(key, (str, int)) else text)
+            lines[child] = key_node.start_mark.line + 1
+            _record(value_node, data[key], child, lines, duplicates)
+    elif isinstance(node, yaml.SequenceNode) and isinstance(data, list):
+        for i, (child, item) in enumerate(zip(node.value, data, strict=False)):
+            _record(child, item, (*path, i), lines, duplicates)
+
+
+def nearest_line(lines: dict[_Path, int], at: _Path) -> int | None:
+    """The line of the node at `at` (from `load_positioned`), or of its nearest ancestor that exists."""
+    key = tuple(at)
+    while key:
+        if key in lines:
+            return lines[key]
+        key = key[:-1]
+    return lines.get((), 1)
+
+
+def line_of(path: Path, at: _Path) -> int | None:
+    """The line of the node at `at` in a YAML file (read again: for error messages only), or None."""
+    try:
+        return nearest_line(load_positioned(path)[1], at)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None

@@ -31,6 +31,7 @@ from .observations.file import ObservationFile
 from .report.model import Report
 from .rules.lint import WaiverFile
 from .rules.model import RuleFile
+from .rules.references import knowledge_value_names
 from .rules.testing import RuleTestFile
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -80,6 +81,8 @@ def _refine_rules(schema: JsonSchema, kb: KnowledgeBase) -> None:
     regimes = sorted(kb.regimes.regimes)
     defs["FactTest"]["properties"]["fact"] = {**_enum(facts), "description": "a fact of knowledge_base/facts.yaml"}
     defs["FactTest"]["minProperties"] = 2  # a fact and at least one operator
+    defs["KnowledgeValue"]["properties"]["kb"] = {**_enum(knowledge_value_names(kb)),
+                                                  "description": "a band of knowledge_base/scorecard.yaml"}
     defs["Then"]["properties"]["measure"]["items"] = _enum(facts)
     defs["RecommendSpec"]["properties"]["id"] = _enum(optimizations)
     defs["WasteSpec"]["properties"]["id"] = _enum(optimizations)

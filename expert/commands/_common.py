@@ -1,8 +1,11 @@
-"""Shared helpers for command modules: errors to exit code 2, example lookup."""
+"""Shared helpers for command modules: errors to exit code 2, example lookup, the Expert a command line asks for and
+the options that shape it."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import Any
 
 
 def example_path(name: str) -> Path:
@@ -41,3 +44,28 @@ def write_text(path: str | Path, text: str) -> Path:
     from ..errors import write_output
 
     return write_output(path, text)
+
+
+def add_hardware_file_option(p: argparse.ArgumentParser) -> None:
+    """--hardware-file, shared by diagnose, consult, ingest and hardware."""
+    p.add_argument("--hardware-file", metavar="FILE",
+                   help="extra hardware entries (YAML or JSON, the schema of knowledge_base/hardware.yaml: a "
+                        "`hardware:` list, a list, or one entry) used beside the catalog; an id the catalog already "
+                        "has is an error (give it again with consult --resume)")
+
+
+def make_expert(args: argparse.Namespace) -> Any:
+    """The default shared Expert, or a custom one for --rules-dir / --engine / --hardware-file (built once per
+    command line)."""
+    import expert
+
+    rules_dirs = getattr(args, "rules_dir", None) or []
+    engine: Any = getattr(args, "engine", "auto")
+    hardware_file = getattr(args, "hardware_file", None)
+    if not (rules_dirs or engine != "auto" or hardware_file):
+        return expert.default_expert()
+    built = getattr(args, "_expert", None)
+    if built is None:
+        built = expert.Expert(extra_rules_dirs=rules_dirs, engine=engine, extra_hardware=hardware_file)
+        args._expert = built
+    return built

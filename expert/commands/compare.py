@@ -97,7 +97,7 @@ def _write(text: str, output: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..compare.compute import compare
     from ..compare.sides import IngestOptions
-    from .diagnose import make_expert
+    from ._common import make_expert
     from .ingest import _gpus, progress_bar
 
     before = _side(args.before, args.before_files, "before")

@@ -86,7 +86,7 @@ def register(sub: Any) -> None:
     from .ingest import add_input_options
 
     add_input_options(p.add_argument_group("--from options"), format_flag="--from-format")
-    from .hardware import add_hardware_file_option
+    from ._common import add_hardware_file_option
 
     add_hardware_file_option(p)
     p.set_defaults(func=run)
@@ -438,7 +438,7 @@ def run(args: argparse.Namespace) -> int:
     from ..consult.session import Consultation
     from ..errors import ObservationError, Problem
     from ..report.render.console import SafeConsole as Console
-    from .diagnose import make_expert
+    from ._common import make_expert
 
     if args.output and not args.export:
         formats = ", ".join(_export_formats())

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ObservationError, Problem
-from ._common import example_path, parse_sets, write_text
+from ._common import add_hardware_file_option, example_path, make_expert, parse_sets, write_text
 
 EPILOG = """\
 examples:
@@ -44,7 +44,6 @@ def register(sub: Any) -> None:
                    help="rule engine (auto: durable-rules where it loads)")
     p.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
                    help="extra rules directory, used beside the built-in rules (repeatable)")
-    from .hardware import add_hardware_file_option
     from .ingest import add_input_options
 
     add_hardware_file_option(p)
@@ -91,23 +90,6 @@ def _placed(exc: ObservationError, origins: dict[str, str]) -> ObservationError:
     problems = [Problem(f"{origins[p.where]}: {p.where}", p.message, p.hint) if p.where in origins else p
                 for p in exc.problems]
     return ObservationError(problems, title=exc.title)
-
-
-def make_expert(args: argparse.Namespace) -> Any:
-    """The default shared Expert, or a custom one for --rules-dir / --engine / --hardware-file (built once per
-    command line)."""
-    import expert
-
-    rules_dirs = getattr(args, "rules_dir", None) or []
-    engine: Any = getattr(args, "engine", "auto")
-    hardware_file = getattr(args, "hardware_file", None)
-    if not (rules_dirs or engine != "auto" or hardware_file):
-        return expert.default_expert()
-    built = getattr(args, "_expert", None)
-    if built is None:
-        built = expert.Expert(extra_rules_dirs=rules_dirs, engine=engine, extra_hardware=hardware_file)
-        args._expert = built
-    return built
 
 
 def emit(report: Any, fmt: str, output: str | None, description: str | None = None) -> None:

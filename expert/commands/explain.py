@@ -57,8 +57,7 @@ def load_report(path: str | None, example: str | None, rules_args: argparse.Name
     from ..errors import ObservationError, Problem
     from ..observations.file import read_observation_file
     from ..report.render import load
-    from ._common import example_path
-    from .diagnose import make_expert
+    from ._common import example_path, make_expert
 
     if example:
         source = example_path(example)
@@ -98,8 +97,7 @@ def _write(text: str, output: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..report.render import export
-    from ._common import parse_sets
-    from .diagnose import make_expert
+    from ._common import make_expert, parse_sets
 
     report = load_report(args.report, args.example, args)
     if args.export:

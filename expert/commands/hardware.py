@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ._common import add_hardware_file_option, make_expert
+
 EPILOG = """\
 examples:
   dam hardware list
@@ -16,14 +18,6 @@ peaks are dense (never the 2:4-sparse headline); "—" means the vendor publishe
 no such format (the V100 has no bf16). A --hardware-file holds entries of the catalog's schema
 (knowledge_base/hardware.yaml; JSON Schema: dam schema hardware).
 """
-
-
-def add_hardware_file_option(p: argparse.ArgumentParser) -> None:
-    """--hardware-file, shared by diagnose, consult, ingest and hardware."""
-    p.add_argument("--hardware-file", metavar="FILE",
-                   help="extra hardware entries (YAML or JSON, the schema of knowledge_base/hardware.yaml: a "
-                        "`hardware:` list, a list, or one entry) used beside the catalog; an id the catalog already "
-                        "has is an error (give it again with consult --resume)")
 
 
 def register(sub: Any) -> None:
@@ -39,7 +33,6 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import ObservationError, Problem
     from ..report.render.console import SafeConsole as Console
-    from .diagnose import make_expert
 
     kb = make_expert(args).kb
     console = Console()

@@ -81,7 +81,7 @@ def register(sub: Any) -> None:
     p.add_argument("--output", metavar="FILE",
                    help="write the output to FILE instead of stdout (without --as: json for a .json name, yaml for "
                         ".yaml/.yml, else the table as plain text)")
-    from .hardware import add_hardware_file_option
+    from ._common import add_hardware_file_option
 
     add_hardware_file_option(p)  # device names a trace gives are looked up in these entries too
     p.set_defaults(func=run)
@@ -187,7 +187,7 @@ def ingested_observations(args: argparse.Namespace, files: list[str], kb: Any) -
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import write_output
-    from .diagnose import make_expert
+    from ._common import make_expert
 
     fmt = args.output_format or _format_for(args.output)
     result = ingest_args(args, args.files, make_expert(args).kb if args.hardware_file else None)

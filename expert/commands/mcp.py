@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from .._resources import data_dir
     from ..mcp import build_server, create
-    from .diagnose import make_expert
+    from ._common import make_expert
 
     toolbox, resources = create(args.allow, expert=make_expert(args),
                                 rules_dirs=[data_dir("rules"), *(Path(d) for d in args.rules_dir)])

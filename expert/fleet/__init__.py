@@ -17,7 +17,7 @@ from __future__ import annotations
 from ._inputs import FileRef, FleetInputError, Job, collect_jobs, read_manifest
 from ._run import ENGINES, FleetRun, run
 from ._summary import FleetSummary, summarize, to_html, to_markdown
-from ._worker import KEY_FACTS
+from ._table import KEY_FACTS
 
 COLUMNS = ("job_key", "files", "bottleneck", "strength", "recommended", "wasted", "error", "report_json")
 """The columns every consumer may rely on (the dataset has more: labels, axes, key facts, timings)."""

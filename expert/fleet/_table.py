@@ -13,8 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from ._inputs import is_local, url_to_fs
-from ._worker import KEY_FACTS
 
+# Facts copied into their own columns (the full report is in report_json): context, the step, the headline ratios.
+KEY_FACTS: dict[str, str] = {
+    "hardware": "string", "workload": "string", "dtype": "string", "step_time_s": "double", "gpu_util": "double",
+    "data_wait_s": "double", "io_overhead": "double", "mfu": "double", "arithmetic_intensity": "double",
+    "num_gpus": "double", "scaling_efficiency": "double",
+}
 PART_PREFIX = "part-"
 INDEX_COLUMNS = ["job_key", "fingerprint", "error_kind", "finished_at", "run_id"]
 

@@ -22,13 +22,8 @@ from typing import Any
 
 from ..errors import ExpertError
 from ._inputs import Job, is_local, is_observation_file, url_to_fs
+from ._table import KEY_FACTS
 
-# Facts copied into their own columns (the full report is in report_json): context, the step, the headline ratios.
-KEY_FACTS: dict[str, str] = {
-    "hardware": "string", "workload": "string", "dtype": "string", "step_time_s": "double", "gpu_util": "double",
-    "data_wait_s": "double", "io_overhead": "double", "mfu": "double", "arithmetic_intensity": "double",
-    "num_gpus": "double", "scaling_efficiency": "double",
-}
 TRANSIENT = frozenset({"timeout", "io", "crash"})  # error kinds worth another attempt (--retries, --resume)
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from ..kb.knowledge import FactSpec, KnowledgeBase
 from .conclusions import DOCS, conclusion_phrases
 from .logic import OPERATORS, ConditionVisitor, findings_used, format_constant
-from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
+from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, KnowledgeValue, NotOf
+from .references import knowledge_value
 from .ruleset import LoadedRule, RuleSet
 from .testing import RuleTestCase, RuleTestFile
 
@@ -43,8 +44,18 @@ def leaf_text(node: FactTest, kb: KnowledgeBase) -> str:
     parts = []
     if node.known is not None:
         parts.append("is known" if node.known else "is not known (not measured)")
-    parts += [f"{OPERATORS[op].words} {value_text(spec, value)}" for op, value in node.ops()]
+    parts += [f"{OPERATORS[op].words} {_threshold_text(spec, value, kb)}" for op, value in node.ops()]
     return f"`{node.fact}` " + " and ".join(parts)
+
+
+def _threshold_text(spec: FactSpec | None, value: Any, kb: KnowledgeBase) -> str:
+    """A constant as `value_text` words it; a `{kb: NAME}` threshold as the number it names and the name
+    ("30 % (`scorecard.mfu.fail_below`)"), so the docs show what the rule compares with and where it comes from."""
+    if not isinstance(value, KnowledgeValue):
+        return value_text(spec, value)
+    number = knowledge_value(kb, value)
+    shown = value_text(spec, number) if number is not None else "an unknown value"
+    return f"{shown} (`{value.kb}`)"
 
 
 class _Describer(ConditionVisitor[list[str]]):
@@ -213,7 +224,10 @@ def render_rules_docs(kb: KnowledgeBase, ruleset: RuleSet, test_files: list[tupl
         "(knowledge_base/facts.yaml) and on findings of other rules, and what it concludes. Run `dam rules lint` and "
         "`dam rules test` after editing; `dam rules show ID` prints one rule with its test cases. Editors validate "
         "and complete rule files with `schemas/rules.schema.json` (first line of a rule file: "
-        "`# yaml-language-server: $schema=../schemas/rules.schema.json`).",
+        "`# yaml-language-server: $schema=../schemas/rules.schema.json`). A threshold may name a knowledge value "
+        "instead of repeating its number (`{fact: mfu, lt: {kb: scorecard.mfu.fail_below}}`, the names "
+        "`scorecard.<metric>.<bound>` of knowledge_base/scorecard.yaml); the rule set binds it to the number when "
+        "it loads, and the conditions below show both.",
         "",
         "| rule | what it detects | severity | file |",
         "|---|---|---|---|",

@@ -2,6 +2,8 @@
 
 A condition is a tree of exactly-one-key nodes: ``{fact: x, lt: 0.8}``, ``{all: [...]}``, ``{any: [...]}``,
 ``{not: {...}}``, ``{ref: named_condition}``, ``{finding: id}``. There are no expression strings and no eval.
+A threshold of an ordered test may name a knowledge-base value instead of repeating its number:
+``{fact: mfu, lt: {kb: scorecard.mfu.fail_below}}`` (resolved once, when the rule set loads).
 """
 
 from __future__ import annotations
@@ -69,14 +71,29 @@ def _check_template(template: str) -> str:
 Template = Annotated[str, AfterValidator(_check_template)]
 
 
+class KnowledgeValue(_Node):
+    """A threshold named in the knowledge base instead of written as a number: ``{kb: scorecard.mfu.fail_below}``
+    (the names a message placeholder accepts too). The rule set replaces it with the number when the rules load
+    (rules/references.py: `knowledge_value`), so evaluation only ever compares numbers."""
+
+    kb: str = Field(pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$",
+                    description="a named knowledge value, e.g. scorecard.mfu.fail_below")
+
+
+Threshold = Union[int, float, KnowledgeValue]  # noqa: UP007
+
+
 class FactTest(_Node):
-    """Compare one fact with constants; several operators in one node are ANDed. Unknown fact -> unknown."""
+    """Compare one fact with constants; several operators in one node are ANDed. Unknown fact -> unknown.
+
+    An ordered operator (lt, le, gt, ge) may name a `KnowledgeValue`; in a loaded rule set's resolved conditions
+    every constant is a number."""
 
     fact: str
-    lt: Number | None = None
-    le: Number | None = None
-    gt: Number | None = None
-    ge: Number | None = None
+    lt: Threshold | None = None
+    le: Threshold | None = None
+    gt: Threshold | None = None
+    ge: Threshold | None = None
     eq: Literal_ | None = None
     ne: Literal_ | None = None
     in_: list[Literal_] | None = Field(default=None, alias="in")

@@ -1,7 +1,8 @@
 """Reference checks, shared by the loader and `dam rules lint`: every name a rule or table uses must exist.
 
 Facts (DAM004), enum and hardware values (DAM005), findings (DAM008), regimes and optimizations (DAM009), and regime
-tables that list an optimization as both effective and wasted (DAM010). Each problem carries the wording of both
+tables that list an optimization as both effective and wasted (DAM010), and thresholds written as `{kb: NAME}` that
+name no knowledge value (DAM013). Each problem carries the wording of both
 readers: `message` (the lint's, with a YAML path and a hint) and `loader` (the loader's, which refuses the rules);
 either is None where only the other reports it.
 """
@@ -12,8 +13,8 @@ from collections.abc import Collection, Iterable, Iterator
 from typing import NamedTuple
 
 from ..kb.knowledge import KnowledgeBase
-from .logic import ORDERED, LeafVisitor, YamlPath
-from .model import Condition, FactTest, FindingRef, RegimeTable, Then
+from .logic import ORDERED, LeafVisitor, YamlPath, knowledge_values_at
+from .model import Condition, FactTest, FindingRef, KnowledgeValue, RegimeTable, Then
 
 
 class ReferenceProblem(NamedTuple):
@@ -81,6 +82,29 @@ class _ConditionCheck(LeafVisitor[ReferenceProblem]):
                                            suggest(str(v), allowed) or f"one of: {', '.join(allowed)}", "when")
 
 
+def knowledge_value(kb: KnowledgeBase, value: KnowledgeValue) -> float | None:
+    """The number a `{kb: NAME}` threshold names, or None. The names: the scorecard's bands,
+    `scorecard.<metric id>.<bound>` (knowledge_base/scorecard.yaml), as message placeholders name them."""
+    return kb.scorecard.bound(value.kb)
+
+
+def knowledge_value_names(kb: KnowledgeBase) -> list[str]:
+    """Every name a `{kb: NAME}` threshold may use, in file order."""
+    return kb.scorecard.bound_names()
+
+
+def knowledge_value_problems(node: Condition, kb: KnowledgeBase, root: YamlPath = ()) -> Iterator[ReferenceProblem]:
+    """Thresholds of a condition as written that name no knowledge value (named conditions are not entered)."""
+    for _, _, value, path in knowledge_values_at(node, root):
+        if knowledge_value(kb, value) is None:
+            names = knowledge_value_names(kb)
+            text = f"unknown knowledge value {{kb: {value.kb}}}"
+            accepted = f"accepted: {{kb: NAME}} with NAME one of {', '.join(names)}"
+            close = suggest(value.kb, names)
+            yield ReferenceProblem("DAM013", (*path, "kb"), text, text, f"{close}; {accepted}" if close else accepted,
+                                   "when")
+
+
 def then_problems(then: Then, kb: KnowledgeBase, base: YamlPath = ("then",)) -> Iterator[ReferenceProblem]:
     """Unknown regimes, optimizations and measured facts of a rule's conclusions."""
     regimes = kb.regimes.regimes
@@ -127,4 +151,5 @@ def table_problems(table: RegimeTable, kb: KnowledgeBase) -> Iterator[ReferenceP
         yield ReferenceProblem("DAM010", (), None, f"listed as both effective and wasted: {', '.join(sorted(both))}")
 
 
-__all__ = ["ReferenceProblem", "condition_problems", "suggest", "table_problems", "then_problems"]
+__all__ = ["ReferenceProblem", "condition_problems", "knowledge_value", "knowledge_value_names",
+           "knowledge_value_problems", "suggest", "table_problems", "then_problems"]

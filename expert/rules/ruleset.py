@@ -1,4 +1,5 @@
-"""The loaded rule set: rule files read from rules/, named conditions resolved, references checked, stratified."""
+"""The loaded rule set: rule files read from rules/, named conditions resolved, knowledge values bound, references
+checked, stratified."""
 
 from __future__ import annotations
 
@@ -6,17 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from .._lazy import cached_property
-from .._yaml import load_yaml, validate
+from .._yaml import line_of, load_yaml, validate
 from ..errors import KnowledgeBaseError, Problem, not_a_file
 from ..kb.knowledge import KnowledgeBase
 from .evaluate import compile_condition
-from .logic import findings_used, resolve
+from .logic import YamlPath, bind, findings_used, resolve
 from .model import Condition, ConditionRef, NamedCondition, RegimeTable, Rule, RuleFile
-from .references import condition_problems, table_problems, then_problems
+from .references import condition_problems, knowledge_value, knowledge_value_problems, table_problems, then_problems
 
 
 class LoadedRule:
-    """A rule with its named conditions inlined, the file it came from and its negation stratum."""
+    """A rule with its named conditions inlined and its `{kb: NAME}` thresholds bound to numbers (`condition`; the
+    rule as written is `rule`), the file it came from and its negation stratum."""
 
     def __init__(self, rule: Rule, path: Path, condition: Condition) -> None:
         self.id = rule.id
@@ -60,6 +62,7 @@ class RuleSet:
                     problems.append(Problem(f"{path}: conditions.{name}",
                                             f"named condition already defined in {self.conditions[name][0]}"))
                 self.conditions[name] = (path, cond)
+        problems.extend(self._check_knowledge_values(files))
         self.rules: dict[str, LoadedRule] = {}
         for path, rf in files:
             for rule in rf.rules:
@@ -119,7 +122,23 @@ class RuleSet:
                 raise KnowledgeBaseError([Problem(where, f"unknown named condition {ref.ref!r}")])
             return self.conditions[ref.ref][1].when
 
-        return resolve(node, lookup)
+        return bind(resolve(node, lookup), lambda value: knowledge_value(self.kb, value))
+
+    def _check_knowledge_values(self, files: list[tuple[Path, RuleFile]]) -> list[Problem]:
+        """Thresholds written as `{kb: NAME}` that name no knowledge value, located by file, line and rule."""
+        problems: list[Problem] = []
+        for path, rf in files:
+            roots: list[tuple[YamlPath, str, Condition]] = [
+                (("conditions", name, "when"), f"conditions.{name}", cond.when)
+                for name, cond in rf.conditions.items()]
+            roots += [(("rules", i, "when"), f"rule {rule.id}", rule.when) for i, rule in enumerate(rf.rules)]
+            for root, subject, when in roots:
+                for p in knowledge_value_problems(when, self.kb, root):
+                    at = ".".join(str(k) for k in p.path[len(root) - 1:])
+                    line = line_of(path, p.path)
+                    problems.append(Problem(f"{path}:{line}: {subject}: {at}" if line else f"{path}: {subject}: {at}",
+                                            p.loader or "", p.hint))
+        return problems
 
     def _check_references(self) -> list[Problem]:
         """The reference checks `dam rules lint` reports as DAM004/005/008/009/010, in the loader's words."""

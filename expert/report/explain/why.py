@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..model import GraphNode, NodeKind, Report
@@ -95,33 +96,35 @@ def _step_for(report: Report, node: GraphNode, parents: list[str]) -> Step:
         else:  # a regime table, e.g. rule:table/input
             label = f"regime table {bare.removeprefix('table/')}: {node.label}"
             lines.append(f"source: {attrs.get('source', '?')}")
-    elif kind == "finding":
-        finding = next((f for f in report.findings if f.id == bare), None)
-        label = f"finding {bare}"
-        if finding is not None:
-            lines.append(f"{finding.severity}: {finding.message}")
-    elif kind == "bottleneck":
-        cand = next((c for c in report.candidates if c.regime == bare), None)
-        label = f"bottleneck {bare}: {node.label}"
-        if cand is not None:
-            verdict = "; the verdict" if bare == report.bottleneck else ""
-            lines.append(f"{cand.strength}, score {cand.score}{verdict}")
-    elif kind == "recommendation":
-        rec = next((r for r in report.recommended if r.id == bare), None)
-        label = f"recommend {bare}: {node.label}"
-        if rec is not None:
-            lines.append(f"why: {rec.why}")
-            lines.append(f"expected gain: {gain_text(rec.expected_gain)}")
-    elif kind == "wasted":
-        w = next((w for w in report.wasted if w.id == bare), None)
-        label = f"wasted {bare}: {node.label}"
-        if w is not None:
-            lines.append(f"reason: {w.reason}")
-    elif kind == "measurement":
-        m = next((m for m in report.next_measurements if m.fact == bare), None)
-        if m is not None:
-            lines.append(f"{m.tool}: {m.how}")
+    elif kind in _CONCLUSIONS:
+        items, key, template, describe = _CONCLUSIONS[kind]
+        item = next((x for x in items(report) if getattr(x, key) == bare), None)
+        label = template.format(bare=bare, label=node.label)
+        if item is not None:
+            lines += describe(item, report)
     return Step(id=node_id, kind=kind, label=label, lines=lines, rests_on=parents)
+
+
+# kind -> (the report's entries of that kind, the attribute a node id names, the step's label, its lines)
+_CONCLUSIONS: dict[str, tuple[Callable[[Report], Iterable[Any]], str, str, Callable[[Any, Report], list[str]]]] = {
+    "finding": (lambda r: r.findings, "id", "finding {bare}", lambda f, r: [f"{f.severity}: {f.message}"]),
+    "bottleneck": (lambda r: r.candidates, "regime", "bottleneck {bare}: {label}",
+                   lambda c, r: [f"{c.strength}, score {c.score}" + ("; the verdict" if c.regime == r.bottleneck
+                                                                    else "")]),
+    "recommendation": (lambda r: r.recommended, "id", "recommend {bare}: {label}",
+                       lambda rec, r: [f"why: {rec.why}", f"expected gain: {gain_text(rec.expected_gain)}"]),
+    "wasted": (lambda r: r.wasted, "id", "wasted {bare}: {label}", lambda w, r: [f"reason: {w.reason}"]),
+    "measurement": (lambda r: r.next_measurements, "fact", "{label}", lambda m, r: [f"{m.tool}: {m.how}"]),
+}
+
+
+_SUMMARIES = {  # a concluded chain's summary by the kind of its target (bottleneck and rule: see `why`)
+    "recommendation": "{bare} is recommended",
+    "wasted": "{bare} is wasted effort for this bottleneck",
+    "observation": "{bare} was observed",
+    "derived": "{bare} was derived",
+    "measurement": "{bare}: a measurement to take next",
+}
 
 
 def gain_text(gain: Any) -> str:
@@ -156,23 +159,13 @@ def why(report: Report, conclusion_id: str) -> Why:
     kind = str(graph.nodes[target]["kind"])
     bare = target.split(":", 1)[1]
     notes: list[str] = []
-    summary = f"{kind} {bare}: concluded"
+    summary = _SUMMARIES.get(kind, "{kind} {bare}: concluded").format(kind=kind, bare=bare)
     if kind == "bottleneck":
         notes = _ranking_notes(report, bare)
         summary = (f"the verdict is {bare} ({report.verdict_title})" if bare == report.bottleneck
                    else f"{bare} is a candidate bottleneck, not the verdict")
-    elif kind == "recommendation":
-        summary = f"{bare} is recommended"
-    elif kind == "wasted":
-        summary = f"{bare} is wasted effort for this bottleneck"
-    elif kind == "observation":
-        summary = f"{bare} was observed"
-    elif kind == "derived":
-        summary = f"{bare} was derived"
     elif kind == "rule":
         ev = report.evaluation(bare)
         summary = f"rule {bare} fired" if ev is None or ev.fired else f"rule {bare} did not fire ({ev.outcome})"
-    elif kind == "measurement":
-        summary = f"{bare}: a measurement to take next"
     return Why(question=conclusion_id, target=target, kind=kind, concluded=True, summary=summary, notes=notes,
                steps=steps)

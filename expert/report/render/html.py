@@ -9,6 +9,7 @@ from html import escape
 
 from ..explain import gain_text, why
 from ..model import Report
+from . import _parts as shared
 from .svg import iron_law_svg, provenance_svg, roofline_svg
 
 _CSS = """
@@ -33,10 +34,14 @@ def _e(text: object) -> str:
     return escape(str(text), quote=True)
 
 
-def _fmt(value: object) -> str:
-    if value is None:
-        return "?"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+def _row(*cells: str) -> str:
+    """A table row of cells already in HTML."""
+    return "<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+
+
+def _table(headers: tuple[str, ...], rows: list[str]) -> list[str]:
+    """A table: its header row, one line per row, the closing tag."""
+    return ["<table><tr>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr>", *rows, "</table>"]
 
 
 def to_html(report: Report, title: str | None = None) -> str:
@@ -93,14 +98,15 @@ def _limits(report: Report) -> list[str]:
     """Conflicting and thin evidence in effect: the values that disagree, the effect, what to re-measure."""
     out: list[str] = []
     for c in report.conflicts:
-        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
-        values = ", ".join(f"<code>{_e(name)}</code> = {_e(_fmt(value))}" for name, value in c.facts.items())
+        effect = shared.limit_effect(c)
+        values = ", ".join(f"<code>{_e(name)}</code> = {_e(shared.value_text(value))}"
+                           for name, value in c.facts.items())
         remeasure = "".join(f"<li><code>{_e(m.fact)}</code>: {_e(m.tool)} ({_e(m.how)})</li>" for m in c.remeasure)
         out.append(f"<div class=\"conflict\" data-finding=\"{_e(c.finding)}\"><p><strong>Conflicting "
                    f"evidence</strong> ({_e(effect)}): {_e(c.title)} ({values})</p><p>{_e(c.message)}</p>"
                    f"<p>To settle it: {_e(c.firmer)}</p>" + (f"<ul>{remeasure}</ul>" if remeasure else "") + "</div>")
     for c in report.evidence_limits:
-        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        effect = shared.limit_effect(c)
         out.append(f"<div class=\"thin\" data-finding=\"{_e(c.finding)}\"><p><strong>Thin evidence</strong> "
                    f"({_e(effect)}): {_e(c.title)}. Firmer with: {_e(c.firmer)}</p></div>")
     return out
@@ -120,43 +126,21 @@ def _cluster(report: Report) -> list[str]:
     if cluster is None:
         return []
     out = ["<h2 id=\"cluster\">Cluster (C³: computation, communication, coordination)</h2>",
-           "<table><tr><th>fact</th><th>value</th></tr>"]
-    out += [f"<tr><td><code>{_e(name)}</code></td><td>{_e(_fmt(value))}</td></tr>"
-            for name, value in cluster.model_dump().items() if value is not None and name != "ranks"]
-    out.append("</table>")
+           *_table(("fact", "value"), [_row(f"<code>{_e(name)}</code>", _e(shared.value_text(value)))
+                                       for name, value in shared.cluster_facts(cluster)])]
     if not cluster.ranks:
         return out
 
-    def sec(value: float | None) -> str:
-        return "?" if value is None else (f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s")
-
-    def share(value: float | None) -> str:
-        return "?" if value is None else f"{value:.0%}"
-
     of = f" of {cluster.world_size}" if cluster.world_size else ""
     out.append(f"<h3>Ranks ({len(cluster.ranks)} traced{of}; per step)</h3><ul>")
-    if cluster.straggler_rank is not None:
-        out.append(f"<li id=\"straggler\" data-rank=\"{cluster.straggler_rank}\"><strong>Straggler: rank "
-                   f"{cluster.straggler_rank}</strong>: the other ranks wait {share(cluster.sync_wait_frac)} of each "
-                   "step inside collectives for it.</li>")
-    elif len(cluster.ranks) > 1 and cluster.sync_wait_frac is not None:
-        out.append(f"<li>No straggler: the ranks wait {share(cluster.sync_wait_frac)} of the step for one "
-                   "another.</li>")
-    if cluster.slow_link is not None:
-        out.append("<li>Slow link: collectives are slow on every rank.</li>" if cluster.slow_link
-                   else "<li>The link is not slow: the transfers are short or hidden behind compute.</li>")
-    if cluster.comm_frac is not None:
-        out.append(f"<li>Exposed communication: {share(cluster.comm_frac)} of the step.</li>")
-    if cluster.step_time_skew is not None:
-        out.append(f"<li>Step-time skew (slowest rank over the median): {cluster.step_time_skew:.1%}.</li>")
-    out.append("</ul><table id=\"ranks\"><tr><th>rank</th><th>file</th><th>step</th><th>compute</th><th>comm</th>"
-               "<th>exposed comm</th><th>idle</th><th>overlap</th><th>waits</th></tr>")
+    for key, sentence in shared.rank_prose(cluster, lambda lead: f"<strong>{lead}</strong>"):
+        at = f" id=\"straggler\" data-rank=\"{cluster.straggler_rank}\"" if key == "straggler" else ""
+        out.append(f"<li{at}>{sentence}</li>")
+    out.append("</ul><table id=\"ranks\"><tr>" + "".join(f"<th>{h}</th>" for h in shared.RANK_HEADERS) + "</tr>")
     for r in cluster.ranks:
         mark = " class=\"sev-critical\"" if r.rank == cluster.straggler_rank else ""
-        out.append(f"<tr{mark}><td>{r.rank}</td><td>{_e(r.file.rsplit('/', 1)[-1])}</td><td>{sec(r.step_time_s)}</td>"
-                   f"<td>{sec(r.compute_s)}</td><td>{sec(r.comm_s)}</td><td>{share(r.exposed_comm_frac)}</td>"
-                   f"<td>{share(r.idle_frac)}</td><td>{share(r.comm_overlap_frac)}</td><td>{sec(r.sync_wait_s)}</td>"
-                   "</tr>")
+        out.append(f"<tr{mark}><td>{r.rank}</td><td>{_e(r.file.rsplit('/', 1)[-1])}</td>"
+                   + "".join(f"<td>{cell}</td>" for cell in shared.rank_cells(r)) + "</tr>")
     out.append("</table>")
     return out
 
@@ -185,42 +169,30 @@ def _findings(report: Report) -> list[str]:
 def _optimizations(report: Report) -> list[str]:
     out = ["<h2>Recommended</h2>"]
     if report.recommended:
-        out.append("<table><tr><th>#</th><th>optimization</th><th>why</th><th>expected gain (upper bound)</th></tr>")
-        for i, r in enumerate(report.recommended, 1):
-            out.append(f"<tr><td>{i}</td><td><strong>{_e(r.title)}</strong><br><span class=\"muted\">{_e(r.how)}"
-                       f"</span></td><td>{_e(r.why)}</td><td>{_e(gain_text(r.expected_gain))}</td></tr>")
-        out.append("</table>")
+        out += _table(("#", "optimization", "why", "expected gain (upper bound)"),
+                      [_row(str(i), f"<strong>{_e(r.title)}</strong><br><span class=\"muted\">{_e(r.how)}</span>",
+                            _e(r.why), _e(gain_text(r.expected_gain))) for i, r in enumerate(report.recommended, 1)])
     else:
         out.append("<p class=\"muted\">Nothing yet: no rule concluded an optimization on this evidence.</p>")
     out.append("<h2>Wasted effort</h2>")
     if report.wasted:
-        out.append("<table><tr><th>optimization</th><th>why it would not help</th><th>decided by</th></tr>")
-        for w in report.wasted:
-            out.append(f"<tr><td><del>{_e(w.title)}</del></td><td>{_e(w.reason)}</td>"
-                       f"<td>{_e(', '.join(w.rules))}</td></tr>")
-        out.append("</table>")
+        out += _table(("optimization", "why it would not help", "decided by"),
+                      [_row(f"<del>{_e(w.title)}</del>", _e(w.reason), _e(", ".join(w.rules))) for w in report.wasted])
     else:
         out.append("<p class=\"muted\">Nothing is ruled out on this evidence.</p>")
     if report.applied:
         out.append("<h2>Already applied</h2>")
-        out.append("<table><tr><th>optimization</th><th>given by</th><th>would have been proposed by</th></tr>")
-        for a in report.applied:
-            out.append(f"<tr><td>{_e(a.title)} (<code>{_e(a.id)}</code>)</td><td>{_e(a.source)}</td>"
-                       f"<td>{_e(', '.join(a.rules) or '—')}</td></tr>")
-        out.append("</table>")
+        out += _table(("optimization", "given by", "would have been proposed by"),
+                      [_row(f"{_e(a.title)} (<code>{_e(a.id)}</code>)", _e(a.source), _e(", ".join(a.rules) or "—"))
+                       for a in report.applied])
     return out
 
 
 def _scorecard(report: Report) -> list[str]:
-    out = ["<h2>Scorecard</h2>",
-           "<table><tr><th>axis</th><th>metric</th><th>value</th><th>band</th><th>bands</th></tr>"]
-    for row in report.scorecard:
-        value = "?" if row.value is None else f"{row.value:.1%}"
-        out.append(f"<tr><td>{_e(row.axis)}</td><td>{_e(row.title)}</td><td>{value}</td>"
-                   f"<td class=\"band-{_e(row.band.replace('/', ''))}\">{_e(row.band)}</td>"
-                   f"<td>{_e(row.bands)}</td></tr>")
-    out.append("</table>")
-    return out
+    rows = [f"<tr><td>{_e(row.axis)}</td><td>{_e(row.title)}</td><td>{shared.percent_text(row.value)}</td>"
+            f"<td class=\"band-{_e(row.band.replace('/', ''))}\">{_e(row.band)}</td><td>{_e(row.bands)}</td></tr>"
+            for row in report.scorecard]
+    return ["<h2>Scorecard</h2>", *_table(("axis", "metric", "value", "band", "bands"), rows)]
 
 
 def _measurements(report: Report) -> list[str]:
@@ -239,15 +211,12 @@ def _measurements(report: Report) -> list[str]:
 
 
 def _evidence(report: Report) -> list[str]:
-    out = ["<h2>Evidence</h2>", "<table><tr><th>fact</th><th>value</th><th>source</th></tr>"]
-    for name, obs in report.observations.items():
-        out.append(f"<tr><td><code>{_e(name)}</code></td><td>{_e(_fmt(obs.value))}</td><td>{_e(obs.source)}</td></tr>")
-    for name, d in report.derived.items():
-        unit = f" {d.unit}" if d.unit else ""
-        out.append(f"<tr><td><code>{_e(name)}</code></td><td>{_e(_fmt(d.value) + unit)}</td>"
-                   f"<td>derived: {_e(d.formula)} <span class=\"muted\">({_e(d.source)})</span></td></tr>")
-    out.append("</table>")
-    return out
+    rows = [_row(f"<code>{_e(name)}</code>", _e(shared.value_text(obs.value)), _e(obs.source))
+            for name, obs in report.observations.items()]
+    rows += [_row(f"<code>{_e(name)}</code>", _e(shared.value_text(d.value) + (f" {d.unit}" if d.unit else "")),
+                  f"derived: {_e(d.formula)} <span class=\"muted\">({_e(d.source)})</span>")
+             for name, d in report.derived.items()]
+    return ["<h2>Evidence</h2>", *_table(("fact", "value", "source"), rows)]
 
 
 def _time_breakdown(report: Report) -> list[str]:
@@ -256,17 +225,10 @@ def _time_breakdown(report: Report) -> list[str]:
     if tb is None:
         return []
 
-    def num(v: float | None) -> str:
-        return "" if v is None else f"{v:.3g}"
-
-    def pct(v: float | None) -> str:
-        return "" if v is None else f"{v:.0%}"
-
     out = ["<h2 id=\"time-breakdown\">Where the time goes</h2>",
            f"<p class=\"muted\">Window: {_e(tb.window.reason)}</p>"]
     if tb.roof is not None:
-        out.append(f"<p class=\"muted\">Roof: {_e(tb.roof.hardware)} {_e(tb.roof.dtype)}, {tb.roof.peak_tflops:g} "
-                   f"TFLOP/s, {tb.roof.peak_bandwidth_gbs:g} GB/s (ridge {tb.roof.ridge_flop_per_byte:.3g} FLOP/B)</p>")
+        out.append(f"<p class=\"muted\">Roof: {shared.roof_text(tb.roof, _e)}</p>")
     if tb.classes:
         out.append(f"<p>{tb.gpu_time_s:.4g} s of GPU activity, {tb.kernels} kernels"
                    + (f"; {tb.memory_bound_share:.0%} in classes memory-bound by nature (magenta)"
@@ -277,27 +239,24 @@ def _time_breakdown(report: Report) -> list[str]:
             width = max(1, round(c.share * 300))
             out.append(f"<tr data-class=\"{_e(c.class_)}\"><td>{_e(c.class_)}</td><td class=\"num\">{c.share:.1%}</td>"
                        f"<td><span class=\"bar{' mem' if c.memory_bound_by_nature else ''}\" "
-                       f"style=\"width:{width}px\"></span></td><td class=\"num\">{num(c.arithmetic_intensity)}</td>"
-                       f"<td class=\"num\">{pct(c.pct_of_roof)}</td></tr>")
+                       f"style=\"width:{width}px\"></span></td>"
+                       f"<td class=\"num\">{shared.number_text(c.arithmetic_intensity)}</td>"
+                       f"<td class=\"num\">{shared.share_text(c.pct_of_roof, '')}</td></tr>")
         out.append("</table>")
-    for title, entries in (("Top kernels", tb.top_kernels), ("Top operators (by the kernels they launched)",
-                                                            tb.top_ops), ("Top modules", tb.top_modules)):
-        if not entries:
-            continue
+    for title, entries in shared.top_lists(tb):
         out.append(f"<h3>{_e(title)}</h3><table><tr><th>name</th><th>class</th><th>share</th><th>count</th>"
                    "<th>FLOP/B</th><th>% of roof</th></tr>")
         out += [f"<tr><td><code>{_e(e.name[:160])}</code></td><td>{_e(e.class_ or '')}</td>"
                 f"<td class=\"num\">{e.share:.1%}</td><td class=\"num\">{e.count}</td>"
-                f"<td class=\"num\">{num(e.arithmetic_intensity)}</td><td class=\"num\">{pct(e.pct_of_roof)}</td></tr>"
+                f"<td class=\"num\">{shared.number_text(e.arithmetic_intensity)}</td>"
+                f"<td class=\"num\">{shared.share_text(e.pct_of_roof, '')}</td></tr>"
                 for e in entries]
         out.append("</table>")
     if tb.idle is not None:
-        i = tb.idle
-        out.append(f"<p>GPU busy {i.busy:.0%}; idle: input {i.input:.0%}, launch overhead {i.launch:.0%}, host "
-                   f"compute {i.host_compute:.0%}, blocking syncs {i.sync:.0%}, no host event {i.unattributed:.0%}, "
-                   f"GPU-side waits {i.gpu_wait:.0%}.</p>")
-        if tb.host_during_idle and i.host_compute >= 0.02:
+        out.append(f"<p>GPU busy {shared.idle_text(tb.idle)}.</p>")
+        host = shared.host_during_idle(tb)
+        if host:
             out.append("<p class=\"muted\">While the GPU idled the host ran: " + ", ".join(
-                f"<code>{_e(e.name)}</code> ({e.share:.0%})" for e in tb.host_during_idle[:4]) + ".</p>")
+                f"<code>{_e(e.name)}</code> ({e.share:.0%})" for e in host) + ".</p>")
     out += [f"<p class=\"muted\">Note: {_e(n)}</p>" for n in tb.notes]
     return out

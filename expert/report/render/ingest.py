@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -11,6 +9,8 @@ from rich.table import Table
 
 from ...ingest import IngestResult
 from ...kb.knowledge import KnowledgeBase
+from ._parts import seconds_text
+from .terminal import rank_grid, time_breakdown_view
 
 
 def _value(name: str, value: object, kb: KnowledgeBase | None) -> str:
@@ -36,28 +36,13 @@ def job_table(result: IngestResult) -> Table | None:
     job = result.job
     if job is None or not job.ranks:
         return None
-
-    def sec(value: float | None) -> str:
-        return "?" if value is None else (f"{value * 1e3:.3g}ms" if value < 1 else f"{value:.3g}s")
-
-    def share(value: float | None) -> str:
-        return "?" if value is None else f"{value:.0%}"
-
     of = f" of {job.world_size}" if job.world_size else ""
-    table = Table(title=f"Ranks ({len(job.ranks)} traced{of}, {job.mode}; per step)", box=box.SIMPLE_HEAVY,
-                  title_justify="left", collapse_padding=True, pad_edge=False)
-    for name in ("rank", "file", "step", "compute", "comm", "exposed", "idle", "overlap", "wait"):
-        table.add_column(name, justify="left" if name == "file" else "right", no_wrap=True,
-                         overflow="ellipsis", min_width=8 if name == "file" else None)
-    for r in job.ranks:
-        slowest = r.rank == job.slowest_rank
-        table.add_row(f"{r.rank}{' ◀' if slowest else ''}", Path(r.file).name, sec(r.step_time_s),
-                      sec(r.compute_s), sec(r.comm_s), share(r.exposed_comm_frac), share(r.idle_frac),
-                      share(r.comm_overlap_frac), sec(r.sync_wait_s), style="bold" if slowest else None)
+    table = rank_grid(f"Ranks ({len(job.ranks)} traced{of}, {job.mode}; per step)", job.ranks, job.slowest_rank,
+                      "bold", box.SIMPLE_HEAVY)
     parts = []
     if job.slowest_rank is not None and job.sync_wait_s is not None:
-        parts.append(f"◀ rank {job.slowest_rank}, the one the others wait for ({sec(job.sync_wait_s)} per step "
-                     "inside collectives)")
+        parts.append(f"◀ rank {job.slowest_rank}, the one the others wait for "
+                     f"({seconds_text(job.sync_wait_s, '')} per step inside collectives)")
     if job.compute_skew is not None:
         parts.append(f"its compute is {job.compute_skew:.0%} longer than the median rank's")
     if job.step_time_skew is not None:
@@ -97,8 +82,6 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
             missing.add_row(escape(name), escape(reason))
         console.print(missing)
     if result.time_breakdown is not None:
-        from .terminal import time_breakdown_view
-
         console.print(time_breakdown_view(result.time_breakdown))
     for note in result.notes:
         console.print(f"[dim]note:[/dim] {escape(note)}")

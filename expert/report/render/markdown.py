@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..explain import gain_text, why
 from ..model import Report
+from . import _parts as shared
 from .graph import to_mermaid
 
 _TAG = re.compile(r"<(?=[A-Za-z/!?])")
@@ -28,16 +29,6 @@ def _fenced(text: str, info: str = "") -> list[str]:
 
 def _cell(text: object) -> str:
     return _text(text).replace("|", "\\|").replace("\n", "<br>")
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "?"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _pct(value: float | None) -> str:
-    return "?" if value is None else f"{value:.1%}"
 
 
 def postmortem(report: Report, title: str | None = None) -> str:
@@ -83,14 +74,14 @@ def _limits(report: Report) -> list[str]:
     """Conflicting and thin evidence in effect: the values that disagree, the effect, what to re-measure."""
     lines: list[str] = []
     for c in report.conflicts:
-        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
-        values = ", ".join(f"`{name}` = {_text(_fmt(value))}" for name, value in c.facts.items())
+        effect = shared.limit_effect(c)
+        values = ", ".join(f"`{name}` = {_text(shared.value_text(value))}" for name, value in c.facts.items())
         lines.append(f"> **Conflicting evidence** ({effect}): {_text(c.title)} ({values}). {_text(c.message)} "
                      f"To settle it: {_text(c.firmer)}" + "".join(f"; `{m.fact}` with {_text(m.tool)} ({_text(m.how)})"
                                                               for m in c.remeasure) + ".")
         lines.append("")
     for c in report.evidence_limits:
-        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        effect = shared.limit_effect(c)
         lines += [f"> **Thin evidence** ({effect}): {_text(c.title)}. Firmer with: {_text(c.firmer)}.", ""]
     return lines
 
@@ -99,10 +90,11 @@ def _evidence(report: Report) -> list[str]:
     lines = ["## Evidence", "", "| fact | value | source |", "|---|---|---|"]
     for name, obs in report.observations.items():
         chosen = f"; assumed {obs.detail['note']}" if "resolved_from" in obs.detail and "note" in obs.detail else ""
-        lines.append(f"| `{name}` | {_cell(_fmt(obs.value))} | {_cell(obs.source + chosen)} |")
+        lines.append(f"| `{name}` | {_cell(shared.value_text(obs.value))} | {_cell(obs.source + chosen)} |")
     for name, d in report.derived.items():
         unit = f" {d.unit}" if d.unit else ""
-        lines.append(f"| `{name}` | {_cell(_fmt(d.value) + unit)} | derived: {_cell(d.formula)} ({_cell(d.source)}) |")
+        lines.append(f"| `{name}` | {_cell(shared.value_text(d.value) + unit)} | derived: {_cell(d.formula)} "
+                     f"({_cell(d.source)}) |")
     return [*lines, ""]
 
 
@@ -116,13 +108,7 @@ def _iron_law(report: Report) -> list[str]:
         seconds = "unknown" if t.seconds is None else f"{t.seconds:.4g}"
         share = "unknown" if t.share is None else f"{t.share:.0%}"
         lines.append(f"| {_cell(t.label)} | {seconds} | {share} |")
-    notes = []
-    if law.step_time_s is not None:
-        notes.append(f"measured step {law.step_time_s:.4g} s")
-    if law.sequential_s is not None and law.overlapped_s is not None:
-        notes.append(f"sequential sum {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
-    if law.efficiency_source:
-        notes.append(law.efficiency_source)
+    notes = shared.iron_law_notes(law)
     if notes:
         lines += ["", "; ".join(notes).capitalize() + "."]
     return [*lines, ""]
@@ -169,8 +155,7 @@ def _cluster(report: Report) -> list[str]:
     if report.cluster is None:
         return []
     lines = ["## Cluster (C³: computation, communication, coordination)", "", "| fact | value |", "|---|---|"]
-    lines += [f"| {name} | {_cell(_fmt(value))} |" for name, value in report.cluster.model_dump().items()
-              if value is not None and name != "ranks"]
+    lines += [f"| {name} | {_cell(shared.value_text(value))} |" for name, value in shared.cluster_facts(report.cluster)]
     return [*lines, "", *_ranks(report)]
 
 
@@ -180,40 +165,21 @@ def _ranks(report: Report) -> list[str]:
     if cluster is None or not cluster.ranks:
         return []
 
-    def sec(value: float | None) -> str:
-        return "?" if value is None else (f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s")
-
-    def share(value: float | None) -> str:
-        return "?" if value is None else f"{value:.0%}"
-
     of = f" of {cluster.world_size}" if cluster.world_size else ""
     lines = [f"### Ranks ({len(cluster.ranks)} traced{of}; per step)", ""]
-    if cluster.straggler_rank is not None:
-        lines.append(f"- **Straggler: rank {cluster.straggler_rank}**: the other ranks wait "
-                     f"{share(cluster.sync_wait_frac)} of each step inside collectives for it.")
-    elif len(cluster.ranks) > 1 and cluster.sync_wait_frac is not None:
-        lines.append(f"- No straggler: the ranks wait {share(cluster.sync_wait_frac)} of the step for one another.")
-    if cluster.slow_link is not None:
-        lines.append("- Slow link: collectives are slow on every rank." if cluster.slow_link
-                     else "- The link is not slow: the transfers are short or hidden behind compute.")
-    if cluster.comm_frac is not None:
-        lines.append(f"- Exposed communication: {share(cluster.comm_frac)} of the step.")
-    if cluster.step_time_skew is not None:
-        lines.append(f"- Step-time skew (slowest rank over the median): {cluster.step_time_skew:.1%}.")
-    lines += ["", "| rank | file | step | compute | comm | exposed comm | idle | overlap | waits |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"- {sentence}" for _, sentence in shared.rank_prose(cluster, lambda lead: f"**{lead}**")]
+    lines += ["", "| " + " | ".join(shared.RANK_HEADERS) + " |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in cluster.ranks:
         mark = " **straggler**" if r.rank == cluster.straggler_rank else ""
-        lines.append(f"| {r.rank}{mark} | {_cell(Path(r.file).name)} | {sec(r.step_time_s)} | {sec(r.compute_s)} | "
-                     f"{sec(r.comm_s)} | {share(r.exposed_comm_frac)} | {share(r.idle_frac)} | "
-                     f"{share(r.comm_overlap_frac)} | {sec(r.sync_wait_s)} |")
+        lines.append("| " + " | ".join([f"{r.rank}{mark}", _cell(Path(r.file).name), *shared.rank_cells(r)]) + " |")
     return [*lines, ""]
 
 
 def _scorecard(report: Report) -> list[str]:
     lines = ["## Scorecard (seed Table 5)", "", "| axis | metric | value | band | bands |", "|---|---|---|---|---|"]
     for row in report.scorecard:
-        lines.append(f"| {row.axis} | {_cell(row.title)} | {_pct(row.value)} | {row.band} | {_cell(row.bands)} |")
+        lines.append(f"| {row.axis} | {_cell(row.title)} | {shared.percent_text(row.value)} | {row.band} | "
+                     f"{_cell(row.bands)} |")
     return [*lines, ""]
 
 
@@ -235,16 +201,9 @@ def _time_breakdown(report: Report) -> list[str]:
     if tb is None:
         return []
 
-    def num(v: float | None) -> str:
-        return "" if v is None else f"{v:.3g}"
-
-    def pct(v: float | None) -> str:
-        return "" if v is None else f"{v:.0%}"
-
     lines = ["## Where the time goes", "", f"Window: {_cell(tb.window.reason)}.", ""]
     if tb.roof is not None:
-        lines += [f"Roof: {tb.roof.hardware} {tb.roof.dtype}, {tb.roof.peak_tflops:g} TFLOP/s, "
-                  f"{tb.roof.peak_bandwidth_gbs:g} GB/s (ridge {tb.roof.ridge_flop_per_byte:.3g} FLOP/B).", ""]
+        lines += [f"Roof: {shared.roof_text(tb.roof)}.", ""]
     if tb.classes:
         lines += [f"{tb.gpu_time_s:.4g} s of GPU activity, {tb.kernels} kernels"
                   + (f"; {tb.memory_bound_share:.0%} in classes memory-bound by nature" if tb.memory_bound_share
@@ -253,25 +212,22 @@ def _time_breakdown(report: Report) -> list[str]:
         for c in tb.classes:
             bar = "█" * round(c.share * 20) or "▏"
             lines.append(f"| {c.class_}{' (memory-bound)' if c.memory_bound_by_nature else ''} | {c.share:.1%} | "
-                         f"`{bar}` | {num(c.arithmetic_intensity)} | {pct(c.pct_of_roof)} |")
+                         f"`{bar}` | {shared.number_text(c.arithmetic_intensity)} | "
+                         f"{shared.share_text(c.pct_of_roof, '')} |")
         lines.append("")
-    for title, entries in (("Top kernels", tb.top_kernels), ("Top operators (by the kernels they launched)",
-                                                            tb.top_ops), ("Top modules", tb.top_modules)):
-        if not entries:
-            continue
+    for title, entries in shared.top_lists(tb):
         lines += [f"**{title}**", "", "| name | class | share | count | FLOP/B | % of roof |",
                   "|---|---|---:|---:|---:|---:|"]
         lines += [f"| `{_cell(e.name[:120])}` | {e.class_ or ''} | {e.share:.1%} | {e.count} | "
-                  f"{num(e.arithmetic_intensity)} | {pct(e.pct_of_roof)} |" for e in entries]
+                  f"{shared.number_text(e.arithmetic_intensity)} | {shared.share_text(e.pct_of_roof, '')} |"
+                  for e in entries]
         lines.append("")
     if tb.idle is not None:
-        i = tb.idle
-        lines += [f"GPU busy {i.busy:.0%}; idle: input {i.input:.0%}, launch overhead {i.launch:.0%}, host compute "
-                  f"{i.host_compute:.0%}, blocking syncs {i.sync:.0%}, no host event {i.unattributed:.0%}, GPU-side "
-                  f"waits {i.gpu_wait:.0%}."]
-        if tb.host_during_idle and i.host_compute >= 0.02:
+        lines += [f"GPU busy {shared.idle_text(tb.idle)}."]
+        host = shared.host_during_idle(tb)
+        if host:
             lines.append("While the GPU idled the host ran: " + ", ".join(
-                f"`{_cell(e.name)}` ({e.share:.0%} of the window)" for e in tb.host_during_idle[:4]) + ".")
+                f"`{_cell(e.name)}` ({e.share:.0%} of the window)" for e in host) + ".")
         lines.append("")
     lines += [f"_Note: {_cell(n)}_" for n in tb.notes]
     return [*lines, ""] if tb.notes else lines

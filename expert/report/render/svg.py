@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from html import escape
 
 from ..model import Report
+from . import _parts as shared
 from .graph import KIND_STYLE, RELATION_STYLE, labels
 
 _FONT = "font-family=\"Helvetica, Arial, sans-serif\""
@@ -234,18 +235,17 @@ def roofline_svg(report: Report, width: int = 640, height: int = 400, element_id
            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
            f'<text x="{left}" y="22" font-size="14" font-weight="bold">{_e(title)}</text>',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#9ca3af"/>']
-    for tick in _decade_ticks(x_lo, x_hi):
-        if x_lo <= tick <= x_hi:
-            out.append(f'<line x1="{_num(px(tick))}" y1="{top}" x2="{_num(px(tick))}" y2="{top + ph}" '
-                       'stroke="#e5e7eb"/>'
-                       f'<text x="{_num(px(tick))}" y="{top + ph + 16}" font-size="11" text-anchor="middle">'
-                       f"{_tick_label(tick)}</text>")
-    for tick in _decade_ticks(y_lo, y_hi):
-        if y_lo <= tick <= y_hi:
-            out.append(f'<line x1="{left}" y1="{_num(py(tick))}" x2="{left + pw}" y2="{_num(py(tick))}" '
-                       'stroke="#e5e7eb"/>'
-                       f'<text x="{left - 6}" y="{_num(py(tick) + 4)}" font-size="11" text-anchor="end">'
-                       f"{_tick_label(tick)}</text>")
+    def gridline(tick: float, line: tuple[object, object, object, object], at: tuple[object, object],
+                 anchor: str) -> str:
+        """A grid line across the plot at one decade, labelled at `at`."""
+        x1, y1, x2, y2 = line
+        return (f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="#e5e7eb"/>'
+                f'<text x="{at[0]}" y="{at[1]}" font-size="11" text-anchor="{anchor}">{_tick_label(tick)}</text>')
+
+    out += [gridline(t, (_num(px(t)), top, _num(px(t)), top + ph), (_num(px(t)), top + ph + 16), "middle")
+            for t in _decade_ticks(x_lo, x_hi) if x_lo <= t <= x_hi]
+    out += [gridline(t, (left, _num(py(t)), left + pw, _num(py(t))), (left - 6, _num(py(t) + 4)), "end")
+            for t in _decade_ticks(y_lo, y_hi) if y_lo <= t <= y_hi]
     out.append(f'<text x="{left + pw / 2}" y="{height - 12}" font-size="12" text-anchor="middle">'
                "arithmetic intensity (FLOP/byte)</text>")
     out.append(f'<text x="16" y="{top + ph / 2}" font-size="12" text-anchor="middle" '
@@ -323,11 +323,7 @@ def iron_law_svg(report: Report, width: int = 640, element_id: str = "iron-law")
         out.append(f'<rect class="term" data-term="{term.term}" x="{left}" y="{y + 3}" '
                    f'width="{_num(bar_w * min(1.0, share))}" height="16" fill="{fill}"/>'
                    f'<text x="{left + bar_w + 8}" y="{y + 15}" font-size="12">{_e(value)}</text>')
-    caption = []
-    if law.step_time_s is not None:
-        caption.append(f"measured step {law.step_time_s:.4g} s")
-    if law.sequential_s is not None and law.overlapped_s is not None:
-        caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    caption = shared.iron_law_notes(law, "sequential", efficiency=False)  # the efficiency gets a line of its own
     out.append(f'<text x="10" y="{height - 12 - (14 if law.efficiency_source else 0)}" font-size="11" '
                f'fill="#374151">{_e("; ".join(caption))}</text>')
     if law.efficiency_source:

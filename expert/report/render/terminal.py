@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich import box
@@ -11,7 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ...breakdown import TimeBreakdown
+from ...observations.normalise import RankFigures
 from ..model import Report
+from . import _parts as shared
 from .console import SafeConsole
 
 _BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
@@ -19,12 +22,6 @@ _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 _BAR_WIDTH = 30
 _SHORT_TERM = {"input": "input wait", "data": "D/BW", "compute": "O/(R·η)", "latency": "L_lat",
                "unexplained": "unexplained"}
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def verdict_panel(report: Report) -> Panel:
@@ -60,13 +57,13 @@ def verdict_panel(report: Report) -> Panel:
 def _limits_text(report: Report, body: Text) -> None:
     """Conflicting and thin evidence in effect: what each did to the verdict and what would lift it."""
     for c in report.conflicts:
-        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
-        values = ", ".join(f"{name} = {_fmt(value)}" for name, value in c.facts.items())
+        effect = shared.limit_effect(c)
+        values = ", ".join(f"{name} = {shared.value_text(value)}" for name, value in c.facts.items())
         body.append(f"\nConflicting evidence ({effect}): {c.title}", style="bold magenta")
         body.append(f" [{values}]" if values else "", style="magenta")
         body.append(f"\n  {c.message}\n  to settle it: {c.firmer}", style="magenta")
     for c in report.evidence_limits:
-        effect = "verdict withheld" if c.effect == "withheld" else f"strength capped at {c.max_strength}"
+        effect = shared.limit_effect(c)
         body.append(f"\nThin evidence ({effect}): {c.title}. Firmer with: {c.firmer}", style="yellow")
 
 
@@ -89,14 +86,7 @@ def iron_law_table(report: Report) -> Table | None:
         bar = Text("█" * filled, style=colour) + Text("░" * (_BAR_WIDTH - filled), style="dim")
         table.add_row(_SHORT_TERM.get(term.term, term.label), f"{term.seconds:.4g}",
                       f"{share:.0%}" if term.share is not None else "?", bar)
-    caption = []
-    if law.step_time_s is not None:
-        caption.append(f"measured step {law.step_time_s:.4g} s")
-    if law.sequential_s is not None and law.overlapped_s is not None:
-        caption.append(f"sequential {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
-    if law.efficiency_source:
-        caption.append(law.efficiency_source)
-    table.caption = "; ".join(caption)
+    table.caption = "; ".join(shared.iron_law_notes(law, "sequential"))
     return table
 
 
@@ -108,20 +98,35 @@ def cluster_table(report: Report) -> Table | None:
                   title_justify="left")
     table.add_column("fact")
     table.add_column("value", justify="right")
-    for name, value in cluster.model_dump().items():
-        if value is not None and name != "ranks":
-            table.add_row(name, _fmt(value))
+    for name, value in shared.cluster_facts(cluster):
+        table.add_row(name, shared.value_text(value))
     return table
 
 
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value * 1e3:.3g}ms" if value < 1 else f"{value:.3g}s"
+RANK_COLUMNS = ("rank", "file", "step", "compute", "comm", "exposed", "idle", "overlap", "wait")
+_RANK_NOTES = {  # shared.rank_notes keys in the terminal's words
+    "straggler": "◀ straggler: rank {rank} (the others wait {wait} of each step inside collectives for it)",
+    "no_straggler": "no straggler: the ranks wait {wait} of the step for one another",
+    "slow_link": "slow link: every rank's collectives are slow",
+    "link_not_slow": "link not slow: the transfers are mostly hidden or short",
+    "exposed": "exposed communication {share} of the step",
+    "skew": "step-time skew {skew}",
+    "bus_bandwidth": "bus bandwidth {gbs} GB/s",
+}
 
 
-def _share(value: float | None) -> str:
-    return "?" if value is None else f"{value:.0%}"
+def rank_grid(title: str, ranks: Sequence[RankFigures], marked: int | None, mark_style: str,
+              table_box: box.Box = box.SIMPLE_HEAD) -> Table:
+    """The per-rank table (per step) with one rank marked ◀ (the straggler, or the slowest rank of an ingest)."""
+    table = Table(title=title, box=table_box, title_justify="left", collapse_padding=True, pad_edge=False)
+    for name in RANK_COLUMNS:
+        table.add_column(name, justify="left" if name == "file" else "right", no_wrap=True,
+                         overflow="ellipsis", min_width=8 if name == "file" else None)
+    for r in ranks:
+        hit = r.rank == marked
+        table.add_row(f"{r.rank}{' ◀' if hit else ''}", Path(r.file).name, *shared.rank_cells(r, ""),
+                      style=mark_style if hit else None)
+    return table
 
 
 def ranks_table(report: Report) -> Table | None:
@@ -131,32 +136,9 @@ def ranks_table(report: Report) -> Table | None:
     if cluster is None or not cluster.ranks:
         return None
     of = f" of {cluster.world_size}" if cluster.world_size else ""
-    table = Table(title=f"Ranks ({len(cluster.ranks)} traced{of}; per step)", box=box.SIMPLE_HEAD,
-                  title_justify="left", collapse_padding=True, pad_edge=False)
-    for name in ("rank", "file", "step", "compute", "comm", "exposed", "idle", "overlap", "wait"):
-        table.add_column(name, justify="left" if name == "file" else "right", no_wrap=True,
-                         overflow="ellipsis", min_width=8 if name == "file" else None)
-    for r in cluster.ranks:
-        straggler = r.rank == cluster.straggler_rank
-        table.add_row(f"{r.rank}{' ◀' if straggler else ''}", Path(r.file).name, _seconds(r.step_time_s),
-                      _seconds(r.compute_s), _seconds(r.comm_s), _share(r.exposed_comm_frac), _share(r.idle_frac),
-                      _share(r.comm_overlap_frac), _seconds(r.sync_wait_s), style="bold red" if straggler else None)
-    notes = []
-    if cluster.straggler_rank is not None:
-        notes.append(f"◀ straggler: rank {cluster.straggler_rank} (the others wait {_share(cluster.sync_wait_frac)} of "
-                     "each step inside collectives for it)")
-    elif len(cluster.ranks) > 1 and cluster.sync_wait_frac is not None:
-        notes.append(f"no straggler: the ranks wait {_share(cluster.sync_wait_frac)} of the step for one another")
-    if cluster.slow_link is not None:
-        notes.append("slow link: every rank's collectives are slow" if cluster.slow_link
-                     else "link not slow: the transfers are mostly hidden or short")
-    if cluster.comm_frac is not None:
-        notes.append(f"exposed communication {_share(cluster.comm_frac)} of the step")
-    if cluster.step_time_skew is not None:
-        notes.append(f"step-time skew {cluster.step_time_skew:.1%}")
-    if cluster.bus_bandwidth is not None:
-        notes.append(f"bus bandwidth {cluster.bus_bandwidth:.3g} GB/s")
-    table.caption = "; ".join(notes)
+    table = rank_grid(f"Ranks ({len(cluster.ranks)} traced{of}; per step)", cluster.ranks, cluster.straggler_rank,
+                      "bold red")
+    table.caption = "; ".join(_RANK_NOTES[key].format(**values) for key, values in shared.rank_notes(cluster))
     return table
 
 
@@ -201,8 +183,8 @@ def scorecard_table(report: Report) -> Table:
     for col in ("axis", "metric", "value", "band", "bands"):
         table.add_column(col)
     for row in report.scorecard:
-        value = "?" if row.value is None else f"{row.value:.1%}"
-        table.add_row(row.axis, Text(row.title), value, Text(row.band, style=_BAND_STYLE[row.band]), Text(row.bands))
+        table.add_row(row.axis, Text(row.title), shared.percent_text(row.value),
+                      Text(row.band, style=_BAND_STYLE[row.band]), Text(row.bands))
     return table
 
 
@@ -239,11 +221,7 @@ def resolution_notes(report: Report) -> Text | None:
 
 
 def _pct(value: float | None) -> str:
-    return "" if value is None else f"{value:.0%}"
-
-
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:.3g}"
+    return shared.share_text(value, "")
 
 
 def time_breakdown_section(report: Report) -> RenderableType | None:
@@ -257,9 +235,7 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
     parts: list[RenderableType] = []
     head = Text(f"window: {tb.window.reason}", style="dim")
     if tb.roof is not None:
-        head.append(f"\nroof: {tb.roof.hardware} {tb.roof.dtype}, {tb.roof.peak_tflops:g} TFLOP/s, "
-                    f"{tb.roof.peak_bandwidth_gbs:g} GB/s (ridge {tb.roof.ridge_flop_per_byte:.3g} FLOP/B)",
-                    style="dim")
+        head.append(f"\nroof: {shared.roof_text(tb.roof)}", style="dim")
     parts.append(head)
     if tb.classes:
         classes = Table(title=f"Where the GPU time goes ({tb.gpu_time_s:.4g} s of GPU activity, {tb.kernels} kernels)",
@@ -271,14 +247,12 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
             filled = round(c.share * _BAR_WIDTH)
             bar = Text("█" * filled, style="magenta" if c.memory_bound_by_nature else "cyan")
             bar.append("░" * (_BAR_WIDTH - filled), style="dim")
-            classes.add_row(c.class_, f"{c.share:.1%}", bar, _num(c.arithmetic_intensity), _pct(c.pct_of_roof))
+            classes.add_row(c.class_, f"{c.share:.1%}", bar, shared.number_text(c.arithmetic_intensity),
+                            _pct(c.pct_of_roof))
         if tb.memory_bound_share is not None:
             classes.caption = f"memory-bound by nature (magenta): {tb.memory_bound_share:.0%} of GPU time"
         parts.append(classes)
-    for title, entries in (("Top kernels", tb.top_kernels), ("Top operators (by the kernels they launched)",
-                                                            tb.top_ops), ("Top modules", tb.top_modules)):
-        if not entries:
-            continue
+    for title, entries in shared.top_lists(tb):
         table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
         for col, just in (("name", "left"), ("class", "left"), ("share", "right"), ("FLOP/B", "right"),
                           ("% of roof", "right")):
@@ -286,22 +260,22 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
                              min_width=20 if col == "name" else 11 if col == "class" else len(col),
                              max_width=34 if col == "name" else None)
         for e in entries[:8]:
-            table.add_row(e.name, e.class_ or "", f"{e.share:.1%}", _num(e.arithmetic_intensity), _pct(e.pct_of_roof))
+            table.add_row(e.name, e.class_ or "", f"{e.share:.1%}", shared.number_text(e.arithmetic_intensity),
+                          _pct(e.pct_of_roof))
         parts.append(table)
     if tb.idle is not None:
-        idle = tb.idle
         line = Text("GPU busy ", style="bold")
-        line.append(f"{idle.busy:.0%}; idle: input {idle.input:.0%}, launch overhead {idle.launch:.0%}, host compute "
-                    f"{idle.host_compute:.0%}, blocking syncs {idle.sync:.0%}, no host event {idle.unattributed:.0%}, "
-                    f"GPU-side waits {idle.gpu_wait:.0%}")
-        if tb.host_during_idle and idle.host_compute >= 0.02:
-            line.append("\nwhile the GPU idled the host ran: " + ", ".join(
-                f"{e.name} ({e.share:.0%})" for e in tb.host_during_idle[:4]), style="dim")
+        line.append(shared.idle_text(tb.idle))
+        host = shared.host_during_idle(tb)
+        if host:
+            line.append("\nwhile the GPU idled the host ran: " + ", ".join(f"{e.name} ({e.share:.0%})" for e in host),
+                        style="dim")
         parts.append(line)
     if tb.totals is not None and tb.totals.flops:
         t = tb.totals
-        parts.append(Text(f"shape-derived: {t.flops:.3g} FLOP, {t.bytes or 0:.3g} B, {_num(t.arithmetic_intensity)} "
-                          f"FLOP/B, {_num(t.achieved_tflops)} TFLOP/s on the GPU, {_pct(t.pct_of_roof)} of roof "
+        parts.append(Text(f"shape-derived: {t.flops:.3g} FLOP, {t.bytes or 0:.3g} B, "
+                          f"{shared.number_text(t.arithmetic_intensity)} FLOP/B, "
+                          f"{shared.number_text(t.achieved_tflops)} TFLOP/s on the GPU, {_pct(t.pct_of_roof)} of roof "
                           f"(operators covering {_pct(tb.flops_coverage)} of launched GPU time)", style="dim"))
     for note in tb.notes:
         parts.append(Text(f"note: {note}", style="dim"))

@@ -10,10 +10,10 @@ Conditions are analysed as unions of boxes (disjunctive normal form, expert.rule
 per fact, an interval, allowed and excluded values and whether the fact must be known; a box is empty when some
 fact's constraints contradict.
 
-One module per lint family: load (DAM001, DAM002, DAM012), references (DAM004-006, DAM008-010, the checks the loader
-makes too), definitions (DAM003, DAM007, DAM011, DAM105, DAM108), satisfiability (DAM101-104), conclusions (DAM106,
-DAM107), metadata (DAM109, DAM112, DAM113), rule_tests (DAM110, DAM111, DAM114), waivers (DAM115); core and context
-hold what they share, registry the list, run the runner.
+One module per lint family: load (DAM001, DAM002, DAM012), references (DAM004-006, DAM008-010, DAM013, the checks
+the loader makes too, and DAM116), definitions (DAM003, DAM007, DAM011, DAM105, DAM108), satisfiability
+(DAM101-104), conclusions (DAM106, DAM107), metadata (DAM109, DAM112, DAM113), rule_tests (DAM110, DAM111, DAM114),
+waivers (DAM115); core and context hold what they share, registry the list, run the runner.
 """
 
 from __future__ import annotations

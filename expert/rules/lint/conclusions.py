@@ -40,7 +40,7 @@ override is intended, waive it in lint_waivers.yaml with the reason.
         def of(site: RuleSite) -> list[Box] | None:
             if site.rule.id not in boxes:
                 try:
-                    boxes[site.rule.id] = expanded.boxes(site.rule.when)
+                    boxes[site.rule.id] = expanded.boxes(site.when)
                 except (TooComplex, Unresolvable):
                     boxes[site.rule.id] = None
             return boxes[site.rule.id]

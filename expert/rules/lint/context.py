@@ -9,8 +9,9 @@ from typing import Any
 from ..._lazy import cached_property
 from ...derive.formulas import DERIVATIONS
 from ...kb.knowledge import KnowledgeBase
-from ..logic import BoxAlgebra, finding_uses, refs_used
+from ..logic import BoxAlgebra, bind, finding_uses, refs_used
 from ..model import Condition, NamedCondition, RuleFile
+from ..references import knowledge_value
 from .core import ConditionSite, Diagnostic, Lint, RuleSite, SourceFile, TableSite, Value, YamlPath
 
 
@@ -33,8 +34,8 @@ class LintContext:
             if f.model is None:
                 continue
             rf: RuleFile = f.model
-            self.rules += [RuleSite(f, i, r) for i, r in enumerate(rf.rules)]
-            self.conditions_sites += [ConditionSite(f, n, c) for n, c in rf.conditions.items()]
+            self.rules += [RuleSite(f, i, r, self.bound(r.when)) for i, r in enumerate(rf.rules)]
+            self.conditions_sites += [ConditionSite(f, n, c, self.bound(c.when)) for n, c in rf.conditions.items()]
             self.table_sites += [TableSite(f, i, t) for i, t in enumerate(rf.tables)]
         self.rule_by_id: dict[str, RuleSite] = {}
         for site in self.rules:
@@ -44,6 +45,7 @@ class LintContext:
         for cs in self.conditions_sites:
             self.conditions.setdefault(cs.name, cs.condition)
             self.condition_by_name.setdefault(cs.name, cs)
+        self._whens = {name: cs.when for name, cs in self.condition_by_name.items()}
         self.tables: dict[str, TableSite] = {}
         for ts in self.table_sites:
             self.tables.setdefault(ts.table.regime, ts)
@@ -53,6 +55,11 @@ class LintContext:
                 self.producers.setdefault(site.rule.then.finding.id, []).append(site)
         self.suite: Any = None  # the rule-test suite result, when the rules load
 
+    def bound(self, when: Condition) -> Condition:
+        """A condition as written with its `{kb: NAME}` thresholds bound to numbers (an unknown name, which DAM013
+        reports, is left out)."""
+        return bind(when, lambda value: knowledge_value(self.kb, value))
+
     # -- helpers lints use --
 
     def diag(self, lint: type[Lint], file: SourceFile, path: Sequence[str | int], message: str, *,
@@ -61,7 +68,15 @@ class LintContext:
                           line=file.line(path), subject=subject, message=message, hint=hint)
 
     def condition_roots(self) -> Iterator[tuple[SourceFile, YamlPath, Condition, str]]:
-        """(file, path of `when`, condition, subject) for every rule and named condition."""
+        """(file, path of `when`, condition with knowledge values bound, subject) for every rule and named
+        condition."""
+        for site in self.rules:
+            yield site.file, (*site.path, "when"), site.when, site.rule.id
+        for cs in self.conditions_sites:
+            yield cs.file, (*cs.path, "when"), cs.when, cs.name
+
+    def written_roots(self) -> Iterator[tuple[SourceFile, YamlPath, Condition, str]]:
+        """As `condition_roots`, with each condition as written (`{kb: NAME}` thresholds unbound)."""
         for site in self.rules:
             yield site.file, (*site.path, "when"), site.rule.when, site.rule.id
         for cs in self.conditions_sites:
@@ -73,10 +88,10 @@ class LintContext:
         return {name: frozenset(spec.choices) for name, spec in self.kb.facts.items()
                 if spec.type == "enum" and spec.choices}
 
-    @cached_property
+    @property
     def whens(self) -> dict[str, Condition]:
-        """Named conditions: name -> its `when` (the first definition of each name)."""
-        return {name: named.when for name, named in self.conditions.items()}
+        """Named conditions: name -> its bound `when` (the first definition of each name)."""
+        return self._whens
 
     @cached_property
     def algebra(self) -> BoxAlgebra:
@@ -84,7 +99,7 @@ class LintContext:
 
     @cached_property
     def expanded(self) -> BoxAlgebra:
-        producers = {f: [s.rule.when for s in sites] for f, sites in self.producers.items()}
+        producers = {f: [s.when for s in sites] for f, sites in self.producers.items()}
         return BoxAlgebra(self.whens, self.domains, producers)
 
     def refs_of(self, node: Condition, stack: tuple[str, ...] = ()) -> set[str]:
@@ -119,7 +134,7 @@ class LintContext:
             then = site.rule.then
             if not then.finding:
                 continue
-            for f, neg in self.findings_of(site.rule.when):
+            for f, neg in self.findings_of(site.when):
                 if graph.has_edge(f, then.finding.id):
                     data = graph.edges[f, then.finding.id]
                     data["negated"] = data["negated"] or neg
@@ -130,14 +145,18 @@ class LintContext:
 
     @cached_property
     def cycles(self) -> list[tuple[list[str], bool, list[str]]]:
-        """(findings in the cycle, through negation?, rules on it) for every simple cycle of the finding graph."""
+        """(findings in the cycle, through negation?, rules on it) for every simple cycle of the finding graph, each
+        cycle starting at its smallest finding and the cycles sorted (networkx's order follows set iteration, which
+        changes with the hash seed)."""
         import networkx as nx
 
         out = []
         graph = self.finding_graph
-        for cycle in nx.simple_cycles(graph):
+        for found in nx.simple_cycles(graph):
+            at = found.index(min(found))
+            cycle = [*found[at:], *found[:at]]
             edges = list(zip(cycle, [*cycle[1:], cycle[0]], strict=True))
             negated = any(graph.edges[a, b]["negated"] for a, b in edges)
             rules = sorted({r for a, b in edges for r in graph.edges[a, b]["rules"]})
             out.append((cycle, negated, rules))
-        return out
+        return sorted(out)

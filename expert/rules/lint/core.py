@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
-from ..._yaml import _Loader
+from ..._yaml import load_positioned, nearest_line
 from ..logic import YamlPath, format_constant
-from ..model import NamedCondition, RegimeTable, Rule
+from ..model import Condition, NamedCondition, RegimeTable, Rule
 from ..references import suggest as _suggest
 
 if TYPE_CHECKING:
@@ -104,50 +103,7 @@ class SourceFile:
 
     def line(self, path: Sequence[str | int] = ()) -> int | None:
         """The line of the node at `path`, or of its nearest ancestor that exists."""
-        key = tuple(path)
-        while key:
-            if key in self.lines:
-                return self.lines[key]
-            key = key[:-1]
-        return self.lines.get((), 1)
-
-
-def load_positioned(path: Path) -> tuple[Any, dict[YamlPath, int], list[tuple[int, str]]]:
-    """Parse YAML safely, recording each node's line; returns (data, lines, duplicate keys as (line, key))."""
-    text = path.read_text(encoding="utf-8")
-    loader = _Loader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    finally:
-        loader.dispose()
-    lines: dict[YamlPath, int] = {}
-    duplicates: list[tuple[int, str]] = []
-    if node is not None:
-        _record(node, data, (), lines, duplicates)
-    return data, lines, duplicates
-
-
-def _record(node: yaml.Node, data: Any, path: YamlPath, lines: dict[YamlPath, int],
-            duplicates: list[tuple[int, str]]) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)  # a mapping entry keeps the line of its key
-    if isinstance(node, yaml.MappingNode) and isinstance(data, dict):
-        by_text = {str(k): k for k in data}
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            text = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
-            if text is None or text not in by_text:
-                continue
-            if text in seen:
-                duplicates.append((key_node.start_mark.line + 1, text))
-            seen.add(text)
-            key = by_text[text]
-            child = (*path, key if isinstance(key, (str, int)) else text)
-            lines[child] = key_node.start_mark.line + 1
-            _record(value_node, data[key], child, lines, duplicates)
-    elif isinstance(node, yaml.SequenceNode) and isinstance(data, list):
-        for i, (child, item) in enumerate(zip(node.value, data, strict=False)):
-            _record(child, item, (*path, i), lines, duplicates)
+        return nearest_line(self.lines, tuple(path))
 
 
 def _loc_path(data: Any, loc: Sequence[int | str]) -> YamlPath:
@@ -168,9 +124,13 @@ def _loc_path(data: Any, loc: Sequence[int | str]) -> YamlPath:
 
 @dataclass(frozen=True)
 class RuleSite:
+    """A rule where it is written; `when` is its condition with `{kb: NAME}` thresholds bound to numbers (what the
+    lints of values analyse; `rule.when` is the condition as written)."""
+
     file: SourceFile
     index: int
     rule: Rule
+    when: Condition
 
     @property
     def path(self) -> YamlPath:
@@ -183,9 +143,12 @@ class RuleSite:
 
 @dataclass(frozen=True)
 class ConditionSite:
+    """A named condition where it is written; `when` as for `RuleSite`."""
+
     file: SourceFile
     name: str
     condition: NamedCondition
+    when: Condition
 
     @property
     def path(self) -> YamlPath:

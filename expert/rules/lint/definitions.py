@@ -65,7 +65,7 @@ class ConditionCycle(Lint):
         graph = nx.DiGraph()
         for cs in ctx.conditions_sites:
             graph.add_node(cs.name)
-            for node, _ in condition_refs_at(cs.condition.when):
+            for node, _ in condition_refs_at(cs.when):
                 if node.ref in ctx.conditions:
                     graph.add_edge(cs.name, node.ref)
         for cycle in nx.simple_cycles(graph):
@@ -115,7 +115,7 @@ class UnusedCondition(Lint):
     def check(self, ctx: LintContext) -> Iterable[Diagnostic]:
         used: set[str] = set()
         for site in ctx.rules:
-            used |= ctx.refs_of(site.rule.when)
+            used |= ctx.refs_of(site.when)
         for cs in ctx.conditions_sites:
             if cs.name not in used:
                 yield ctx.diag(self.__class__, cs.file, cs.path, f"named condition {cs.name!r} is not used by any rule",

@@ -11,9 +11,11 @@ from .metadata import MissingMetadata, UnknownPlaceholder, UnmeasurableFact
 from .references import (
     EffectiveAndWasted,
     InvalidFactValue,
+    RepeatedBand,
     UnknownCondition,
     UnknownFact,
     UnknownFinding,
+    UnknownKnowledgeValue,
     UnknownReference,
 )
 from .rule_tests import InvalidRuleTest, UntestedBranch, UntestedRule
@@ -23,9 +25,10 @@ from .waivers import UnusedWaiver
 LINTS: tuple[type[Lint], ...] = (
     InvalidYaml, SchemaViolation, DuplicateDefinition, UnknownFact, InvalidFactValue, UnknownCondition,
     ConditionCycle, UnknownFinding, UnknownReference, EffectiveAndWasted, NegationCycle, LoadError,
+    UnknownKnowledgeValue,
     ThresholdOutOfRange, UnsatisfiableCondition, UnreachableRule, UnobtainableFact, UnusedCondition,
     ConflictingConclusions, RecommendsWasted, FindingCycle, MissingMetadata, UntestedRule, UntestedBranch,
-    UnknownPlaceholder, UnmeasurableFact, InvalidRuleTest, UnusedWaiver,
+    UnknownPlaceholder, UnmeasurableFact, RepeatedBand, InvalidRuleTest, UnusedWaiver,
 )
 LINTS_BY_ID: dict[str, type[Lint]] = {lint.id: lint for lint in LINTS}
 

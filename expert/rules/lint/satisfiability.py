@@ -221,11 +221,11 @@ cycle are reported as DAM108 instead.)
         in_cycles = {r for _, _, rules in ctx.cycles for r in rules}
         for site in ctx.rules:
             rule = site.rule
-            used = ctx.findings_of(rule.when)
+            used = ctx.findings_of(site.when)
             if not used or rule.id in in_cycles or any(f not in ctx.producers for f, _ in used):
                 continue
             try:
-                if not ctx.algebra.boxes(rule.when) or ctx.expanded.boxes(rule.when):
+                if not ctx.algebra.boxes(site.when) or ctx.expanded.boxes(site.when):
                     continue
             except (TooComplex, Unresolvable):
                 continue

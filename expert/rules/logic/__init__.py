@@ -14,7 +14,8 @@ Traversal
     ``children(node)``, ``walk(node)``, ``walk_paths(node, path)`` (with YAML paths; refs are not entered),
     ``fact_tests``, ``fact_tests_at``, ``finding_refs_at``, ``condition_refs_at``, ``conjunctions``,
     ``facts_used``, ``findings_used``, ``finding_uses`` and ``refs_used`` (through named conditions),
-    ``resolve(node, lookup)`` (named conditions inlined).
+    ``resolve(node, lookup)`` (named conditions inlined), ``knowledge_values_at`` (thresholds written as
+    ``{kb: NAME}``, with their YAML paths) and ``bind(node, value_of)`` (those thresholds replaced by numbers).
 Three-valued (Kleene) logic
     ``Outcome``, ``OUTCOMES``, ``FLIP``, ``kleene_and``, ``kleene_or``, ``kleene_not``, ``and3``, ``or3``;
     ``possible(node, fact, finding)``: the outcomes a condition can still take, given what each leaf still can
@@ -49,6 +50,7 @@ from ._tree import (
     LeafVisitor,
     Value,
     YamlPath,
+    bind,
     children,
     condition_refs_at,
     conjunctions,
@@ -58,6 +60,7 @@ from ._tree import (
     finding_refs_at,
     finding_uses,
     findings_used,
+    knowledge_values_at,
     refs_used,
     resolve,
     walk,
@@ -112,8 +115,9 @@ def __dir__() -> list[str]:
 __all__ = [
     "FLIP", "NEGATION", "OPERATORS", "ORDERED", "OUTCOMES", "SYMBOLS", "Box", "BoxAlgebra", "ConditionVisitor",
     "Constraints", "FindingBranch", "LeafVisitor", "NnfFold", "Operator", "Outcome", "Span", "TooComplex",
-    "Unresolvable", "Value", "Witness", "YamlPath", "and3", "children", "comparator", "compare", "condition_refs_at",
-    "condition_text", "conjunctions", "fact_tests", "fact_tests_at", "facts_used", "finding_branches",
-    "finding_refs_at", "finding_uses", "findings_used", "format_constant", "kleene_and", "kleene_not", "kleene_or",
-    "negate_op", "negate_test", "or3", "possible", "refs_used", "resolve", "span_of", "walk", "walk_paths",
+    "Unresolvable", "Value", "Witness", "YamlPath", "and3", "bind", "children", "comparator", "compare",
+    "condition_refs_at", "condition_text", "conjunctions", "fact_tests", "fact_tests_at", "facts_used",
+    "finding_branches", "finding_refs_at", "finding_uses", "findings_used", "format_constant", "kleene_and",
+    "kleene_not", "kleene_or", "knowledge_values_at", "negate_op", "negate_test", "or3", "possible", "refs_used",
+    "resolve", "span_of", "walk", "walk_paths",
 ]

@@ -1,4 +1,5 @@
-"""Traversal: the visitor over the six node types, walks with YAML paths, what a condition reads, resolution.
+"""Traversal: the visitor over the six node types, walks with YAML paths, what a condition reads, resolution (named
+conditions inlined, knowledge values bound to their numbers).
 
 The only module that tests the type of a condition node (rules/model.py); everything else dispatches through
 `ConditionVisitor` or uses these walks.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from ..model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
+from ..model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, KnowledgeValue, NotOf
 
 Value = int | float | str
 YamlPath = tuple[str | int, ...]
@@ -215,3 +216,59 @@ def resolve(node: Condition, lookup: Callable[[ConditionRef, tuple[str, ...]], C
     """The condition with named conditions inlined: `lookup(ref, stack)` gives the condition a reference names
     (`stack`: the names being inlined around it), or raises."""
     return _Resolver(lookup).visit(node, ())
+
+
+def knowledge_values_at(node: Condition,
+                        path: YamlPath = ()) -> Iterator[tuple[FactTest, str, KnowledgeValue, YamlPath]]:
+    """(test, operator, named value, YAML path of the operator) for every threshold written as a `KnowledgeValue`
+    (named conditions are not entered)."""
+    for test, at in fact_tests_at(node, path):
+        for op, value in test.ops():
+            if isinstance(value, KnowledgeValue):
+                yield test, op, value, (*at, op)
+
+
+class _Binder(ConditionVisitor[Condition]):
+    """Rebuilds only the nodes that hold a knowledge value; the rest of the tree is shared."""
+
+    def __init__(self, value_of: Callable[[KnowledgeValue], float | None]) -> None:
+        self.value_of = value_of
+
+    def fact(self, node: FactTest) -> Condition:
+        ops = node.ops()
+        if not any(isinstance(value, KnowledgeValue) for _, value in ops):
+            return node
+        data: dict[str, Any] = {"fact": node.fact}
+        for op, value in ops:
+            bound = self.value_of(value) if isinstance(value, KnowledgeValue) else value
+            if bound is not None:
+                data[op] = bound
+        if node.known is not None or len(data) == 1:  # every threshold unknown: read it as a test of `known`
+            data["known"] = True if node.known is None else node.known
+        return FactTest.model_validate(data)
+
+    def finding(self, node: FindingRef) -> Condition:
+        return node
+
+    def ref(self, node: ConditionRef) -> Condition:
+        return node
+
+    def all_of(self, node: AllOf) -> Condition:
+        parts = [self.visit(c) for c in node.all]
+        return node if all(a is b for a, b in zip(parts, node.all, strict=True)) else AllOf(all=parts)
+
+    def any_of(self, node: AnyOf) -> Condition:
+        parts = [self.visit(c) for c in node.any]
+        return node if all(a is b for a, b in zip(parts, node.any, strict=True)) else AnyOf(any=parts)
+
+    def not_of(self, node: NotOf) -> Condition:
+        inner = self.visit(node.not_)
+        return node if inner is node.not_ else NotOf(not_=inner)
+
+
+def bind(node: Condition, value_of: Callable[[KnowledgeValue], float | None]) -> Condition:
+    """The condition with every `KnowledgeValue` threshold replaced by `value_of(it)`, so that evaluation compares
+    numbers only; the same object when it names none. A threshold `value_of` cannot give (None) is left out, and a
+    test left with no operator becomes ``known: true`` (only `dam rules lint` binds such a tree, after reporting it;
+    the loader refuses unknown names first)."""
+    return _Binder(value_of).visit(node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Literal, NamedTuple
 
-from ..model import OPS, AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
+from ..model import OPS, AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, KnowledgeValue, NotOf
 from ._tree import ConditionVisitor, Value
 
 Outcome = Literal["true", "false", "unknown"]
@@ -163,11 +163,14 @@ def comparator(op: str, constant: object) -> Callable[[Value], bool]:
 
 
 def format_constant(value: object, precision: int = 4) -> str:
-    """A constant or value as text: floats to `precision` significant digits, lists bracketed, None as unknown."""
+    """A constant or value as text: floats to `precision` significant digits, lists bracketed, None as unknown, a
+    knowledge value (not yet bound) by its name."""
     if isinstance(value, float):
         return f"{value:.4g}" if precision == 4 else f"{value:.{precision}g}"  # the common case, without a nested spec
     if isinstance(value, list):
         return "[" + ", ".join(format_constant(v, precision) for v in value) + "]"
+    if isinstance(value, KnowledgeValue):
+        return value.kb
     return "unknown" if value is None else str(value)
 
 
