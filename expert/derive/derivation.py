@@ -40,6 +40,12 @@ class Gate:
         """The condition for this knowledge base."""
         return self.condition(kb) if callable(self.condition) else self.condition
 
+    def on_static(self) -> Condition:
+        """The condition of a gate that does not depend on the knowledge base."""
+        if callable(self.condition):
+            raise TypeError(f"gate {self.description!r} is written per knowledge base")
+        return self.condition
+
 
 @dataclass(frozen=True)
 class Derivation:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..kb.knowledge import KnowledgeBase
+from ..kb.knowledge import KnowledgeBase, MemoryModel
 from ..rules.model import AllOf, AnyOf, Condition
 from .derivation import (
     ACTIVE_PARAMS,
@@ -25,10 +25,12 @@ from .formulas import (
     Facts,
     Value,
     activation_bytes,
+    gradient_accumulation_steps,
     inference_flops_per_token,
     kv_cache_bytes,
     model_state_bytes,
     per_gpu_tflops,
+    tokens_per_step,
     training_flops_per_token,
 )
 from .formulas import decode_bytes_per_token as bytes_per_decoded_token
@@ -46,6 +48,19 @@ OPTIMIZER_OFFLOADED = Gate("a training job whose optimizer states and step are o
     fact_test("workload", eq="training"), fact_test("optimizer_offload", eq="yes")]))
 
 
+def _with_memory_model(condition: Condition) -> Callable[[KnowledgeBase], Condition]:
+    """`condition` where the knowledge base has its memory model (knowledge_base/memory.yaml), false otherwise."""
+    return lambda kb: condition if kb.memory is not None else fact_test("workload", **{"in": []})
+
+
+STATES_ON_GPU = Gate(f"{OPTIMIZER_ON_GPU.description}, with the knowledge base's memory model",
+                     _with_memory_model(OPTIMIZER_ON_GPU.on_static()))
+STATES_OFFLOADED = Gate(f"{OPTIMIZER_OFFLOADED.description}, with the knowledge base's memory model",
+                        _with_memory_model(OPTIMIZER_OFFLOADED.on_static()))
+TRAINING_MEMORY = Gate("a training job, with the knowledge base's memory model",
+                       _with_memory_model(TRAINING.on_static()))
+
+
 def _published_memory(kb: KnowledgeBase) -> Condition:
     """hardware is one whose catalog entry gives its device-memory capacity."""
     return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.memory_gb is not None]})
@@ -57,8 +72,11 @@ _KAPLAN = "Kaplan et al. 2020, arXiv:2001.08361 (C ≈ 6·N FLOPs per trained to
 _PALM = "Chowdhery et al. 2022 (PaLM), arXiv:2204.02311, appendix B (MFU with the attention term 12·L·H·Q·T)"
 _KV = ("KV cache = 2 · layers · KV heads · head dim · context · bytes per element (Pope et al. 2022, "
        "arXiv:2211.05102, §2; vLLM docs); decode reads the weights and the KV cache every step")
-_ZERO = "Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precision Adam holds 16 bytes per parameter"
-_ACTIVATIONS = "Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: 34·s·b·h bytes per layer with fused attention"
+_ZERO = ("Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precision Adam's bytes per parameter "
+         "(knowledge_base/memory.yaml)")
+_ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation bytes per layer, coefficient·s·b·h with "
+                "fused attention (knowledge_base/memory.yaml)")
+_BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
 _SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
 
 
@@ -124,12 +142,47 @@ def _serving_memory(f: Facts, kb: KnowledgeBase) -> Result:
     return Result((weights + num(f, "kv_cache_bytes")) / (gpus * hbm), figures)
 
 
-def _model_states(bytes_per_param: float) -> Callable[[Facts, KnowledgeBase], Result]:
+def _memory_model(kb: KnowledgeBase) -> MemoryModel:
+    return required(kb.memory, "memory model (knowledge_base/memory.yaml)")
+
+
+def _model_states(offloaded: bool) -> Callable[[Facts, KnowledgeBase], Result]:
     def states(f: Facts, kb: KnowledgeBase) -> Result:
-        value = model_state_bytes(num(f, "model_params"), int(num(f, "sharding_degree")), bytes_per_param)
-        return Result(value, {"bytes per parameter": bytes_per_param})
+        memory = _memory_model(kb)
+        model = memory.optimizer_offloaded if offloaded else memory.optimizer_on_gpu
+        value = model_state_bytes(num(f, "model_params"), int(num(f, "sharding_degree")), model.bytes_per_param)
+        figures: dict[str, Value] = {"bytes per parameter": model.bytes_per_param,
+                                     **{f"{part} (bytes/param)": b for part, b in model.parts.items()},
+                                     "source": model.source}
+        return Result(value, figures)
 
     return states
+
+
+def _activations(batch: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def kept(f: Facts, kb: KnowledgeBase) -> Result:
+        model = _memory_model(kb).activations
+        value = activation_bytes(int(num(f, "seq_len")), int(num(f, batch)), int(num(f, "hidden_size")),
+                                 int(num(f, "num_layers")), model.coefficient)
+        return Result(value, {"bytes per layer per token per hidden unit": model.coefficient, "source": model.source},
+                      note=model.assumptions)
+
+    return kept
+
+
+def _accumulation(ranks: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def steps(f: Facts, kb: KnowledgeBase) -> Result:
+        value = gradient_accumulation_steps(int(num(f, "global_batch_size")), int(num(f, "micro_batch_size")),
+                                            int(num(f, ranks)))
+        note = None
+        if value < 1 or abs(value - round(value)) > 1e-9:
+            note = (f"{value:.3g} is not a whole number of micro-batches of at least 1: global_batch_size, "
+                    f"micro_batch_size and {ranks} disagree")
+        elif ranks == "num_gpus":
+            note = "every GPU taken as a data-parallel rank (no tensor or pipeline parallelism given)"
+        return Result(value, note=note)
+
+    return steps
 
 
 def _to_hbm(*names: str) -> Callable[[Facts, KnowledgeBase], Result]:
@@ -143,6 +196,9 @@ def _to_hbm(*names: str) -> Callable[[Facts, KnowledgeBase], Result]:
 # Spliced into DERIVATIONS where the walker needs them (it applies derivations in one pass, in order): the tokens/s
 # and FLOP-rate ways to achieved_tflops before mfu reads it, and the KV-cache bandwidth before the weights-only one.
 LLM_RATES: tuple[Derivation, ...] = (
+    Derivation("tokens_per_step", ("global_batch_size", "seq_len"), "global_batch_size · seq_len",
+               "definition (sequences per optimizer step x tokens per sequence)",
+               lambda f, kb: Result(tokens_per_step(int(num(f, "global_batch_size")), int(num(f, "seq_len"))))),
     Derivation("tokens_per_s", ("tokens_per_step", "step_time_s"), "tokens_per_step / step_time_s",
                "definition (tokens per optimizer step over the step's wall time)",
                lambda f, kb: Result(num(f, "tokens_per_step") / num(f, "step_time_s"))),
@@ -195,17 +251,24 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                "Table 4 (data row: iostat)",
                lambda f, kb: Result(num(f, "storage_read_mb_s") / num(f, "storage_bandwidth_mb_s"))),
     Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree"),
-               "16 bytes · model_params / sharding_degree", _ZERO, _model_states(16.0), gate=OPTIMIZER_ON_GPU),
+               "bytes per parameter (optimizer on the GPU) · model_params / sharding_degree", _ZERO,
+               _model_states(False), gate=STATES_ON_GPU),
     Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree", "optimizer_offload"),
-               "4 bytes (16-bit weights and gradients) · model_params / sharding_degree; optimizer states on the host",
-               f"{_ZERO}; Ren et al. 2021 (ZeRO-Offload), arXiv:2101.06840", _model_states(4.0),
-               gate=OPTIMIZER_OFFLOADED),
+               "bytes per parameter (16-bit weights and gradients; optimizer states on the host) · model_params / "
+               "sharding_degree", f"{_ZERO}; Ren et al. 2021 (ZeRO-Offload), arXiv:2101.06840",
+               _model_states(True), gate=STATES_OFFLOADED),
+    Derivation("activation_bytes", ("workload", "seq_len", "micro_batch_size", "hidden_size", "num_layers"),
+               "coefficient · seq_len · micro_batch_size · hidden_size · num_layers", _ACTIVATIONS,
+               _activations("micro_batch_size"), gate=TRAINING_MEMORY),
     Derivation("activation_bytes", ("workload", "seq_len", "batch_size", "hidden_size", "num_layers"),
-               "34 · seq_len · batch_size · hidden_size · num_layers", _ACTIVATIONS,
-               lambda f, kb: Result(activation_bytes(int(num(f, "seq_len")), int(num(f, "batch_size")),
-                                                     int(num(f, "hidden_size")), int(num(f, "num_layers"))),
-                                    note="no recomputation, no tensor or sequence parallelism, 16-bit activations"),
-               gate=TRAINING),
+               "coefficient · seq_len · batch_size · hidden_size · num_layers (batch_size as the micro-batch)",
+               _ACTIVATIONS, _activations("batch_size"), gate=TRAINING_MEMORY),
+    Derivation("gradient_accumulation_steps", ("global_batch_size", "micro_batch_size", "data_parallel_size"),
+               "global_batch_size / (micro_batch_size · data_parallel_size)", _BATCHES,
+               _accumulation("data_parallel_size")),
+    Derivation("gradient_accumulation_steps", ("global_batch_size", "micro_batch_size", "num_gpus"),
+               "global_batch_size / (micro_batch_size · num_gpus) (every GPU a data-parallel rank)", _BATCHES,
+               _accumulation("num_gpus")),
     Derivation("model_state_to_hbm", ("model_state_bytes", "hardware"), "model_state_bytes / HBM per GPU", _ZERO,
                _to_hbm("model_state_bytes"), gate=PUBLISHED_MEMORY),
     Derivation("training_memory_to_hbm", ("model_state_bytes", "activation_bytes", "hardware"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .cluster import CATALOG_LINK, CLUSTER, OWN_LINK, SEVERAL_GPUS, SOME_COMM_TIME, SOME_FAILURES
 from .derivation import LLM_DECODE, Derivation, Gate, Result
+from .gain_bounds import GAIN_BOUNDS
 from .llm import (
     LLM_DECODE_RATIO,
     LLM_DECODE_UTIL,
@@ -49,6 +50,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     *DECODE_WEIGHT_STREAMING,
     *LLM_DECODE_RATIO,
     *IRON_LAW,
+    *GAIN_BOUNDS,  # the most lower precision, a faster GPU or tensor cores can speed the compute term up
     *CLUSTER,
     *LLM_SERVING_HOST_MEMORY,
     *CONSISTENCY_MARGINS,
