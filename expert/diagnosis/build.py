@@ -373,15 +373,15 @@ def _gain(ctx: _Context, opt: Optimization) -> ExpectedGain | None:
             assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, runs at most {s:.3g}x faster "
             f"({what}); 1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
     known_floor = float(ctx.facts[floor]) if floor is not None and floor in ctx.facts else None
-    if known_floor is not None and not capped:
+    own = floor_of == "own"
+    if known_floor is not None and not (capped and own):  # a floor of today's step bounds the gain at any share
         rest = min(known_floor, share)
-        own = floor_of == "own"
-        speedup = (1 - rest) / (1 - share) if own else 1 / (1 - share + rest)
+        speedup = (1 - rest) / (1 - share) if own else 1 / (1 - share + rest) if share - rest < 1 else cap
         formula = f"(1 − {rest:.3g}) / (1 − {share:.3g})" if own else f"1 / (1 − {share:.3g} + {rest:.3g})"
         return ExpectedGain(
-            term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
+            term=shrinks, term_share=round(share, 4), max_speedup=round(min(speedup, cap), 3),
             assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, falls to {floor} "
-            f"{rest:.1%}, not to zero; {formula}; other terms unchanged")
+            f"{rest:.1%}, not to zero; {formula}; other terms unchanged" + ("; capped" if speedup > cap else ""))
     speedup = cap if capped else amdahl_max_speedup(share)
     what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
     return ExpectedGain(
