@@ -85,7 +85,7 @@ def test_precedence_not_over_and_over_or_and_parentheses() -> None:
     ("step_time_s > +5% extra", "column 19: expected 'and', 'or' or the end of the condition, got 'extra'"),
     ("(verdict changed", "expected ')'"),
     ("verdict > input", "a verdict is compared with == or !="),
-    ("verdict == fast", "a regime (communication, compute, coordination, host, input, latency, memory) or none"),
+    ("verdict == fast", "a regime (capacity, communication, compute, coordination, host, input, latency, memory) or none"),
     ("new finding data_strved", "no rule concludes finding 'data_strved'; did you mean data_starved?"),
     ("new thing", "expected 'finding'"),
     ("speedup < +5%", "a plain number (speedup is a ratio"),
