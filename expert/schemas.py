@@ -122,6 +122,8 @@ SCHEMAS: dict[str, SchemaSpec] = {
     "regimes": SchemaSpec(RegimeCatalog, "knowledge_base/regimes.yaml: bottleneck regimes, strengths, precedence."),
     "units": SchemaSpec(UnitTable, "knowledge_base/units.yaml: accepted units per dimension."),
 }
+SCHEMAS["memory"] = SchemaSpec(_knowledge.MemoryModel, "knowledge_base/memory.yaml: model-state bytes per parameter "
+                               "and the activation coefficient of the memory-capacity derivations.")
 SCHEMAS["kernels"] = SchemaSpec(_knowledge.KernelCatalog, "knowledge_base/kernels.yaml: kernel classes, host call "
                                 "roles and trace-analysis thresholds.")
 _interconnects = getattr(_knowledge, "InterconnectCatalog", None)

@@ -216,8 +216,9 @@ def test_a_catalog_link_of_an_unknown_kind_is_refused(tmp_path: Path) -> None:
 
 def test_cluster_regimes_come_after_the_single_node_ones() -> None:
     precedence = KB.regimes.precedence
-    assert precedence[:5] == ["input", "host", "latency", "memory", "compute"]  # host: CPU starvation, beside input
-    assert precedence[5:] == list(CLUSTER_REGIMES)
+    # host: CPU starvation, beside input; capacity: what fits limits the batch before any time regime
+    assert precedence[:6] == ["input", "host", "capacity", "latency", "memory", "compute"]
+    assert precedence[6:] == list(CLUSTER_REGIMES)
     for regime in CLUSTER_REGIMES:
         assert KB.regimes.regimes[regime].term == regime
         assert "Table 6" in KB.regimes.regimes[regime].source

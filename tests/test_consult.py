@@ -581,11 +581,12 @@ def test_play_answers_the_tools_question_from_the_facts_or_the_answers() -> None
 
 def test_context_questions_without_value_are_not_asked() -> None:
     # a cluster case with everything but the context facts: hardware and precision can no longer change the answer
-    # (lower precision is already applied: otherwise whether the part has fp8 decides whether it is recommended)
+    # (lower precision is already applied: otherwise whether the part has fp8 decides whether it is recommended;
+    # tensor cores too: otherwise the part's CUDA-core peak tells whether the MFU proves them in use)
     # (and the model size not known: with it, the GPU's memory could tell whether the model states fit, issue 13)
     facts = {k: v for k, v in EXAMPLES["well_scaled_cluster"].items()
              if k not in ("hardware", "dtype", "batch_size", "phase", "workload")}
-    facts["applied_optimizations"] = "lower_precision"
+    facts["applied_optimizations"] = "lower_precision, tensor_cores"
     c = Consultation(known=facts)
     c.unknown("model_params")
     _, plan = c._analysis()

@@ -57,11 +57,11 @@ def test_kv_cache_and_decode_bytes_per_token() -> None:
 
 
 def test_model_state_and_activation_bytes() -> None:
-    assert model_state_bytes(13e9, 1) == 208e9  # 16 B x 13e9
-    assert model_state_bytes(13e9, 8) == 26e9
+    assert model_state_bytes(13e9, 1, 16.0) == 208e9  # 16 B x 13e9
+    assert model_state_bytes(13e9, 8, 16.0) == 26e9
     assert model_state_bytes(13e9, 1, 4.0) == 52e9  # optimizer offloaded: 16-bit weights and gradients stay
     # 34 x 4096 x 4 x 5120 x 40 = 114,085,068,800 B
-    assert activation_bytes(4096, 4, 5120, 40) == 114_085_068_800
+    assert activation_bytes(4096, 4, 5120, 40, 34.0) == 114_085_068_800
 
 
 # ---- the registry: which formula applies where -------------------------------------------------------------------
@@ -153,10 +153,10 @@ def test_host_side_shares() -> None:
 EXAMPLES = {
     "llm_pretraining_mfu": None,
     "llm_decode_kv_cache": "memory",
-    "kv_cache_bound_server": "memory",
+    "kv_cache_bound_server": "capacity",  # KV-cache capacity, not bandwidth
     "offloaded_optimizer_weak_host": "host",
     "storage_bound_input": "input",
-    "model_does_not_fit": None,
+    "model_does_not_fit": "capacity",  # the states do not fit: what fits limits the job
 }
 
 

@@ -73,8 +73,10 @@ def test_table2_overlap_turns_the_sum_into_a_max() -> None:
 @pytest.mark.parametrize(("obs", "regime", "effective", "wasted"), [
     (MEMORY_BOUND, "memory", {"quantization", "pruning", "batching", "kernel_fusion", "more_memory_bandwidth"},
      {"more_peak_flops"}),
-    (COMPUTE_BOUND, "compute", {"better_kernels", "tensor_cores", "more_peak_flops", "lower_precision"},
-     {"more_memory_bandwidth"}),
+    # tensor cores are in the seed's row too, but 560 TFLOP/s in bf16 is 8x the H100's CUDA-core fp32 peak: they are
+    # already in use, so rules/precision.yaml marks them wasted (test_table3_tensor_cores_already_in_use)
+    (COMPUTE_BOUND, "compute", {"better_kernels", "more_peak_flops", "lower_precision"},
+     {"more_memory_bandwidth", "tensor_cores"}),
     (LATENCY_BOUND, "latency", {"batching", "kernel_fusion", "async_scheduling"},
      {"more_peak_flops", "more_memory_bandwidth"}),
 ], ids=["memory-bound", "compute-bound", "latency-bound"])
@@ -87,6 +89,16 @@ def test_table3_row(obs: dict[str, Any], regime: str, effective: set[str], waste
     assert not recommended & wasted
     term = expert.default_expert().kb.regimes.regimes[regime].term
     assert term == {"memory": "data", "compute": "compute", "latency": "latency"}[regime]
+
+
+def test_table3_tensor_cores_already_in_use() -> None:
+    report = diagnose(COMPUTE_BOUND)
+    wasted = {w.id: w for w in report.wasted}
+    assert "precision-tensor-cores-in-use" in wasted["tensor_cores"].rules
+    assert "tensor_cores" in expert.default_expert().ruleset.tables["compute"][1].effective
+    # within the CUDA cores' 67 TFLOP/s and the tensor pipes idle: nothing says tensor cores run
+    fp32 = diagnose({**COMPUTE_BOUND, "dtype": "fp32", "achieved_tflops": 50, "tensor_active": 0.02})
+    assert "tensor_cores" in {r.id for r in fp32.recommended}
 
 
 def test_table3_wasted_reason_names_the_dominant_term() -> None:

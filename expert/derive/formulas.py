@@ -162,18 +162,27 @@ def decode_bytes_per_token(params: float, bytes_per_weight: float, kv_bytes: flo
     return (params * bytes_per_weight + kv_bytes) / batch_size
 
 
-def model_state_bytes(params: float, sharding_degree: int, bytes_per_param: float = 16.0) -> float:
-    """Model states per GPU under mixed-precision Adam: 2 (16-bit weights) + 2 (16-bit gradients) + 12 (fp32 master
-    weights, momentum, variance) = 16 bytes per parameter (ZeRO, Rajbhandari et al. 2020, §3.1), over the GPUs the
-    states are sharded across (ZeRO-3 / FSDP full sharding divides all three)."""
+def model_state_bytes(params: float, sharding_degree: int, bytes_per_param: float) -> float:
+    """Model states per GPU: bytes per parameter (knowledge_base/memory.yaml: 16 under mixed-precision Adam, ZeRO
+    §3.1; 4 with the optimizer offloaded) x parameters, over the GPUs the states are sharded across (ZeRO-3 / FSDP
+    full sharding divides all of them)."""
     return params * bytes_per_param / sharding_degree
 
 
-def activation_bytes(seq_len: int, batch_size: int, hidden_size: int, num_layers: int) -> float:
-    """Activation memory kept for backward without recomputation: 34·s·b·h bytes per layer (Korthikanti et al. 2022,
-    eq. 1, 16-bit activations, no tensor parallelism, with the 5·a·s²·b attention-score term gone under fused
-    attention)."""
-    return 34.0 * seq_len * batch_size * hidden_size * num_layers
+def activation_bytes(seq_len: int, batch_size: int, hidden_size: int, num_layers: int, coefficient: float) -> float:
+    """Activation memory kept for backward without recomputation: coefficient·s·b·h bytes per layer
+    (knowledge_base/memory.yaml: 34, Korthikanti et al. 2022 eq. 1 with fused attention), b the micro-batch."""
+    return coefficient * seq_len * batch_size * hidden_size * num_layers
+
+
+def gradient_accumulation_steps(global_batch: int, micro_batch: int, data_parallel: int) -> float:
+    """Micro-batches each data-parallel rank accumulates per optimizer step: global / (micro x data-parallel ranks)."""
+    return global_batch / (micro_batch * data_parallel)
+
+
+def tokens_per_step(global_batch: int, seq_len: int) -> float:
+    """Tokens per optimizer step over the whole job: global batch (sequences) x tokens per sequence."""
+    return float(global_batch) * seq_len
 
 
 # ---- the record of a derived value ------------------------------------------------------------------------------
@@ -233,5 +242,6 @@ def __getattr__(name: str) -> Any:
 __all__ = ["DERIVATIONS", "Derivation", "DerivedValue", "Facts", "Value", "achieved_tflops", "amdahl_max_speedup",
            "arithmetic_intensity", "askable_inputs", "askable_inputs_given", "check_consistency", "comm_term",
            "compression_ratio", "coordination_loss", "daly_interval", "decode_bandwidth_gbs", "decode_intensity",
-           "derive", "exposed_comm", "io_overhead", "iron_law", "lost_share", "mfu", "ridge_point",
-           "ring_allreduce_bytes", "scaling_efficiency", "young_interval"]
+           "derive", "exposed_comm", "gradient_accumulation_steps", "io_overhead", "iron_law", "lost_share", "mfu",
+           "ridge_point",
+           "ring_allreduce_bytes", "scaling_efficiency", "tokens_per_step", "young_interval"]

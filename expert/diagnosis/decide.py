@@ -138,7 +138,8 @@ def _largest_share_first(ranked: list[tuple[str, list[Any]]], c: _Conclusions,
         return ranked
     top = ranked[0][1][0]
     tied = [kv for kv in ranked if kv[1][0] == top]
-    shares = [facts.get(c.share_fact[regime]) for regime, _ in tied]
+    # a regime whose term is no share of the step (memory capacity) leaves the order as it stands
+    shares = [facts.get(share) if (share := c.share_fact.get(regime)) else None for regime, _ in tied]
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in shares):
         return ranked
     order = sorted(range(len(tied)), key=lambda i: -float(shares[i]))  # type: ignore[arg-type]  # stable

@@ -137,11 +137,19 @@ class HardwareFamily(_Strict):
     why: str = "the most common variant"
 
 
+class HardwareUpgrade(_Strict):
+    """The realistic next part for one catalogued part (hardware.yaml `upgrades`): what a faster accelerator means."""
+
+    to: str
+    why: str
+
+
 class HardwareCatalog(_Strict):
     schema_version: int = 1
     hardware: list[HardwareSpec]
     families: dict[str, HardwareFamily] = {}
     name_prefixes: list[str] = []  # leading vendor words a device name may carry ("NVIDIA", "Tesla", "AMD Instinct")
+    upgrades: dict[str, HardwareUpgrade] = {}  # part id -> its realistic next part (more_peak_flops' bound)
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,17 @@ class Optimization(_Strict):
     effort: int | None = Field(default=None, ge=1, le=5)  # optimizations.yaml header: the declared effort order
     floor: str | None = None  # a derived share its term keeps at best (optimizations.yaml header); None: zero
     floor_of: Literal["step", "own"] = "step"  # the floor is a share of today's step, or of the run at the floor
+    # the most its term can speed up (optimizations.yaml header): a derived fact (a peak ratio from the catalog), and
+    # the declared bound where that fact is unknown, with its source
+    term_speedup: str | None = None
+    max_term_speedup: float | None = Field(default=None, gt=1)
+    bound_source: str | None = None
+
+    @model_validator(mode="after")
+    def _bound_sourced(self) -> Optimization:
+        if self.max_term_speedup is not None and not self.bound_source:
+            raise ValueError("max_term_speedup needs bound_source (where the bound comes from)")
+        return self
 
 
 class OptimizationCatalog(_Strict):
@@ -471,9 +490,45 @@ class DtypeSpec(_Strict):
     """A numeric format: bytes per element."""
 
     bytes: int | float = Field(gt=0)  # fractional for sub-byte formats (fp4: 0.5)
+    lower: list[str] = []  # the narrower formats lower precision moves to, preferred first (units.yaml header)
 
 
 class UnitTable(_Strict):
     schema_version: int = 1
     dimensions: dict[str, Dimension]
     dtypes: dict[str, DtypeSpec]
+
+
+# ---- device-memory model of a training step (knowledge_base/memory.yaml) -------------------------------------------
+
+
+class StateBytes(_Strict):
+    """Bytes per parameter of the model states kept on the GPU, part by part, with the source."""
+
+    bytes_per_param: float = Field(gt=0)
+    parts: dict[str, float]
+    source: str
+
+    @model_validator(mode="after")
+    def _parts_add_up(self) -> StateBytes:
+        if abs(sum(self.parts.values()) - self.bytes_per_param) > 1e-9:
+            raise ValueError(f"parts add up to {sum(self.parts.values())}, not bytes_per_param {self.bytes_per_param}")
+        return self
+
+
+class ActivationModel(_Strict):
+    """Activation bytes kept for backward: `coefficient` · seq_len · batch · hidden_size per layer."""
+
+    coefficient: float = Field(gt=0)
+    assumptions: str
+    source: str
+
+
+class MemoryModel(_Strict):
+    """knowledge_base/memory.yaml: model-state bytes per parameter (optimizer on the GPU or offloaded) and the
+    activation coefficient, the constants of the memory-capacity derivations."""
+
+    schema_version: int = 1
+    optimizer_on_gpu: StateBytes
+    optimizer_offloaded: StateBytes
+    activations: ActivationModel

@@ -48,6 +48,19 @@ def check_references(kb: KnowledgeBase) -> None:
                                     f"shrinks {opt.shrinks!r}, which regimes.yaml `terms` does not define"))
         if opt.floor is not None and opt.floor not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}", f"floor: unknown fact {opt.floor!r}"))
+        if opt.term_speedup is not None and opt.term_speedup not in kb.facts:
+            problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
+                                    f"term_speedup: unknown fact {opt.term_speedup!r}"))
+    for part_id, upgrade in kb.hardware_upgrades.items():
+        for name in (part_id, upgrade.to):
+            if name not in kb.hardware:
+                problems.append(Problem(f"{where}/hardware.yaml: upgrades.{part_id}", f"unknown hardware {name!r}",
+                                        "upgrades map catalog ids to catalog ids"))
+    for dtype_id, dtype_spec in kb.units.dtypes.items():
+        for lower in dtype_spec.lower:
+            if lower not in kb.units.dtypes or kb.units.dtypes[lower].bytes >= dtype_spec.bytes:
+                problems.append(Problem(f"{where}/units.yaml: dtypes.{dtype_id}.lower", f"{lower!r} is not a narrower "
+                                        "dtype", "a dtype of units.yaml `dtypes` with fewer bytes per element"))
     for metric in kb.scorecard.metrics:
         if metric.fact not in kb.facts:
             problems.append(Problem(f"{where}/scorecard.yaml: {metric.id}", f"unknown fact {metric.fact!r}"))
@@ -102,9 +115,6 @@ def _check_vocabulary(kb: KnowledgeBase, where: str) -> list[Problem]:
         at = f"{where}/regimes.yaml: regimes.{regime_id}"
         if regime.term not in terms:
             problems.append(Problem(at, f"unknown term {regime.term!r}", f"`terms` defines: {', '.join(terms)}"))
-        elif terms[regime.term].share is None:
-            problems.append(Problem(at, f"term {regime.term!r} has no share of the step",
-                                    "a regime's term needs `share` (equally strong verdicts are ranked by it)"))
         for name in [*regime.axes, regime.confirm_axis]:
             axis(at, name)
     for name in kb.tools.axes:

@@ -29,6 +29,7 @@ from .catalogs import (
     HardwareFamily,
     HardwareResolution,
     HardwareSpec,
+    HardwareUpgrade,
     InterconnectCatalog,
     InterconnectSpec,
     KernelActivity,
@@ -37,6 +38,7 @@ from .catalogs import (
     KernelClass,
     LowPrecisionGemm,
     Measurement,
+    MemoryModel,
     Optimization,
     OptimizationCatalog,
     QuestionChoice,
@@ -73,6 +75,7 @@ class KnowledgeBase:
         source: Path | None = None,
         interconnects: InterconnectCatalog | None = None,
         kernels: KernelCatalog | None = None,
+        memory: MemoryModel | None = None,
     ) -> None:
         self.source = source
         self.facts = {f.name: f for f in facts.facts}
@@ -80,6 +83,7 @@ class KnowledgeBase:
         self.hardware = {h.id: h for h in hardware.hardware}
         self.hardware_families = dict(hardware.families)
         self.hardware_prefixes = tuple(p.casefold() for p in hardware.name_prefixes)
+        self.hardware_upgrades = dict(hardware.upgrades)
         self.optimizations = {o.id: o for o in optimizations.optimizations}
         self.tools = tools
         self.scorecard = scorecard
@@ -87,6 +91,7 @@ class KnowledgeBase:
         self.units = units
         self.interconnects = {i.id: i for i in (interconnects.interconnects if interconnects else [])}
         self.kernels = kernels  # kernel classes for trace analysis (None: a knowledge base without kernels.yaml)
+        self.memory = memory  # the memory-capacity constants (None: a knowledge base without memory.yaml)
         check_references(self)
 
     @classmethod
@@ -110,6 +115,8 @@ class KnowledgeBase:
             if (directory / "interconnects.yaml").is_file() else None,
             kernels=part("kernels", KernelCatalog)  # type: ignore[arg-type]
             if (directory / "kernels.yaml").is_file() else None,
+            memory=part("memory", MemoryModel)  # type: ignore[arg-type]
+            if (directory / "memory.yaml").is_file() else None,
         )
 
     def with_hardware(self, extra: Iterable[HardwareSpec], where: str = "extra hardware") -> KnowledgeBase:
@@ -205,6 +212,7 @@ __all__ = [
     "HardwareFamily",
     "HardwareResolution",
     "HardwareSpec",
+    "HardwareUpgrade",
     "InterconnectCatalog",
     "InterconnectSpec",
     "KernelActivity",
@@ -214,6 +222,7 @@ __all__ = [
     "KnowledgeBase",
     "LowPrecisionGemm",
     "Measurement",
+    "MemoryModel",
     "Optimization",
     "OptimizationCatalog",
     "QuestionChoice",

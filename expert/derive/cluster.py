@@ -1,0 +1,179 @@
+"""Derivations at cluster scale (seed Table 6 and the C³ taxonomy): scaling efficiency, the communication term
+(ring all-reduce bytes over the link), bus bandwidth, straggler waits, and coordination (checkpoint interval against
+Young's and Daly's optimum, failures, restarts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..kb.knowledge import HardwareSpec, KnowledgeBase
+from ..rules.model import AllOf, Condition
+from .derivation import Derivation, Gate, Result, any_of, clamp_fraction, fact_test, hardware_of, num, required
+from .formulas import (
+    Facts,
+    comm_term,
+    coordination_loss,
+    daly_interval,
+    exposed_comm,
+    lost_share,
+    ring_allreduce_bytes,
+    scaling_efficiency,
+    young_interval,
+)
+
+SEVERAL_GPUS = Gate("more than one GPU (one GPU has no all-reduce)", fact_test("num_gpus", ge=2))
+SOME_COMM_TIME = Gate("the collectives took some time", fact_test("comm_time_s", gt=0))
+SOME_FAILURES = Gate("the job fails at all (no failures: no time between them)", fact_test("failures_per_day", gt=0))
+
+
+def _own_links(kb: KnowledgeBase) -> Condition:
+    """interconnect = nvlink (pcie) and hardware is one whose catalog entry gives its own NVLink (PCIe) link."""
+    return any_of([AllOf(all=[fact_test("interconnect", eq=kind), fact_test(
+        "hardware", **{"in": [hw.id for hw in kb.hardware.values() if _own_link(hw, kind) is not None]})])
+        for kind in _HARDWARE_LINKS])
+
+
+def _default_links(kb: KnowledgeBase) -> Condition:
+    """interconnect is a link kind the interconnect catalog has a default entry for."""
+    kinds = list(dict.fromkeys(i.kind for i in kb.interconnects.values() if i.default))
+    return fact_test("interconnect", **{"in": kinds})
+
+
+OWN_LINK = Gate("an NVLink or PCIe link the hardware catalog gives for this hardware", _own_links)
+CATALOG_LINK = Gate("a link kind the interconnect catalog has a default for", _default_links)
+
+
+def _scaling(value: float) -> Result:
+    if value > 1.0:
+        return Result(1.0, note=f"scaling efficiency came out at {value:.2f} (superlinear, e.g. per-GPU data now fits "
+                      "in cache or memory); clamped to 1")
+    return Result(max(0.0, value))
+
+
+_HARDWARE_LINKS = {"nvlink": ("scale_up_link", "scale_up_gbs", "nvlink"),
+                   "pcie": ("host_link", "host_link_gbs", "pcie")}
+
+
+def _own_link(hw: HardwareSpec, kind: str) -> tuple[str, float] | None:
+    """The hardware's own link of a kind (its name and bidirectional GB/s), if hardware.yaml gives one."""
+    name_field, gbs_field, marker = _HARDWARE_LINKS[kind]
+    name, total = getattr(hw, name_field), getattr(hw, gbs_field)
+    if not name or total is None or marker not in str(name).casefold():
+        return None
+    return name, total
+
+
+def _hardware_link(f: Facts, kb: KnowledgeBase) -> Result:
+    """The hardware's own NVLink or PCIe figure (hardware.yaml quotes bidirectional totals; halved per direction)."""
+    hw = hardware_of(f, kb)
+    name, total = required(_own_link(hw, str(f["interconnect"])), f"a {f['interconnect']} link of {hw.id}")
+    return Result(total / 2.0, {f"{hw.id} {name} (GB/s, bidirectional)": total, "source": hw.source})
+
+
+def _catalog_link(f: Facts, kb: KnowledgeBase) -> Result:
+    link = required(kb.default_interconnect(str(f["interconnect"])), f"a default {f['interconnect']} link")
+    return Result(link.per_direction_gbs, {f"{link.name} (GB/s per direction)": link.per_direction_gbs,
+                                           "source": link.source}, link.notes)
+
+
+def _mtbf_s(f: Facts) -> float:
+    return num(f, "mtbf_h") * 3600.0
+
+
+def _coordination(interval: str, with_restart: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def overhead(f: Facts, kb: KnowledgeBase) -> Result:
+        restart = num(f, "restart_time_s") if with_restart else 0.0
+        loss = coordination_loss(num(f, "checkpoint_write_s"), num(f, interval), _mtbf_s(f), restart)
+        return Result(lost_share(loss), {"time lost per unit of useful time (x)": round(loss, 6)})
+
+    return overhead
+
+
+_C3_SCALING = "seed C³ (C1 computation adds scaling-efficiency loss); scaling efficiency = per-GPU throughput N vs 1"
+_C3_COMM = "seed Table 6 and C³ (C2 communication: the communication wall)"
+_C3_COORD = "seed Table 6 (reliability wall, cluster MTBF) and C³ (C3 coordination)"
+_NCCL = "NCCL ring all-reduce moves 2(N−1)/N × bytes per rank (nccl-tests doc/PERFORMANCE.md, bus bandwidth)"
+_YOUNG = "Young 1974, CACM 17(9), https://doi.org/10.1145/361147.361115"
+_DALY = "Daly 2006, FGCS 22, https://doi.org/10.1016/j.future.2004.11.016"
+
+# cluster scale (seed Table 6, C³): computation, communication, coordination
+CLUSTER: tuple[Derivation, ...] = (
+    Derivation("per_gpu_throughput", ("cluster_throughput", "num_gpus"), "cluster_throughput / num_gpus", _C3_SCALING,
+               lambda f, kb: Result(num(f, "cluster_throughput") / num(f, "num_gpus"))),
+    Derivation("scaling_efficiency", ("per_gpu_throughput", "single_gpu_throughput"),
+               "per_gpu_throughput / single_gpu_throughput", _C3_SCALING,
+               lambda f, kb: _scaling(scaling_efficiency(num(f, "per_gpu_throughput"),
+                                                         num(f, "single_gpu_throughput")))),
+    Derivation("scaling_efficiency", ("single_gpu_step_time_s", "step_time_s"),
+               "single_gpu_step_time_s / step_time_s (weak scaling: same per-GPU batch)", _C3_SCALING,
+               lambda f, kb: _scaling(num(f, "single_gpu_step_time_s") / num(f, "step_time_s"))),
+    Derivation("effective_gpus", ("num_gpus", "scaling_efficiency"), "num_gpus × scaling_efficiency", _C3_SCALING,
+               lambda f, kb: Result(num(f, "num_gpus") * num(f, "scaling_efficiency"))),
+    Derivation("exposed_comm_s", ("comm_time_s", "comm_overlap_frac"), "comm_time_s × (1 − comm_overlap_frac)",
+               _C3_COMM,
+               lambda f, kb: Result(exposed_comm(num(f, "comm_time_s"), num(f, "comm_overlap_frac")))),
+    Derivation("comm_frac", ("exposed_comm_s", "step_time_s"), "exposed_comm_s / step_time_s", _C3_COMM,
+               lambda f, kb: clamp_fraction(num(f, "exposed_comm_s") / num(f, "step_time_s"),
+                                             "exposed communication share")),
+    Derivation("interconnect_bandwidth", ("interconnect", "hardware"),
+               "the hardware's own link (hardware.yaml, bidirectional total) / 2", "knowledge_base/hardware.yaml",
+               _hardware_link, gate=OWN_LINK),
+    Derivation("interconnect_bandwidth", ("interconnect",), "catalog default per-direction bandwidth of the link kind",
+               "knowledge_base/interconnects.yaml", _catalog_link, gate=CATALOG_LINK),
+    Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"), "2(N − 1)/N × gradient_bytes (ring all-reduce)",
+               _NCCL,
+               lambda f, kb: Result(ring_allreduce_bytes(num(f, "gradient_bytes"), int(num(f, "num_gpus")))),
+               gate=SEVERAL_GPUS),
+    Derivation("t_comm_s", ("allreduce_bytes", "interconnect_bandwidth"), "allreduce_bytes / interconnect_bandwidth",
+               f"{_NCCL}; seed Table 6 (communication wall)",
+               lambda f, kb: Result(comm_term(num(f, "allreduce_bytes"), num(f, "interconnect_bandwidth")))),
+    Derivation("comm_term_share", ("t_comm_s", "step_time_s"), "t_comm_s / step_time_s", _C3_COMM,
+               lambda f, kb: Result(num(f, "t_comm_s") / num(f, "step_time_s"))),
+    Derivation("bus_bandwidth", ("allreduce_bytes", "comm_time_s"), "allreduce_bytes / comm_time_s", _NCCL,
+               lambda f, kb: Result(num(f, "allreduce_bytes") / num(f, "comm_time_s") / 1e9), gate=SOME_COMM_TIME),
+    Derivation("bus_bw_util", ("bus_bandwidth", "interconnect_bandwidth"), "bus_bandwidth / interconnect_bandwidth",
+               _NCCL,
+               lambda f, kb: clamp_fraction(num(f, "bus_bandwidth") / num(f, "interconnect_bandwidth"),
+                                             "bus bandwidth utilization")),
+    Derivation("nccl_bw_util", ("nccl_bus_bandwidth", "interconnect_bandwidth"),
+               "nccl_bus_bandwidth / interconnect_bandwidth", _NCCL,
+               lambda f, kb: Result(num(f, "nccl_bus_bandwidth") / num(f, "interconnect_bandwidth"))),
+    Derivation("sync_wait_frac", ("sync_wait_s", "step_time_s"), "sync_wait_s / step_time_s", _C3_COORD,
+               lambda f, kb: clamp_fraction(num(f, "sync_wait_s") / num(f, "step_time_s"), "straggler wait share")),
+    Derivation("mtbf_h", ("failures_per_day",), "24 h / failures_per_day", _C3_COORD,
+               lambda f, kb: Result(24.0 / num(f, "failures_per_day")), gate=SOME_FAILURES),
+    Derivation("mtbf_h", ("node_mtbf_h", "num_nodes"), "node_mtbf_h / num_nodes (independent node failures)", _C3_COORD,
+               lambda f, kb: Result(num(f, "node_mtbf_h") / num(f, "num_nodes"))),
+    Derivation("young_interval_s", ("checkpoint_write_s", "mtbf_h"), "√(2·δ·M), δ = checkpoint_write_s, M = mtbf_h",
+               _YOUNG,
+               lambda f, kb: Result(young_interval(num(f, "checkpoint_write_s"), _mtbf_s(f)))),
+    Derivation("daly_interval_s", ("checkpoint_write_s", "mtbf_h"),
+               "√(2δM)·[1 + ⅓·√(δ/2M) + (δ/2M)/9] − δ for δ < 2M, else M", _DALY,
+               lambda f, kb: Result(daly_interval(num(f, "checkpoint_write_s"), _mtbf_s(f)))),
+    Derivation("checkpoint_interval_ratio", ("checkpoint_interval_s", "daly_interval_s"),
+               "checkpoint_interval_s / daly_interval_s", _DALY,
+               lambda f, kb: Result(num(f, "checkpoint_interval_s") / num(f, "daly_interval_s"))),
+    Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h", "restart_time_s"),
+               "x / (1 + x), x = δ/τ + τ/2M + R/M", f"{_YOUNG}; {_DALY}", _coordination("checkpoint_interval_s", True)),
+    Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h"),
+               "x / (1 + x), x = δ/τ + τ/2M (restart time unknown)", f"{_YOUNG}; {_DALY}",
+               _coordination("checkpoint_interval_s", False)),
+    Derivation("optimal_coordination_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h", "restart_time_s"),
+               "x / (1 + x), x = δ/τ* + τ*/2M + R/M at Daly's τ*", f"{_YOUNG}; {_DALY}",
+               _coordination("daly_interval_s", True)),
+    Derivation("optimal_coordination_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h"),
+               "x / (1 + x), x = δ/τ* + τ*/2M at Daly's τ* (restart time unknown)", f"{_YOUNG}; {_DALY}",
+               _coordination("daly_interval_s", False)),
+    Derivation("coordination_frac", ("coordination_overhead", "sync_wait_frac"),
+               "coordination_overhead + sync_wait_frac (checkpoints and rework, plus straggler waits)", _C3_COORD,
+               lambda f, kb: clamp_fraction(num(f, "coordination_overhead") + num(f, "sync_wait_frac"),
+                                             "coordination share")),
+    Derivation("coordination_frac", ("coordination_overhead",), "coordination_overhead (no straggler measured)",
+               _C3_COORD, lambda f, kb: Result(num(f, "coordination_overhead"))),
+    Derivation("coordination_frac", ("sync_wait_frac",), "sync_wait_frac (no checkpoint figures)", _C3_COORD,
+               lambda f, kb: Result(num(f, "sync_wait_frac"))),
+    Derivation("excess_coordination_overhead", ("coordination_overhead", "optimal_coordination_overhead"),
+               "max(0, coordination_overhead − optimal_coordination_overhead)", _DALY,
+               lambda f, kb: Result(max(0.0, num(f, "coordination_overhead")
+                                        - num(f, "optimal_coordination_overhead")))),
+)

@@ -1,0 +1,127 @@
+"""The record types of the derivation registry and the helpers every topic module shares.
+
+A `Derivation` names its output, the facts it needs (all must be known), the formula in words, its source, and the
+function that computes it from the facts (`expert.derive.formulas` holds the arithmetic). When a formula applies only
+to some jobs or only where the catalog has a figure, its `Gate` says so as a condition on facts in the rule
+language's own condition model (`expert.rules.model`). The topic modules (`single_gpu`, `llm`, `cluster`,
+`margins`) declare the derivations; `expert.derive.registry` puts them in the one order the walker applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..kb.knowledge import HardwareSpec, KnowledgeBase
+from ..rules.model import AllOf, AnyOf, Condition, FactTest
+from .formulas import Facts, Value
+
+_T = TypeVar("_T")
+
+@dataclass(frozen=True)
+class Result:
+    """What a formula gives: the value, the catalog figures it used (with their source), a note (a clamp)."""
+
+    value: float
+    constants: dict[str, Value] = field(default_factory=dict)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Gate:
+    """When a derivation applies, as a condition on facts. `condition` is the condition itself or, for a gate on
+    catalog data, how to write it for a knowledge base (it lists the catalog entries that have the figure)."""
+
+    description: str
+    condition: Condition | Callable[[KnowledgeBase], Condition]
+
+    def on(self, kb: KnowledgeBase) -> Condition:
+        """The condition for this knowledge base."""
+        return self.condition(kb) if callable(self.condition) else self.condition
+
+    def on_static(self) -> Condition:
+        """The condition of a gate that does not depend on the knowledge base."""
+        if callable(self.condition):
+            raise TypeError(f"gate {self.description!r} is written per knowledge base")
+        return self.condition
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """One way to compute `output` from `inputs` (all must be known), where its `gate` (if any) holds."""
+
+    output: str
+    inputs: tuple[str, ...]
+    formula: str
+    source: str
+    compute: Callable[[Facts, KnowledgeBase], Result]
+    gate: Gate | None = None
+    optional: tuple[str, ...] = ()  # also used, and recorded among the inputs, when known (the iron law's other terms)
+    substitutes: tuple[tuple[str, str], ...] = ()  # (input, fact used in its place when known)
+    needs: frozenset[str] = field(init=False, repr=False, compare=False)  # `inputs` as a set, for the hot loop
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", frozenset(self.inputs))
+
+    @property
+    def gated(self) -> bool:
+        """Whether the derivation applies only where its gate holds (LLM decode only, a link the GPU has)."""
+        return self.gate is not None
+
+    def recorded_inputs(self, facts: Mapping[str, Value]) -> dict[str, Value]:
+        """The inputs a derived value records: every input, and the optional ones that are known."""
+        used = {name: facts[name] for name in self.inputs}
+        if self.optional:
+            used.update({name: facts[name] for name in self.optional if name in facts})
+        return used
+
+
+def required(value: _T | None, what: str) -> _T:
+    """A catalog figure the derivation's gate promised; its absence is a bug in the gate, not a missing input."""
+    if value is None:
+        raise LookupError(f"the gate let the formula through, but the catalog has no {what}")
+    return value
+
+
+# ---- shared helpers: gates, facts, catalog look-ups --------------------------------------------------------------
+
+
+def fact_test(name: str, **test: Any) -> FactTest:
+    """A fact test of the rule language (`{"fact": name, **test}`), for gates."""
+    return FactTest.model_validate({"fact": name, **test})
+
+
+def any_of(branches: list[Condition]) -> Condition:
+    """One branch as itself, several as `any`."""
+    return branches[0] if len(branches) == 1 else AnyOf(any=branches)
+
+
+LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", AllOf(all=[
+    fact_test("phase", eq="decode"),
+    AnyOf(any=[fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))
+
+
+def hardware_of(f: Facts, kb: KnowledgeBase) -> HardwareSpec:
+    """The catalog entry of the `hardware` fact."""
+    return kb.hardware[str(f["hardware"])]
+
+
+def num(f: Facts, name: str) -> float:
+    """A numeric fact as a float."""
+    return float(f[name])
+
+
+def clamp_fraction(value: float, what: str) -> Result:
+    """A share clamped to [0, 1], with a note when it came out above 1."""
+    if value > 1.0:
+        return Result(1.0, note=f"{what} came out at {value:.2f} (> 1); clamped to 1 - check the inputs")
+    return Result(max(0.0, value))
+
+
+def params_streamed(f: Facts) -> float:
+    """The parameters a step computes with: active_params when given (MoE), else model_params."""
+    return num(f, "active_params") if "active_params" in f else num(f, "model_params")
+
+
+ACTIVE_PARAMS = (("model_params", "active_params"),)  # decode streams the active parameters when they are known

@@ -1,0 +1,153 @@
+"""The most an optimization can speed its own iron-law term up, as ratios of dense peaks from the hardware catalog
+(issue 12 item 8: every "max gain" from the report's own terms). knowledge_base/optimizations.yaml names them
+(`term_speedup`); the report's expected gain is then 1 / (1 - share + share / ratio), never above the ratio.
+
+- `lower_precision_peak_ratio`: the dense peak of the next narrower format the part has (units.yaml `lower`: bf16 ->
+  fp8, fp32 -> bf16, fp16 where there is no bf16) over the peak of today's dtype; 1 where the part has no narrower
+  format (an A100 in bf16) or the dtype is already the narrowest.
+- `faster_gpu_peak_ratio`: the dense peak of the part's realistic successor (hardware.yaml `upgrades`) in the same
+  dtype over today's.
+- `tensor_core_peak_ratio`: the tensor-core peak of today's dtype (tf32 for an fp32 job) over the CUDA-core fp32 peak.
+- `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
+  cores (rules/precision.yaml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..kb.knowledge import HardwareSpec, KnowledgeBase
+from ..rules.model import AllOf, Condition
+from .derivation import Derivation, Gate, Result, any_of, fact_test, hardware_of, num, required
+from .formulas import Facts, Value
+
+_CATALOG = "knowledge_base/hardware.yaml (dense peaks per dtype)"
+_LOWER = f"{_CATALOG} and units.yaml dtypes `lower` (the narrower format lower precision moves to)"
+_UPGRADE = f"{_CATALOG} and its `upgrades` (the realistic next part of each line)"
+_CUDA_CORES = ("NVIDIA tensor-core docs: the fp32 peak of the catalog is the CUDA-core (non-tensor) rate; tf32, "
+               "bf16, fp16 and fp8 peaks are tensor-core rates")
+# the formats whose dense peak is a tensor-core rate (fp32 itself is the CUDA-core rate; tf32 is its tensor-core mode)
+_TENSOR_CORE = {"fp32": "tf32"}
+
+
+def _dtypes(kb: KnowledgeBase) -> list[str]:
+    return list(kb.units.dtypes)
+
+
+def _by_dtype(kb: KnowledgeBase, applies: Callable[[HardwareSpec, str], bool]) -> Condition:
+    """One branch per dtype: dtype = d and hardware is one for which `applies(hw, d)`."""
+    return any_of([AllOf(all=[fact_test("dtype", eq=dtype), fact_test(
+        "hardware", **{"in": [hw.id for hw in kb.hardware.values() if applies(hw, dtype)]})])
+        for dtype in _dtypes(kb)] or [fact_test("hardware", **{"in": []})])
+
+
+def precision_target(hw: HardwareSpec, dtype: str, kb: KnowledgeBase) -> str | None:
+    """The narrower format lower precision moves a `dtype` job to on `hw`: the first of units.yaml `lower` the part
+    has at all (a null peak counts: the format exists, its figure is unpublished); None when it has none."""
+    spec = kb.units.dtypes.get(dtype)
+    return next((d for d in (spec.lower if spec else []) if d in hw.peak_tflops), None)
+
+
+def _lower_known(kb: KnowledgeBase) -> Callable[[HardwareSpec, str], bool]:
+    def known(hw: HardwareSpec, dtype: str) -> bool:
+        if hw.peak(dtype) is None:
+            return False
+        target = precision_target(hw, dtype, kb)
+        return target is None or hw.peak(target) is not None
+
+    return known
+
+
+def _lower_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    hw, dtype = hardware_of(f, kb), str(f["dtype"])
+    today = required(hw.peak(dtype), f"a {dtype} peak of {hw.id}")
+    target = precision_target(hw, dtype, kb)
+    if target is None:
+        return Result(1.0, {f"{hw.id} dense {dtype} peak (TFLOP/s)": today, "source": hw.source},
+                      f"{hw.id} has no format narrower than {dtype} with a dense peak: lower precision gains nothing")
+    peak = required(hw.peak(target), f"a {target} peak of {hw.id}")
+    figures: dict[str, Value] = {"target dtype": target, f"{hw.id} dense {dtype} peak (TFLOP/s)": today,
+                                 f"{hw.id} dense {target} peak (TFLOP/s)": peak, "source": hw.source}
+    return Result(peak / today, figures)
+
+
+def _upgrade_known(kb: KnowledgeBase) -> Callable[[HardwareSpec, str], bool]:
+    def known(hw: HardwareSpec, dtype: str) -> bool:
+        upgrade = kb.hardware_upgrades.get(hw.id)
+        return (upgrade is not None and hw.peak(dtype) is not None
+                and kb.hardware[upgrade.to].peak(dtype) is not None)
+
+    return known
+
+
+def _upgrade_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    hw, dtype = hardware_of(f, kb), str(f["dtype"])
+    upgrade = required(kb.hardware_upgrades.get(hw.id), f"an upgrade of {hw.id}")
+    nxt = kb.hardware[upgrade.to]
+    today = required(hw.peak(dtype), f"a {dtype} peak of {hw.id}")
+    peak = required(nxt.peak(dtype), f"a {dtype} peak of {nxt.id}")
+    figures: dict[str, Value] = {"next part": nxt.id, f"{hw.id} dense {dtype} peak (TFLOP/s)": today,
+                                 f"{nxt.id} dense {dtype} peak (TFLOP/s)": peak, "why": upgrade.why,
+                                 "source": nxt.source}
+    return Result(peak / today, figures)
+
+
+def _tensor_core_dtype(dtype: str) -> str:
+    return _TENSOR_CORE.get(dtype, dtype)
+
+
+def _tensor_known(hw: HardwareSpec, dtype: str) -> bool:
+    return hw.peak("fp32") is not None and hw.peak(_tensor_core_dtype(dtype)) is not None
+
+
+def _tensor_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    hw, dtype = hardware_of(f, kb), str(f["dtype"])
+    core = _tensor_core_dtype(dtype)
+    cuda = required(hw.peak("fp32"), f"an fp32 peak of {hw.id}")
+    tensor = required(hw.peak(core), f"a {core} peak of {hw.id}")
+    return Result(tensor / cuda, {f"{hw.id} dense {core} peak (TFLOP/s)": tensor,
+                                  f"{hw.id} fp32 CUDA-core peak (TFLOP/s)": cuda, "source": hw.source})
+
+
+def _fp32_published(kb: KnowledgeBase) -> Condition:
+    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.peak("fp32") is not None]})
+
+
+def _over_cuda_cores(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = hardware_of(f, kb)
+    cuda = required(hw.peak("fp32"), f"an fp32 peak of {hw.id}")
+    return Result(num(f, "achieved_tflops") / cuda, {f"{hw.id} fp32 CUDA-core peak (TFLOP/s)": cuda,
+                                                     "source": hw.source})
+
+
+def _mfu_over_cuda_cores(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = hardware_of(f, kb)
+    cuda = required(hw.peak("fp32"), f"an fp32 peak of {hw.id}")
+    return Result(num(f, "mfu") * num(f, "peak_tflops") / cuda, {f"{hw.id} fp32 CUDA-core peak (TFLOP/s)": cuda,
+                                                                 "source": hw.source})
+
+
+LOWER_PRECISION_KNOWN = Gate("the catalog gives the dense peaks of this dtype and of the next narrower format the "
+                             "part has (or the part has none)", lambda kb: _by_dtype(kb, _lower_known(kb)))
+UPGRADE_KNOWN = Gate("the catalog lists a successor of this part and both dense peaks in this dtype",
+                     lambda kb: _by_dtype(kb, _upgrade_known(kb)))
+TENSOR_CORE_KNOWN = Gate("the catalog gives this part's fp32 CUDA-core peak and its tensor-core peak in this dtype",
+                         lambda kb: _by_dtype(kb, _tensor_known))
+FP32_PUBLISHED = Gate("the catalog gives this part's fp32 CUDA-core peak", _fp32_published)
+
+GAIN_BOUNDS: tuple[Derivation, ...] = (
+    Derivation("lower_precision_peak_ratio", ("hardware", "dtype"),
+               "dense peak of the next narrower format the part has / dense peak of dtype (1: none)", _LOWER,
+               _lower_ratio, gate=LOWER_PRECISION_KNOWN),
+    Derivation("faster_gpu_peak_ratio", ("hardware", "dtype"),
+               "dense dtype peak of the part's successor / dense dtype peak of the part", _UPGRADE, _upgrade_ratio,
+               gate=UPGRADE_KNOWN),
+    Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
+               "tensor-core dense peak of dtype (tf32 for fp32) / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}",
+               _tensor_ratio, gate=TENSOR_CORE_KNOWN),
+    Derivation("achieved_to_fp32_peak", ("achieved_tflops", "hardware"), "achieved_tflops / fp32 CUDA-core peak",
+               f"{_CATALOG}; {_CUDA_CORES}", _over_cuda_cores, gate=FP32_PUBLISHED),
+    Derivation("achieved_to_fp32_peak", ("mfu", "peak_tflops", "hardware"),
+               "mfu · peak_tflops / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}", _mfu_over_cuda_cores,
+               gate=FP32_PUBLISHED),
+)

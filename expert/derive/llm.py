@@ -1,0 +1,277 @@
+"""Derivations for LLM training and serving, the host side and device-memory capacity (issue 13): FLOP rates from
+tokens/s (6·N, 2·N, the attention term), the KV cache and decode bytes per token, serving SLO ratios, the offloaded
+optimizer's share, host synchronizations, storage, model-state and activation bytes against HBM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..kb.knowledge import KnowledgeBase, MemoryModel
+from ..rules.model import AllOf, AnyOf, Condition
+from .derivation import (
+    ACTIVE_PARAMS,
+    LLM_DECODE,
+    Derivation,
+    Gate,
+    Result,
+    clamp_fraction,
+    fact_test,
+    hardware_of,
+    num,
+    params_streamed,
+    required,
+)
+from .formulas import (
+    Facts,
+    Value,
+    activation_bytes,
+    gradient_accumulation_steps,
+    inference_flops_per_token,
+    kv_cache_bytes,
+    model_state_bytes,
+    per_gpu_tflops,
+    tokens_per_step,
+    training_flops_per_token,
+)
+from .formulas import decode_bytes_per_token as bytes_per_decoded_token
+
+TRAINING = Gate("a training job", fact_test("workload", eq="training"))
+PREFILL_OR_FORWARD = Gate("inference outside token decode (prompt prefill, or the phase not given)", AllOf(all=[
+    fact_test("workload", eq="inference"),
+    AnyOf(any=[fact_test("phase", eq="prefill"), fact_test("phase", known=False)])]))
+SERVING = Gate("an inference service (or a job whose kind is not given): only serving holds a KV cache",
+               AnyOf(any=[fact_test("workload", eq="inference"), fact_test("workload", known=False)]))
+OPTIMIZER_ON_GPU = Gate("a training job whose optimizer states stay on the GPU (not offloaded, or not said)",
+                        AllOf(all=[fact_test("workload", eq="training"), AnyOf(any=[
+                            fact_test("optimizer_offload", eq="no"), fact_test("optimizer_offload", known=False)])]))
+OPTIMIZER_OFFLOADED = Gate("a training job whose optimizer states and step are offloaded to the host", AllOf(all=[
+    fact_test("workload", eq="training"), fact_test("optimizer_offload", eq="yes")]))
+
+
+def _with_memory_model(condition: Condition) -> Callable[[KnowledgeBase], Condition]:
+    """`condition` where the knowledge base has its memory model (knowledge_base/memory.yaml), false otherwise."""
+    return lambda kb: condition if kb.memory is not None else fact_test("workload", **{"in": []})
+
+
+STATES_ON_GPU = Gate(f"{OPTIMIZER_ON_GPU.description}, with the knowledge base's memory model",
+                     _with_memory_model(OPTIMIZER_ON_GPU.on_static()))
+STATES_OFFLOADED = Gate(f"{OPTIMIZER_OFFLOADED.description}, with the knowledge base's memory model",
+                        _with_memory_model(OPTIMIZER_OFFLOADED.on_static()))
+TRAINING_MEMORY = Gate("a training job, with the knowledge base's memory model",
+                       _with_memory_model(TRAINING.on_static()))
+
+
+def _published_memory(kb: KnowledgeBase) -> Condition:
+    """hardware is one whose catalog entry gives its device-memory capacity."""
+    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.memory_gb is not None]})
+
+
+PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
+
+_KAPLAN = "Kaplan et al. 2020, arXiv:2001.08361 (C ≈ 6·N FLOPs per trained token, 2·N per forward token)"
+_PALM = "Chowdhery et al. 2022 (PaLM), arXiv:2204.02311, appendix B (MFU with the attention term 12·L·H·Q·T)"
+_KV = ("KV cache = 2 · layers · KV heads · head dim · context · bytes per element (Pope et al. 2022, "
+       "arXiv:2211.05102, §2; vLLM docs); decode reads the weights and the KV cache every step")
+_ZERO = ("Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precision Adam's bytes per parameter "
+         "(knowledge_base/memory.yaml)")
+_ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation bytes per layer, coefficient·s·b·h with "
+                "fused attention (knowledge_base/memory.yaml)")
+_BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
+_SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
+
+
+def _hbm_bytes(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Value]]:
+    hw = hardware_of(f, kb)
+    gb = required(hw.memory_gb, f"the memory capacity of {hw.id}")
+    return gb * 1e9, {f"{hw.id} memory (GB)": gb, "source": hw.source}
+
+
+def _train_tflops(with_attention: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def rate(f: Facts, kb: KnowledgeBase) -> Result:
+        params = params_streamed(f)
+        shape = (int(num(f, "num_layers")), int(num(f, "hidden_size")), int(num(f, "seq_len"))) \
+            if with_attention else (None, None, None)
+        per_token = training_flops_per_token(params, *shape)
+        return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), int(num(f, "num_gpus"))),
+                      {"FLOPs per token": per_token, "params used": params})
+
+    return rate
+
+
+def _forward_tflops(f: Facts, kb: KnowledgeBase) -> Result:
+    params = params_streamed(f)
+    per_token = inference_flops_per_token(params)
+    return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), int(num(f, "num_gpus"))),
+                  {"FLOPs per token": per_token, "params used": params})
+
+
+def _kv_cache(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    value = kv_cache_bytes(int(num(f, "num_layers")), int(num(f, "num_kv_heads")), int(num(f, "head_dim")),
+                           int(num(f, "context_len")), b, int(num(f, "batch_size")))
+    return Result(value, {"bytes per KV element": b},
+                  "KV cache stored in the model's dtype; an fp8 KV cache would halve it")
+
+
+def _decode_bytes(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    params = params_streamed(f)
+    value = bytes_per_decoded_token(params, b, num(f, "kv_cache_bytes"), int(num(f, "batch_size")))
+    return Result(value, {"bytes per weight": b, "weight bytes per step": params * b})
+
+
+def _decode_kv_bandwidth(clamp: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def util(f: Facts, kb: KnowledgeBase) -> Result:
+        achieved = num(f, "tokens_per_s") * num(f, "decode_bytes_per_token") / 1e9
+        ratio = achieved / num(f, "peak_bandwidth")
+        figures: dict[str, Value] = {"achieved GB/s (weights + KV cache)": round(achieved, 1)}
+        if not clamp:
+            return Result(ratio, figures)
+        result = clamp_fraction(ratio, "derived bandwidth utilization")
+        return Result(result.value, figures, result.note)
+
+    return util
+
+
+def _serving_memory(f: Facts, kb: KnowledgeBase) -> Result:
+    hbm, figures = _hbm_bytes(f, kb)
+    gpus = int(num(f, "num_gpus"))
+    weights = num(f, "model_params") * kb.dtype_bytes(str(f["dtype"]))
+    free = gpus * hbm - weights
+    figures.update({"weight bytes": weights, "HBM left for the KV cache (GB)": round(free / 1e9, 2)})
+    return Result((weights + num(f, "kv_cache_bytes")) / (gpus * hbm), figures)
+
+
+def _memory_model(kb: KnowledgeBase) -> MemoryModel:
+    return required(kb.memory, "memory model (knowledge_base/memory.yaml)")
+
+
+def _model_states(offloaded: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def states(f: Facts, kb: KnowledgeBase) -> Result:
+        memory = _memory_model(kb)
+        model = memory.optimizer_offloaded if offloaded else memory.optimizer_on_gpu
+        value = model_state_bytes(num(f, "model_params"), int(num(f, "sharding_degree")), model.bytes_per_param)
+        figures: dict[str, Value] = {"bytes per parameter": model.bytes_per_param,
+                                     **{f"{part} (bytes/param)": b for part, b in model.parts.items()},
+                                     "source": model.source}
+        return Result(value, figures)
+
+    return states
+
+
+def _activations(batch: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def kept(f: Facts, kb: KnowledgeBase) -> Result:
+        model = _memory_model(kb).activations
+        value = activation_bytes(int(num(f, "seq_len")), int(num(f, batch)), int(num(f, "hidden_size")),
+                                 int(num(f, "num_layers")), model.coefficient)
+        return Result(value, {"bytes per layer per token per hidden unit": model.coefficient, "source": model.source},
+                      note=model.assumptions)
+
+    return kept
+
+
+def _accumulation(ranks: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def steps(f: Facts, kb: KnowledgeBase) -> Result:
+        value = gradient_accumulation_steps(int(num(f, "global_batch_size")), int(num(f, "micro_batch_size")),
+                                            int(num(f, ranks)))
+        note = None
+        if value < 1 or abs(value - round(value)) > 1e-9:
+            note = (f"{value:.3g} is not a whole number of micro-batches of at least 1: global_batch_size, "
+                    f"micro_batch_size and {ranks} disagree")
+        elif ranks == "num_gpus":
+            note = "every GPU taken as a data-parallel rank (no tensor or pipeline parallelism given)"
+        return Result(value, note=note)
+
+    return steps
+
+
+def _to_hbm(*names: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def ratio(f: Facts, kb: KnowledgeBase) -> Result:
+        hbm, figures = _hbm_bytes(f, kb)
+        return Result(sum(num(f, n) for n in names) / hbm, figures)
+
+    return ratio
+
+
+# Spliced into DERIVATIONS where the walker needs them (it applies derivations in one pass, in order): the tokens/s
+# and FLOP-rate ways to achieved_tflops before mfu reads it, and the KV-cache bandwidth before the weights-only one.
+LLM_RATES: tuple[Derivation, ...] = (
+    Derivation("tokens_per_step", ("global_batch_size", "seq_len"), "global_batch_size · seq_len",
+               "definition (sequences per optimizer step x tokens per sequence)",
+               lambda f, kb: Result(tokens_per_step(int(num(f, "global_batch_size")), int(num(f, "seq_len"))))),
+    Derivation("tokens_per_s", ("tokens_per_step", "step_time_s"), "tokens_per_step / step_time_s",
+               "definition (tokens per optimizer step over the step's wall time)",
+               lambda f, kb: Result(num(f, "tokens_per_step") / num(f, "step_time_s"))),
+    Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus", "num_layers",
+                                   "hidden_size", "seq_len"),
+               "(6·N + 12·L·H·Q·T) · tokens_per_s / num_gpus / 1e12 (N: active parameters when given)",
+               f"{_KAPLAN}; {_PALM}", _train_tflops(True), gate=TRAINING, substitutes=ACTIVE_PARAMS),
+    Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus"),
+               "6·N · tokens_per_s / num_gpus / 1e12 (N: active parameters when given; attention term left out)",
+               _KAPLAN, _train_tflops(False), gate=TRAINING, substitutes=ACTIVE_PARAMS),
+    Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus"),
+               "2·N · tokens_per_s / num_gpus / 1e12 (forward only; N: active parameters when given)",
+               _KAPLAN, _forward_tflops, gate=PREFILL_OR_FORWARD, substitutes=ACTIVE_PARAMS),
+    Derivation("kv_cache_bytes", ("num_layers", "num_kv_heads", "head_dim", "context_len", "dtype", "batch_size"),
+               "2 · num_layers · num_kv_heads · head_dim · context_len · bytes per element · batch_size", _KV,
+               _kv_cache, gate=SERVING),
+    Derivation("decode_bytes_per_token", ("phase", "model_params", "dtype", "kv_cache_bytes", "batch_size"),
+               "(params · bytes per weight + kv_cache_bytes) / batch_size", _KV, _decode_bytes, gate=LLM_DECODE,
+               substitutes=ACTIVE_PARAMS),
+    Derivation("serving_memory_to_hbm", ("kv_cache_bytes", "model_params", "dtype", "hardware", "num_gpus"),
+               "(model_params · bytes per weight + kv_cache_bytes) / (num_gpus · HBM per GPU)", _KV, _serving_memory,
+               gate=PUBLISHED_MEMORY),
+)
+LLM_DECODE_UTIL = (
+    Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
+               "tokens_per_s · decode_bytes_per_token / peak_bandwidth (weights + KV cache)",
+               f"{_KV}; domain.md §B (MBU)", _decode_kv_bandwidth(True), gate=LLM_DECODE),
+)
+LLM_DECODE_RATIO = (
+    Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
+               "tokens_per_s · decode_bytes_per_token / peak_bandwidth (weights + KV cache, unclamped)",
+               _KV, _decode_kv_bandwidth(False), gate=LLM_DECODE),
+)
+LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
+    Derivation("ttft_over_target", ("ttft_ms", "ttft_target_ms"), "ttft_ms / ttft_target_ms", _SLO,
+               lambda f, kb: Result(num(f, "ttft_ms") / num(f, "ttft_target_ms"))),
+    Derivation("tpot_over_target", ("tpot_ms", "tpot_target_ms"), "tpot_ms / tpot_target_ms", _SLO,
+               lambda f, kb: Result(num(f, "tpot_ms") / num(f, "tpot_target_ms"))),
+    Derivation("optimizer_step_frac", ("optimizer_step_s", "fwd_bwd_s"),
+               "optimizer_step_s / (optimizer_step_s + fwd_bwd_s)",
+               "ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840 (the CPU optimizer step must not dominate the step)",
+               lambda f, kb: Result(num(f, "optimizer_step_s")
+                                    / (num(f, "optimizer_step_s") + num(f, "fwd_bwd_s")))),
+    Derivation("host_sync_wait_frac", ("host_sync_wait_s", "step_time_s"), "host_sync_wait_s / step_time_s",
+               "PyTorch performance tuning guide (avoid unnecessary CPU-GPU synchronization)",
+               lambda f, kb: clamp_fraction(num(f, "host_sync_wait_s") / num(f, "step_time_s"),
+                                             "host synchronization share")),
+    Derivation("storage_read_util", ("storage_read_mb_s", "storage_bandwidth_mb_s"),
+               "storage_read_mb_s / storage_bandwidth_mb_s", "seed Table 1 (data axis: I/O bandwidth, disk/PCIe) and "
+               "Table 4 (data row: iostat)",
+               lambda f, kb: Result(num(f, "storage_read_mb_s") / num(f, "storage_bandwidth_mb_s"))),
+    Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree"),
+               "bytes per parameter (optimizer on the GPU) · model_params / sharding_degree", _ZERO,
+               _model_states(False), gate=STATES_ON_GPU),
+    Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree", "optimizer_offload"),
+               "bytes per parameter (16-bit weights and gradients; optimizer states on the host) · model_params / "
+               "sharding_degree", f"{_ZERO}; Ren et al. 2021 (ZeRO-Offload), arXiv:2101.06840",
+               _model_states(True), gate=STATES_OFFLOADED),
+    Derivation("activation_bytes", ("workload", "seq_len", "micro_batch_size", "hidden_size", "num_layers"),
+               "coefficient · seq_len · micro_batch_size · hidden_size · num_layers", _ACTIVATIONS,
+               _activations("micro_batch_size"), gate=TRAINING_MEMORY),
+    Derivation("activation_bytes", ("workload", "seq_len", "batch_size", "hidden_size", "num_layers"),
+               "coefficient · seq_len · batch_size · hidden_size · num_layers (batch_size as the micro-batch)",
+               _ACTIVATIONS, _activations("batch_size"), gate=TRAINING_MEMORY),
+    Derivation("gradient_accumulation_steps", ("global_batch_size", "micro_batch_size", "data_parallel_size"),
+               "global_batch_size / (micro_batch_size · data_parallel_size)", _BATCHES,
+               _accumulation("data_parallel_size")),
+    Derivation("gradient_accumulation_steps", ("global_batch_size", "micro_batch_size", "num_gpus"),
+               "global_batch_size / (micro_batch_size · num_gpus) (every GPU a data-parallel rank)", _BATCHES,
+               _accumulation("num_gpus")),
+    Derivation("model_state_to_hbm", ("model_state_bytes", "hardware"), "model_state_bytes / HBM per GPU", _ZERO,
+               _to_hbm("model_state_bytes"), gate=PUBLISHED_MEMORY),
+    Derivation("training_memory_to_hbm", ("model_state_bytes", "activation_bytes", "hardware"),
+               "(model_state_bytes + activation_bytes) / HBM per GPU", f"{_ZERO}; {_ACTIVATIONS}",
+               _to_hbm("model_state_bytes", "activation_bytes"), gate=PUBLISHED_MEMORY),
+)

@@ -1,0 +1,260 @@
+"""Derivations on one accelerator: catalog peaks, the roofline, the seed's Table 5 scorecard (MFU, I/O overhead,
+compression), bandwidth use, the iron-law terms and their shares, and the compute term's η."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..kb.knowledge import HardwareSpec, KnowledgeBase
+from ..rules.model import AllOf, Condition
+from .derivation import (
+    ACTIVE_PARAMS,
+    LLM_DECODE,
+    Derivation,
+    Gate,
+    Result,
+    any_of,
+    clamp_fraction,
+    fact_test,
+    hardware_of,
+    num,
+    params_streamed,
+    required,
+)
+from .formulas import (
+    Facts,
+    Value,
+    achieved_tflops,
+    arithmetic_intensity,
+    compression_ratio,
+    decode_bandwidth_gbs,
+    decode_intensity,
+    io_overhead,
+    iron_law,
+    mfu,
+    ridge_point,
+)
+
+
+def _published_peaks(kb: KnowledgeBase) -> Condition:
+    """One branch per dtype: dtype = t and hardware is one whose catalog entry publishes a dense t peak."""
+    spec = kb.facts.get("dtype")
+    dtypes = list(spec.choices or []) if spec is not None else []
+    dtypes += sorted({d for hw in kb.hardware.values() for d in hw.peak_tflops if d not in dtypes})
+    return any_of([AllOf(all=[fact_test("dtype", eq=dtype), fact_test(
+        "hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.peak(dtype) is not None]})])
+        for dtype in dtypes] or [fact_test("hardware", **{"in": []})])
+
+
+def _published_bandwidths(kb: KnowledgeBase) -> Condition:
+    """hardware is one whose catalog entry publishes its memory bandwidth (some parts have none published)."""
+    return fact_test("hardware",
+                     **{"in": [hw.id for hw in kb.hardware.values() if hw.memory_bandwidth_gbs is not None]})
+
+
+PUBLISHED_BANDWIDTH = Gate("the hardware catalog publishes this hardware's memory bandwidth", _published_bandwidths)
+PUBLISHED_PEAK = Gate("the hardware catalog publishes a dense peak for this hardware and dtype", _published_peaks)
+
+def _peak(f: Facts, kb: KnowledgeBase) -> Result:
+    hw, dtype = hardware_of(f, kb), str(f["dtype"])
+    peak = required(hw.peak(dtype), f"a {dtype} peak of {hw.id}")
+    return Result(peak, {f"{hw.id} dense {dtype} peak (TFLOP/s)": peak, "source": hw.source})
+
+
+def _bandwidth(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = hardware_of(f, kb)
+    bandwidth = required(hw.memory_bandwidth_gbs, f"the memory bandwidth of {hw.id}")
+    figures: dict[str, Value] = {f"{hw.id} memory bandwidth (GB/s)": bandwidth, "source": hw.source}
+    return Result(bandwidth, figures)
+
+
+def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    achieved = decode_bandwidth_gbs(num(f, "tokens_per_s"), int(num(f, "batch_size")), params_streamed(f), b)
+    result = clamp_fraction(achieved / num(f, "peak_bandwidth"), "derived bandwidth utilization")
+    return Result(result.value, {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}, result.note)
+
+
+def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    achieved = decode_bandwidth_gbs(num(f, "tokens_per_s"), int(num(f, "batch_size")), params_streamed(f), b)
+    return Result(achieved / num(f, "peak_bandwidth"), {"bytes per weight": b, "achieved GB/s": round(achieved, 1)})
+
+
+def _decode_ai(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    return Result(decode_intensity(int(num(f, "batch_size")), b), {"bytes per weight": b},
+                  "short-context approximation: KV-cache reads would lower it further")
+
+
+def _term_share(name: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def share(f: Facts, kb: KnowledgeBase) -> Result:
+        return Result(min(1.0, num(f, name) / num(f, "step_time_s")))
+
+    return share
+
+
+def _terms(f: Facts) -> tuple[float | None, float | None, float | None, float | None]:
+    def get(name: str) -> float | None:
+        return num(f, name) if name in f else None
+
+    return get("t_input_s"), get("t_data_s"), get("t_compute_s"), get("t_overhead_s")
+
+
+_OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")
+
+_SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
+_ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
+
+# ---- the compute term's η (issue 12 item 7) ----------------------------------------------------------------------
+_ETA = ("seed, iron law compute term O/(R_peak·η); η = achieved FLOP/s over peak while the GPU computes: MFU is "
+        "achieved over the whole step, so it is divided by the share of the step the GPU is busy (DCGM SM_ACTIVE, "
+        "else nvidia-smi utilization.gpu, else PIPE_TENSOR_ACTIVE)")
+
+
+def _busy_gate(name: str) -> Gate:
+    return Gate(f"mfu and {name} above zero (an idle GPU, or one doing no model FLOPs, has no efficiency to take)",
+                AllOf(all=[fact_test("mfu", gt=0), fact_test(name, gt=0)]))
+
+
+def _efficiency(busy: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def eta(f: Facts, kb: KnowledgeBase) -> Result:
+        value = num(f, "mfu") / num(f, busy)
+        return clamp_fraction(value, f"η = mfu / {busy}")
+
+    return eta
+
+
+_EFFICIENCY = tuple(
+    Derivation("compute_efficiency", ("mfu", busy), f"mfu / {busy} (achieved over peak while {what})", _ETA,
+               _efficiency(busy), gate=_busy_gate(busy))
+    for busy, what in (("sm_active", "the SMs are active"), ("gpu_util", "a kernel runs"),
+                       ("tensor_active", "the tensor pipe is active")))
+
+
+def _fp8_known(hw: HardwareSpec) -> bool:
+    """The catalog says whether the part computes in fp8: a published peak, or fp8 left out (no such format); a
+    null figure (unpublished) says neither."""
+    return "fp8" not in hw.peak_tflops or hw.peak("fp8") is not None
+
+
+def _fp8_peaks(kb: KnowledgeBase) -> Condition:
+    """hardware is one whose catalog entry publishes a dense fp8 peak or leaves fp8 out (the part has none)."""
+    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if _fp8_known(hw)]})
+
+
+FP8_PEAK = Gate("the hardware catalog publishes this hardware's fp8 peak, or leaves fp8 out (no fp8 format)",
+                _fp8_peaks)
+
+
+def _fp8_peak(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = hardware_of(f, kb)
+    peak = hw.peak("fp8") or 0.0
+    note = None if peak else f"{hw.id} has no fp8 format (knowledge_base/hardware.yaml leaves fp8 out)"
+    return Result(peak, {f"{hw.id} dense fp8 peak (TFLOP/s)": peak, "source": hw.source}, note)
+
+
+# ---- the derivations, in the chunks the registry interleaves with the LLM ones ------------------------------------
+
+PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
+    Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
+               "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
+    Derivation("fp8_peak_tflops", ("hardware",), "catalog dense fp8 peak of the hardware (0: no fp8 format)",
+               "knowledge_base/hardware.yaml", _fp8_peak, gate=FP8_PEAK),
+    Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
+               "knowledge_base/hardware.yaml", _bandwidth, gate=PUBLISHED_BANDWIDTH),
+    Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
+               lambda f, kb: Result(ridge_point(num(f, "peak_tflops"), num(f, "peak_bandwidth")))),
+    Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,
+               lambda f, kb: Result(arithmetic_intensity(num(f, "flops"), num(f, "bytes_moved")))),
+    Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"),
+               "2 · batch_size / bytes_per_weight (LLM decode)",
+               "domain.md §B, LLM decode: I ≈ 2B/b_w at short context", _decode_ai, gate=LLM_DECODE),
+    Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
+               _ROOFLINE, lambda f, kb: Result(num(f, "arithmetic_intensity") / num(f, "ridge_point"))),
+    Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
+               lambda f, kb: Result(achieved_tflops(num(f, "flops"), num(f, "step_time_s")))),
+)
+# achieved FLOP/s against the peak, the scorecard, and measured bandwidth use (after the tokens/s FLOP rates)
+SCORECARD: tuple[Derivation, ...] = (
+    Derivation("flops_to_peak", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (unclamped)",
+               "roofline: no kernel exceeds the dense peak",
+               lambda f, kb: Result(num(f, "achieved_tflops") / num(f, "peak_tflops"))),
+    Derivation("mfu", ("achieved_tflops", "peak_tflops"), "achieved_tflops / peak_tflops (dense)", "seed Table 5 (MFU)",
+               lambda f, kb: clamp_fraction(mfu(num(f, "achieved_tflops"), num(f, "peak_tflops")), "MFU")),
+    Derivation("io_overhead", ("data_wait_s", "step_time_s"), "data_wait_s / step_time_s",
+               "seed Table 5 (I/O overhead)",
+               lambda f, kb: Result(io_overhead(num(f, "data_wait_s"), num(f, "step_time_s")))),
+    Derivation("compression_ratio", ("active_params", "model_params"), "active_params / model_params",
+               "seed Table 5 (compression/sparsity ratio)",
+               lambda f, kb: Result(compression_ratio(num(f, "active_params"), num(f, "model_params")))),
+    Derivation("mem_bw_util", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
+               "DCGM DRAM_ACTIVE definition (achieved / peak DRAM bandwidth)",
+               lambda f, kb: clamp_fraction(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"),
+                                             "bandwidth utilization")),
+)
+# weight-streaming decode bandwidth (after the KV-cache-aware one, which wins when its inputs are known)
+DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
+    Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
+               "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util, gate=LLM_DECODE,
+               substitutes=ACTIVE_PARAMS),
+    Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
+               "roofline: no step exceeds the peak memory bandwidth",
+               lambda f, kb: Result(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"))),
+)
+# the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
+IRON_LAW: tuple[Derivation, ...] = (
+    Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth (unclamped)",
+               "domain.md §B, LLM decode bytes per step", _decode_bw_ratio, gate=LLM_DECODE,
+               substitutes=ACTIVE_PARAMS),
+    Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
+               "seed screening signals (timeline gaps not explained by data wait)",
+               lambda f, kb: Result(max(0.0, num(f, "gpu_idle_gap_frac") - num(f, "io_overhead")))),
+    Derivation("latency_over_target", ("latency_ms", "latency_target_ms"), "latency_ms / latency_target_ms",
+               "service-level objective", lambda f, kb: Result(num(f, "latency_ms") / num(f, "latency_target_ms"))),
+    Derivation("overlap_headroom", ("data_wait_s", "gpu_util", "step_time_s"),
+               "min(data_wait_s, gpu_util · step_time_s) / step_time_s", "seed Table 2 (overlap turns sum into max)",
+               lambda f, kb: Result(min(num(f, "data_wait_s"), num(f, "gpu_util") * num(f, "step_time_s"))
+                                    / num(f, "step_time_s"))),
+    # iron-law terms
+    Derivation("t_input_s", ("data_wait_s",), "data_wait_s", _SEED_IRON, lambda f, kb: Result(num(f, "data_wait_s"))),
+    Derivation("t_data_s", ("bytes_moved", "peak_bandwidth"), "bytes_moved / BW", _SEED_IRON,
+               lambda f, kb: Result(num(f, "bytes_moved") / (num(f, "peak_bandwidth") * 1e9))),
+    Derivation("t_data_s", ("mem_bw_util", "step_time_s"), "mem_bw_util · step_time_s (achieved-bandwidth share)",
+               _SEED_IRON, lambda f, kb: Result(num(f, "mem_bw_util") * num(f, "step_time_s"))),
+    # the compute term's η (issue 12 item 7): the first derivation whose inputs are known wins
+    *_EFFICIENCY,
+    Derivation("t_compute_s", ("flops", "peak_tflops", "compute_efficiency"),
+               "flops / (R_peak · η), η = compute_efficiency", _SEED_IRON,
+               lambda f, kb: Result(num(f, "flops")
+                                    / (num(f, "peak_tflops") * 1e12 * num(f, "compute_efficiency")))),
+    Derivation("t_compute_s", ("mfu", "step_time_s", "compute_efficiency"),
+               "mfu · step_time_s / η (useful-compute share at η = compute_efficiency)", _SEED_IRON,
+               lambda f, kb: Result(num(f, "mfu") * num(f, "step_time_s") / num(f, "compute_efficiency"))),
+    Derivation("t_compute_s", ("flops", "peak_tflops"), "flops / (R_peak · η), η = 1 (no activity measured: a lower "
+               "bound)", _SEED_IRON,
+               lambda f, kb: Result(num(f, "flops") / (num(f, "peak_tflops") * 1e12))),
+    Derivation("t_compute_s", ("mfu", "step_time_s"), "mfu · step_time_s (useful-compute share, η = 1: a lower bound)",
+               _SEED_IRON, lambda f, kb: Result(num(f, "mfu") * num(f, "step_time_s"))),
+    Derivation("t_overhead_s", ("host_wait_frac", "step_time_s"), "host_wait_frac · step_time_s", _SEED_IRON,
+               lambda f, kb: Result(num(f, "host_wait_frac") * num(f, "step_time_s"))),
+    Derivation("t_overhead_s", ("launch_gap_frac", "step_time_s"), "launch_gap_frac · step_time_s", _SEED_IRON,
+               lambda f, kb: Result(num(f, "launch_gap_frac") * num(f, "step_time_s"))),
+    Derivation("t_sequential_s", ("t_data_s", "t_compute_s"), "t_input + D/BW + O/(R·η) + L (known terms)", _SEED_IRON,
+               lambda f, kb: Result(iron_law(*_terms(f))[0]), optional=_OPTIONAL_TERMS),
+    Derivation("t_overlapped_s", ("t_data_s", "t_compute_s"), "t_input + max(D/BW, O/(R·η)) + L", _SEED_IRON,
+               lambda f, kb: Result(iron_law(*_terms(f))[1]), optional=_OPTIONAL_TERMS),
+    Derivation("share_input", ("t_input_s", "step_time_s"), "t_input_s / step_time_s", _SEED_IRON,
+               _term_share("t_input_s")),
+    Derivation("share_data", ("t_data_s", "step_time_s"), "t_data_s / step_time_s", _SEED_IRON,
+               _term_share("t_data_s")),
+    Derivation("share_compute", ("t_compute_s", "step_time_s"), "t_compute_s / step_time_s", _SEED_IRON,
+               _term_share("t_compute_s")),
+    Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
+               _term_share("t_overhead_s")),
+    Derivation("share_compute_at_peak", ("share_compute", "compute_efficiency"), "share_compute · η (the compute "
+               "term at η = 1, a share of today's step)", _ETA,
+               lambda f, kb: Result(num(f, "share_compute") * num(f, "compute_efficiency"))),
+)

@@ -1,0 +1,389 @@
+"""The knowledge gaps of issues 12 and 13, closed as data: gain bounds from the catalog's peak ratios, the
+memory-capacity regime, preemptions, micro/global batch and gradient accumulation, the memory constants in
+knowledge_base/memory.yaml; and scenarios a new user would bring, each checked the way an expert would sign it.
+
+Every number below is worked by hand in the comment beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import expert
+from expert._resources import examples_dir
+from expert.derive.formulas import activation_bytes, gradient_accumulation_steps, model_state_bytes, tokens_per_step
+from expert.observations.file import read_observation_file
+from expert.report.model import Report
+
+EXPERT = expert.default_expert()
+KB = EXPERT.kb
+
+
+def _diagnose(facts: dict[str, Any]) -> Report:
+    return EXPERT.diagnose(facts)
+
+
+# ---- pure formulas against a hand calculation ------------------------------------------------------------------
+
+
+def test_gradient_accumulation_by_hand() -> None:
+    assert gradient_accumulation_steps(1024, 4, 64) == 4.0  # 1024 / (4 x 64)
+    assert gradient_accumulation_steps(512, 2, 64) == 4.0  # 512 / 128
+    assert gradient_accumulation_steps(1000, 3, 64) == pytest.approx(5.2083, rel=1e-4)  # 1000 / 192: inconsistent
+
+
+def test_tokens_per_step_by_hand() -> None:
+    assert tokens_per_step(1024, 4096) == 4_194_304  # Llama 2's 4M-token global batch
+    assert tokens_per_step(1, 1) == 1
+
+
+def test_memory_constants_come_from_the_knowledge_base() -> None:
+    memory = KB.memory
+    assert memory is not None
+    assert memory.optimizer_on_gpu.bytes_per_param == 16  # 2 + 2 + 4 + 4 + 4 (ZeRO §3.1)
+    assert sum(memory.optimizer_on_gpu.parts.values()) == 16
+    assert memory.optimizer_offloaded.bytes_per_param == 4  # 16-bit weights and gradients stay
+    assert memory.activations.coefficient == 34  # Korthikanti et al. 2022, eq. 1
+    assert "1910.02054" in memory.optimizer_on_gpu.source and "2205.05198" in memory.activations.source
+    # 13B x 16 B = 208 GB; 34 x 4096 x 4 x 5120 x 40 = 114,085,068,800 B
+    assert model_state_bytes(13e9, 1, memory.optimizer_on_gpu.bytes_per_param) == 208e9
+    assert activation_bytes(4096, 4, 5120, 40, memory.activations.coefficient) == 114_085_068_800
+
+
+def test_the_memory_model_is_read_not_repeated(tmp_path: Any) -> None:
+    """Change the constants in a copy of the knowledge base: the derived bytes follow."""
+    import shutil
+
+    from expert._resources import data_dir
+    from expert.kb.knowledge import KnowledgeBase
+
+    kb_dir = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), kb_dir)
+    path = kb_dir / "memory.yaml"
+    text = path.read_text().replace("bytes_per_param: 16", "bytes_per_param: 18").replace(
+        "adam_variance_fp32: 4}", "adam_variance_fp32: 4, loss_scale_and_buffers: 2}")
+    path.write_text(text.replace("coefficient: 34", "coefficient: 17"))
+    KnowledgeBase.load(kb_dir)  # the changed copy still validates (parts add up)
+    other = expert.Expert(knowledge_base=kb_dir, engine="pure")
+    report = other.diagnose({"workload": "training", "hardware": "h100-sxm", "dtype": "bf16", "model_params": 1e9,
+                             "sharding_degree": 1, "batch_size": 1, "seq_len": 1000, "hidden_size": 1000,
+                             "num_layers": 10})
+    assert report.derived["model_state_bytes"].value == 18e9  # 18 B x 1e9
+    assert report.derived["activation_bytes"].value == 17 * 1000 * 1 * 1000 * 10
+
+
+def test_a_knowledge_base_without_the_memory_model_derives_no_model_state_bytes() -> None:
+    import copy
+
+    kb = copy.copy(KB)
+    kb.memory = None
+    from expert.derive.graph import derive
+
+    derived = derive({"workload": "training", "model_params": 1e9, "sharding_degree": 1}, kb)
+    assert "model_state_bytes" not in derived
+
+
+# ---- derivations: batches, tokens per step, preemptions -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("facts", "expected", "note"), [
+    ({"global_batch_size": 1024, "micro_batch_size": 4, "data_parallel_size": 64, "num_gpus": 256}, 4.0, None),
+    # no data-parallel size: every GPU a rank, said in a note
+    ({"global_batch_size": 512, "micro_batch_size": 2, "num_gpus": 64}, 4.0, "every GPU"),
+    # 1000 / (3 x 64) = 5.21: the three figures disagree
+    ({"global_batch_size": 1000, "micro_batch_size": 3, "data_parallel_size": 64}, 1000 / 192, "disagree"),
+], ids=["data-parallel-given", "num-gpus-as-ranks", "inconsistent"])
+def test_gradient_accumulation_is_derived(facts: dict[str, Any], expected: float, note: str | None) -> None:
+    d = _diagnose({"workload": "training", **facts}).derived["gradient_accumulation_steps"]
+    assert d.value == pytest.approx(expected)
+    assert (d.note is None) if note is None else (note in (d.note or ""))
+
+
+def test_llama2_7b_mfu_from_the_global_batch() -> None:
+    # Llama 2 7B: 4M-token global batch (1024 x 4096) on 64 A100s; 184,320 GPU-hours for 2T tokens is 3,014 tok/s/GPU,
+    # 192,896 tok/s in all, so a step of 4,194,304 tokens takes 21.74 s.
+    # MFU = 6 x 6.74e9 x 193,286 / 64 / 312e12 = 0.39.
+    report = _diagnose({"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16", "model_params": 6.74e9,
+                        "num_gpus": 64, "global_batch_size": 1024, "seq_len": 4096, "step_time_s": 21.7})
+    facts = report.facts()
+    assert facts["tokens_per_step"] == 4_194_304
+    assert facts["tokens_per_s"] == pytest.approx(4_194_304 / 21.7)
+    assert facts["mfu"] == pytest.approx(6 * 6.74e9 * (4_194_304 / 21.7) / 64 / 312e12, rel=1e-6)
+    assert 0.38 < float(facts["mfu"]) < 0.40
+
+
+def test_preemptions_are_a_fact_per_minute() -> None:
+    spec = KB.facts["preemptions"]
+    assert spec.unit == "preemptions/min" and spec.question and "num_preemptions_total" in spec.description
+    for name in ("micro_batch_size", "global_batch_size", "data_parallel_size"):
+        assert KB.facts[name].question and KB.facts[name].type == "integer"
+    assert KB.facts["tokens_per_step"].kind == "both"
+
+
+# ---- gain bounds: the catalog's peak ratios ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("hardware", "dtype", "ratio"), [
+    ("h100-sxm", "bf16", 1978.9 / 989.4),  # bf16 -> fp8: 2x
+    ("h100-sxm", "fp32", 989.4 / 67.0),  # fp32 -> bf16 autocast: 14.8x on the matmul peak
+    ("a100-sxm-80gb", "bf16", 1.0),  # no fp8 on an A100
+    ("a100-sxm-80gb", "fp32", 312.0 / 19.5),  # fp32 -> bf16: 16x
+    ("v100-sxm2", "fp32", 125.0 / 15.7),  # no bf16 on a V100: fp16
+    ("t4", "fp32", 65.0 / 8.1),  # no bf16 on a T4: fp16
+    ("l4", "fp16", 242.5 / 121.0),  # Ada has fp8
+    ("h100-sxm", "fp8", 1.0),  # already the narrowest
+    ("h800", "bf16", None),  # unpublished figures: no ratio, the declared bound applies
+], ids=lambda v: str(v))
+def test_lower_precision_peak_ratio(hardware: str, dtype: str, ratio: float | None) -> None:
+    derived = _diagnose({"hardware": hardware, "dtype": dtype}).derived
+    if ratio is None:
+        assert "lower_precision_peak_ratio" not in derived
+    else:
+        assert derived["lower_precision_peak_ratio"].value == pytest.approx(ratio)
+
+
+@pytest.mark.parametrize(("hardware", "dtype", "ratio"), [
+    ("a100-sxm-80gb", "bf16", 989.4 / 312.0),  # A100 -> H100 SXM: 3.17x
+    ("h100-sxm", "bf16", 2250.0 / 989.4),  # H100 -> B200: 2.27x
+    ("t4", "fp16", 121.0 / 65.0),  # T4 -> L4: 1.86x
+    ("v100-sxm2", "fp16", 312.0 / 125.0),  # V100 -> A100: 2.5x
+    ("gb200", "bf16", None),  # the newest part has no successor in the catalog
+], ids=lambda v: str(v))
+def test_faster_gpu_peak_ratio(hardware: str, dtype: str, ratio: float | None) -> None:
+    derived = _diagnose({"hardware": hardware, "dtype": dtype}).derived
+    if ratio is None:
+        assert "faster_gpu_peak_ratio" not in derived
+    else:
+        assert derived["faster_gpu_peak_ratio"].value == pytest.approx(ratio)
+
+
+def test_the_declared_faster_gpu_bound_covers_every_catalogued_upgrade() -> None:
+    bound = KB.optimizations["more_peak_flops"].max_term_speedup
+    assert bound is not None
+    for part, upgrade in KB.hardware_upgrades.items():
+        hw, nxt = KB.hardware[part], KB.hardware[upgrade.to]
+        for dtype, peak in hw.peak_tflops.items():
+            if peak and nxt.peak(dtype):
+                assert nxt.peak(dtype) / peak <= bound, (part, upgrade.to, dtype)  # type: ignore[operator]
+
+
+def _every_case() -> list[tuple[str, dict[str, Any]]]:
+    from expert._resources import data_dir
+    from expert.rules.testing import load_rule_tests
+
+    out = [(f"example/{p.stem}", dict(read_observation_file(p).observations))
+           for p in sorted(examples_dir().glob("*.yaml"))]
+    for path, tf in load_rule_tests([data_dir("rules")]):
+        out += [(f"{path.stem}/{c.name}", dict(c.facts)) for c in tf.cases]
+    return out
+
+
+def test_no_gain_exceeds_what_its_own_term_allows() -> None:
+    """Over every example and rule-test case: a recommendation's max gain is at most the Amdahl bound of its own
+    term's share (capped), and, for an optimization with a term speed-up bound, at most that bound."""
+    cap = KB.regimes.max_reported_speedup
+    checked = 0
+    for name, facts in _every_case():
+        try:
+            report = _diagnose(facts)
+        except expert.ObservationError:
+            continue
+        values = report.facts()
+        for rec in report.recommended:
+            gain = rec.expected_gain
+            if gain is None:
+                continue
+            share = gain.term_share
+            amdahl = cap if share >= 1 - 1 / cap else 1 / (1 - share)
+            assert gain.max_speedup <= amdahl + 1e-3, (name, rec.id, gain)
+            opt = KB.optimizations[rec.id]
+            raw = values.get(opt.term_speedup) if opt.term_speedup else None
+            bound = float(raw) if isinstance(raw, (int, float)) else opt.max_term_speedup
+            if bound is not None:
+                assert gain.max_speedup <= max(1.0, bound) + 1e-3, (name, rec.id, gain, bound)
+                assert gain.max_speedup <= 1 / (1 - share + share / max(1.0, bound)) + 1e-3, (name, rec.id, gain)
+            checked += 1
+    assert checked > 50
+
+
+def test_a_compute_bound_step_gains_at_most_the_peak_ratio() -> None:
+    # A100 bf16 at MFU 58 %, SMs 95 % active: compute 0.58 / 0.6105 = 95 % of the step. The faster GPU is the H100
+    # (989.4 / 312 = 3.17x): 1 / (1 - 0.95 + 0.95 / 3.171) = 2.86x, not the 20x of removing the term; fp8 is absent.
+    report = _diagnose({"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16", "mfu": 0.58,
+                        "gpu_util": 0.99, "sm_active": 0.95, "step_time_s": 1.0})
+    assert report.bottleneck == "compute"
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    faster = gains["more_peak_flops"]
+    assert faster is not None and faster.max_speedup == pytest.approx(1 / (1 - 0.95 + 0.95 / (989.4 / 312)), abs=1e-3)
+    assert "faster_gpu_peak_ratio" in faster.assumptions
+    assert {"lower_precision", "tensor_cores"} <= {w.id for w in report.wasted}
+
+
+def test_the_declared_bound_applies_where_the_catalog_has_no_ratio() -> None:
+    # no hardware: MFU 60 %, SMs 99 % active, so η = 0.606 and compute is 0.6 / 0.606 = 99 % of a 1 s step.
+    # Lower precision: the declared 2x, 1 / (1 - 0.99 + 0.495) = 1.98x; a faster GPU: the declared 6.9x,
+    # 1 / (1 - 0.99 + 0.99 / 6.9) = 6.52x; better kernels reach η = 1: 1 / (1 - 0.99 + 0.6) = 1.64x, not the 100x cap.
+    report = _diagnose({"dtype": "bf16", "mfu": 0.6, "gpu_util": 0.99, "sm_active": 0.99, "step_time_s": 1.0})
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    lower, faster, kernels = gains["lower_precision"], gains["more_peak_flops"], gains["better_kernels"]
+    assert lower is not None and lower.max_speedup == pytest.approx(1 / (1 - 0.99 + 0.99 / 2), abs=2e-3)
+    assert "declared bound" in lower.assumptions
+    assert faster is not None and faster.max_speedup == pytest.approx(1 / (1 - 0.99 + 0.99 / 6.9), abs=2e-3)
+    assert kernels is not None and kernels.max_speedup == pytest.approx(1 / (1 - 0.99 + 0.6), abs=2e-3)
+    assert "tensor_cores" in {w.id for w in report.wasted}  # MFU 60 % of a bf16 peak: already on tensor cores
+
+
+def test_cuda_cores_reach_at_most_half_of_every_16_bit_peak() -> None:
+    """What rules/precision.yaml precision-tensor-cores-in-use relies on for MFU > 50 % in bf16/fp16/fp8."""
+    for hw in KB.hardware.values():
+        cuda = hw.peak("fp32")
+        for dtype in ("bf16", "fp16", "fp8"):
+            peak = hw.peak(dtype)
+            if cuda and peak:
+                assert cuda <= 0.5 * peak + 1e-9, (hw.id, dtype)
+
+
+# ---- the capacity regime ---------------------------------------------------------------------------------------
+
+
+def test_capacity_is_its_own_regime_not_bandwidth() -> None:
+    regime = KB.regimes.regimes["capacity"]
+    assert "capacity" in regime.title.lower() and "bandwidth" not in regime.title.lower()
+    assert KB.regimes.terms[regime.term].share is None  # no share of a step: no Amdahl bound
+    assert "capacity" in EXPERT.ruleset.tables
+    assert "memory" in KB.regimes.regimes and KB.regimes.regimes["memory"].title == "Memory-bandwidth-bound"
+
+
+@pytest.mark.parametrize("example", ["kv_cache_bound_server", "model_does_not_fit"])
+def test_every_renderer_names_the_capacity_verdict(example: str) -> None:
+    from expert.report.render.graph import to_dot, to_graphml, to_json, to_mermaid
+    from expert.report.render.html import to_html
+    from expert.report.render.markdown import postmortem
+
+    path = examples_dir() / f"{example}.yaml"
+    report = _diagnose(dict(read_observation_file(path).observations))
+    assert report.bottleneck == "capacity" and report.verdict_title
+    assert "capacity" in report.verdict_title.lower()
+    for render in (postmortem, to_html, to_mermaid, to_dot, to_graphml, to_json):
+        assert "capacity" in render(report).lower(), render.__name__
+    assert Report.model_validate_json(report.to_json()).bottleneck == "capacity"
+
+
+# ---- scenarios a new user brings (public incident reports and the seed) ---------------------------------------------
+# (name, facts, verdict, must be recommended, must be wasted, must not be recommended)
+
+SCENARIOS: list[tuple[str, dict[str, Any], str | None, set[str], set[str], set[str]]] = [
+    # Llama 2 7B pretraining (Touvron et al. 2023: 184,320 A100-hours for 2T tokens -> 3,014 tok/s/GPU): MFU 39 %
+    # with the GPU busy is between the bands; utilization alone decides nothing -> no verdict, never a guess
+    ("llama2-7b-pretraining-mfu", {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16",
+                                   "model_params": 6.74e9, "num_gpus": 64, "tokens_per_s": 192896},
+     None, set(), {"lower_precision"}, {"more_memory_bandwidth"}),
+    # batch-1 decode of a 7B bf16 model: 14 GB per token
+    # A100 at 30 tok/s: 420 GB/s, 21 % of 2,039 -> overhead-bound (issue 12 item 3)
+    ("decode-7b-a100-30-tok-s", {"workload": "inference", "phase": "decode", "hardware": "a100-sxm-80gb",
+                                 "dtype": "bf16", "model_params": 7e9, "batch_size": 1, "tokens_per_s": 30},
+     "latency", {"cuda_graphs"}, {"quantization", "more_memory_bandwidth"}, set()),
+    # H100 at 150 tok/s: 2.1 TB/s, 63 % of 3.35 TB/s -> weight streaming
+    ("decode-7b-h100-150-tok-s", {"workload": "inference", "phase": "decode", "hardware": "h100-sxm",
+                                  "dtype": "bf16", "model_params": 7e9, "batch_size": 1, "tokens_per_s": 150},
+     "memory", {"quantization", "batching"}, {"more_peak_flops"}, set()),
+    # L4 at 15 tok/s: 210 GB/s, 70 % of 300 GB/s -> saturated
+    ("decode-7b-l4-15-tok-s", {"workload": "inference", "phase": "decode", "hardware": "l4", "dtype": "bf16",
+                               "model_params": 7e9, "batch_size": 1, "tokens_per_s": 15},
+     "memory", {"quantization"}, {"more_peak_flops"}, set()),
+    # L4 at 5 tok/s: 70 GB/s, 23 % -> overhead-bound
+    ("decode-7b-l4-5-tok-s", {"workload": "inference", "phase": "decode", "hardware": "l4", "dtype": "bf16",
+                              "model_params": 7e9, "batch_size": 1, "tokens_per_s": 5},
+     "latency", {"cuda_graphs"}, {"quantization"}, set()),
+    # Llama-2-7B with a 4,096-token KV cache: 2 x 32 x 32 x 128 x 4096 x 2 B = 2.15 GB beside 13.5 GB of weights;
+    # 100 tok/s moves 1.56 TB/s, 77 % of the A100's 2,039 GB/s (43 % without the KV cache: the cache decides it)
+    ("decode-7b-kv-cache-a100", {"workload": "inference", "phase": "decode", "hardware": "a100-sxm-80gb",
+                                 "dtype": "bf16", "model_params": 6.74e9, "batch_size": 1, "tokens_per_s": 100,
+                                 "num_layers": 32, "num_kv_heads": 32, "head_dim": 128, "context_len": 4096},
+     "memory", {"quantization"}, {"more_peak_flops", "lower_precision"}, set()),
+    # fp8 GEMM with the tensor pipes 85 % busy and DRAM at 20 % (issue 12 item 2): compute, tensor cores in use,
+    # nothing narrower than fp8
+    ("fp8-gemm-tensor-pipes-busy", {"hardware": "h100-sxm", "dtype": "fp8", "tensor_active": 0.85,
+                                    "mem_bw_util": 0.20},
+     "compute", {"better_kernels"}, {"tensor_cores", "lower_precision", "more_memory_bandwidth"}, set()),
+    # the roofline both ways (issue 12 item 1): 2.2e12 / 6e8 = 3,667 FLOP/B, 12x the H100's 295 ridge
+    ("roofline-above-the-ridge", {"hardware": "h100-sxm", "dtype": "bf16", "flops": 2.2e12, "bytes_moved": 6e8},
+     "compute", {"better_kernels"}, {"more_memory_bandwidth"}, set()),
+    # 1e11 / 1e10 = 10 FLOP/B, a thirtieth of the ridge
+    ("roofline-below-the-ridge", {"hardware": "h100-sxm", "dtype": "bf16", "flops": 1e11, "bytes_moved": 1e10},
+     "memory", {"kernel_fusion"}, {"more_peak_flops"}, set()),
+    # pegged host CPU with a measured data wait (50 % of the step) -> input; more workers would contend for the cores
+    ("host-saturated-with-data-wait", {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16",
+                                       "host_cpu_util": 1.0, "data_wait_s": 0.05, "step_time_s": 0.1,
+                                       "gpu_util": 0.45, "num_workers": 4},
+     "input", {"gpu_data_preprocessing"}, {"more_dataloader_workers", "more_peak_flops"}, set()),
+    # pegged host CPU, batch 1, 10 µs kernels, 60 % idle, no data wait measured (issue 12 item 5) -> launch overhead
+    ("host-saturated-launch-overhead", {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16",
+                                        "host_cpu_util": 1.0, "batch_size": 1, "mean_kernel_us": 10,
+                                        "gpu_idle_gap_frac": 0.6, "gpu_util": 0.4},
+     "latency", set(), {"more_dataloader_workers"}, set()),
+    # an L4 service at batch 1 missing its SLO with 9 µs kernels and 60 % idle (issue 12 item 6)
+    ("l4-serving-batch-1-tiny-kernels", {"workload": "inference", "hardware": "l4", "dtype": "fp16",
+                                         "batch_size": 1, "mean_kernel_us": 9, "gpu_idle_gap_frac": 0.6,
+                                         "latency_ms": 80, "latency_target_ms": 50},
+     "latency", {"cuda_graphs", "kernel_fusion"}, {"more_peak_flops", "more_memory_bandwidth"}, set()),
+    # ZeRO-Offload of a 7B model on an A10G host: the CPU Adam step (2.5 s) is 71 % of the step
+    ("offloaded-optimizer-weak-host", {"workload": "training", "hardware": "a10g", "dtype": "bf16",
+                                       "model_params": 7e9, "optimizer_offload": "yes", "optimizer_step_s": 2.5,
+                                       "fwd_bwd_s": 1.0, "host_cpu_util": 0.98, "gpu_util": 0.3},
+     "host", {"fused_cpu_optimizer"}, {"more_peak_flops", "cuda_graphs", "lower_precision"}, set()),
+    # data wait 60 % of the step with the host idle (20 %) and storage at 96 % of its bandwidth
+    ("storage-bound-input", {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16",
+                             "data_wait_s": 0.3, "step_time_s": 0.5, "host_cpu_util": 0.2, "storage_read_mb_s": 480,
+                             "storage_bandwidth_mb_s": 500, "gpu_util": 0.4, "num_workers": 8},
+     "input", {"faster_storage", "dataset_caching"}, {"more_dataloader_workers", "more_peak_flops"}, set()),
+    # 70B full fine-tune under FSDP over 8 H100s: 70e9 x 16 B / 8 = 140 GB per GPU, 1.75x its 80 GB
+    ("70b-fsdp-8-does-not-fit", {"workload": "training", "hardware": "h100-sxm", "dtype": "bf16",
+                                 "model_params": 70e9, "num_gpus": 8, "sharding_degree": 8,
+                                 "optimizer_offload": "no"},
+     "capacity", {"cpu_offload", "zero_sharding"}, {"activation_checkpointing", "more_peak_flops"}, set()),
+    # vLLM with a 70B model over 4 H100s: cache 98 % full, 40 waiting, 30 preemptions a minute -> confirmed capacity
+    ("vllm-70b-preempting", {"workload": "inference", "hardware": "h100-sxm", "dtype": "bf16", "model_params": 70e9,
+                             "num_gpus": 4, "kv_cache_usage": 0.98, "requests_waiting": 40, "requests_running": 96,
+                             "preemptions": 30, "gpu_util": 0.97},
+     "capacity", {"kv_cache_capacity"}, {"batching", "more_memory_bandwidth", "more_peak_flops"}, set()),
+    # conflicting evidence: 1,200 TFLOP/s on an H100 (dense bf16 peak 989) -> no verdict, no advice built on it
+    ("above-the-peak", {"hardware": "h100-sxm", "dtype": "bf16", "achieved_tflops": 1200, "gpu_util": 0.99},
+     None, set(), set(), {"lower_precision", "more_peak_flops"}),
+    # conflicting evidence: utilization 99 % with 60 % idle gaps
+    ("busy-and-idle", {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.99, "gpu_idle_gap_frac": 0.6,
+                       "mfu": 0.2},
+     None, set(), set(), set()),
+    # already applied: a latency-bound service that replays CUDA graphs is never told to capture them
+    ("latency-bound-with-cuda-graphs", {"workload": "inference", "hardware": "a100-sxm-80gb", "dtype": "fp16",
+                                        "batch_size": 1, "mean_kernel_us": 8, "gpu_idle_gap_frac": 0.55,
+                                        "applied_optimizations": "cuda_graphs"},
+     "latency", {"kernel_fusion"}, set(), {"cuda_graphs"}),
+    # compute-bound A100 in bf16: no fp8 on the part; tensor cores are in use (0.58 x 312 = 181 > 19.5 TFLOP/s)
+    ("a100-compute-bound-bf16", {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16", "mfu": 0.58,
+                                 "gpu_util": 0.99, "sm_active": 0.95, "step_time_s": 1.0},
+     "compute", {"more_peak_flops", "better_kernels"}, {"lower_precision", "tensor_cores"}, set()),
+    # a 1.3B model needing 43 % of an H100: checkpointing and offload would cost compute for memory not needed
+    ("small-model-memory-not-tight", {"workload": "training", "hardware": "h100-sxm", "dtype": "bf16",
+                                      "model_params": 1.3e9, "sharding_degree": 1, "micro_batch_size": 4,
+                                      "seq_len": 2048, "hidden_size": 2048, "num_layers": 24,
+                                      "optimizer_offload": "no"},
+     None, set(), {"activation_checkpointing", "cpu_offload"}, set()),
+]
+
+
+@pytest.mark.parametrize(("facts", "verdict", "recommended", "wasted", "not_recommended"),
+                         [s[1:] for s in SCENARIOS], ids=[s[0] for s in SCENARIOS])
+def test_scenario(facts: dict[str, Any], verdict: str | None, recommended: set[str], wasted: set[str],
+                  not_recommended: set[str]) -> None:
+    report = _diagnose(facts)
+    assert report.bottleneck == verdict, [(c.regime, c.strength) for c in report.candidates]
+    got = {r.id for r in report.recommended}
+    assert recommended <= got, got
+    assert wasted <= {w.id for w in report.wasted}
+    assert not (got & (not_recommended | wasted))
+    if verdict is not None:  # the regime table's waste is never recommended
+        _, table = EXPERT.ruleset.tables.get(verdict, (None, None))
+        if table is not None:
+            assert not got & {w.id for w in table.wasted}
