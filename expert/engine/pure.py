@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from ..rules.logic import findings_used
+from ..rules.logic import Outcome, findings_used
 from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
 
 # (rule id, compiled condition, finding it concludes, findings it reads): resolved once, read on every run
-_Compiled = tuple[str, Callable[[Mapping[str, Value], Collection[str], Any, bool], str], str | None, tuple[str, ...]]
+_Compiled = tuple[str, Callable[[Mapping[str, Value], Collection[str], Any, bool], Outcome], str | None,
+                  tuple[str, ...]]
 
 
 class PureEngine:
@@ -35,16 +36,21 @@ class PureEngine:
     def run(self, facts: Mapping[str, Value]) -> EngineResult:
         """Each stratum to its fixpoint. After the first pass only rules that read a finding the previous pass
         concluded are evaluated again: facts never change during a run, and negated findings come from lower strata,
-        so nothing else can change its outcome."""
-        result = EngineResult()
+        so nothing else can change its outcome: the outcome of a rule's last evaluation is its outcome on the final
+        findings (recorded for the rules that did not fire)."""
+        outcomes: dict[str, Outcome] = {}
+        result = EngineResult(outcomes=outcomes)
         fired, findings, matched = result.fired, result.findings, result.matched
         for stratum in self._strata:
             pending = stratum
             while pending:
                 new: set[str] = set()
                 for rule_id, evaluator, finding, uses in pending:
-                    if evaluator(facts, findings, None, False) != "true":
+                    outcome = evaluator(facts, findings, None, False)
+                    if outcome != "true":  # a rule's last evaluation is on the final findings it reads
+                        outcomes[rule_id] = outcome
                         continue
+                    outcomes.pop(rule_id, None)
                     fired.append(rule_id)
                     matched[rule_id] = [f for f in uses if f in findings] if uses else []
                     if finding is not None and finding not in findings:

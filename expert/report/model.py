@@ -6,7 +6,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FieldSerializationInfo,
+    RootModel,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_validator,
+)
 
 from .._lazy import cached_property
 from ..breakdown import TimeBreakdown
@@ -275,6 +284,73 @@ class ProvenanceData(_Model):
     edges: list[GraphEdge] = []
 
 
+class _Evaluations(RootModel[list[RuleEvaluation]]):
+    """The evaluations as one model, so that a deferred part is written by its schema's serializer."""
+
+
+class Deferred:
+    """A report part built on first use: `build(state)`, computed once (the state never refers to the report, so a
+    report makes no reference cycle). The diagnosis defers the provenance graph and the rule evaluations this way:
+    most callers read neither. Where the part stands in for its value (equality, repr, copies, pickling) it is its
+    value; `Report` resolves it on attribute access and when it is serialised, so the JSON is the same bytes.
+
+    Two threads may both build it the first time; both results are equal, and one of them is kept."""
+
+    __slots__ = ("_build", "_state", "_value")
+
+    def __init__(self, build: Callable[[Any], Any], state: Any) -> None:
+        self._build = build
+        self._state: Any = state
+        self._value: Any = None
+
+    def value(self) -> Any:
+        if self._value is None:
+            self._value = self._build(self._state)
+            self._state = None  # what it was built from is no longer needed
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.value() == (other.value() if isinstance(other, Deferred) else other))
+
+    __hash__ = None  # type: ignore[assignment]  # as the list or model it stands for
+
+    def __repr__(self) -> str:
+        return repr(self.value())
+
+    def __reduce__(self) -> tuple[Callable[[Any], Any], tuple[Any]]:
+        return _same, (self.value(),)
+
+    def __copy__(self) -> Deferred:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        import copy
+
+        return copy.deepcopy(self.value(), memo)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class _DeferredField:
+    """The attribute of a Report field that may hold a `Deferred`: reads resolve it (and keep the value)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name]
+        if type(value) is Deferred:
+            value = instance.__dict__[self.name] = value.value()
+        return value
+
+    def __set__(self, instance: Any, value: Any) -> None:  # pydantic writes fields to __dict__; this makes the
+        instance.__dict__[self.name] = value  # descriptor take precedence over it on reads
+
+
 class ClusterSection(_Model):
     """The cluster-scale view (seed Table 6, C³): each field is the fact of the same name, observed or derived,
     except three from the traces of every rank (expert/ingest/ranks.py): `ranks` (each rank's figures),
@@ -357,6 +433,25 @@ class Report(_Model):
             raise ValueError("state 'verdict' needs a bottleneck")
         return self
 
+    @field_serializer("evaluations", "graph", mode="wrap")
+    def _deferred_parts(self, value: Any, handler: SerializerFunctionWrapHandler,  # type: ignore[no-untyped-def]
+                        info: FieldSerializationInfo):
+        """Resolve a deferred part, then write it by its schema's serializer (the same bytes as a part built eagerly);
+        with a nested include/exclude, through pydantic's handler. Unannotated on purpose: a return annotation
+        would become these fields' serialization schema."""
+        if type(value) is Deferred:
+            value = getattr(self, info.field_name)
+        if info.include is not None or info.exclude is not None:
+            return handler(value)
+        if info.field_name == "evaluations" and isinstance(value, list):
+            return _Evaluations.model_construct(value)
+        return value
+
+    def __iter__(self) -> Any:
+        for name in _DEFERRABLE:
+            getattr(self, name)  # resolve, so that dict(report) holds the parts themselves
+        return super().__iter__()
+
     def to_json(self, indent: int | None = 2) -> str:
         """Lossless JSON; `Report.model_validate_json` reads it back."""
         return self.model_dump_json(indent=indent)
@@ -403,3 +498,8 @@ class Report(_Model):
     def counterfactuals(self, expert: Expert | None = None, limit: int | None = None) -> Counterfactuals:
         """The smallest single-fact changes that flip the verdict, each verified by re-diagnosis."""
         return _explanations().counterfactuals(self, expert, limit)
+
+
+_DEFERRABLE = ("evaluations", "graph")
+for _name in _DEFERRABLE:
+    setattr(Report, _name, _DeferredField(_name))
