@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +39,8 @@ from ..report.model import (
     ScoreRow,
     Wasted,
 )
-from ..rules.evaluate import LeafTrace, Outcome
-from ..rules.model import RecommendSpec, WasteSpec
+from ..rules.evaluate import WARM_RUNS, Evaluator, LeafTrace, Outcome, generate_condition
+from ..rules.model import Condition, RecommendSpec, WasteSpec
 from ..rules.ruleset import LoadedRule, RuleSet
 from . import provenance
 from .decide import Decision, decide, table_id
@@ -135,12 +135,11 @@ def build_report(
     candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
     recommended, wasted, applied = _optimizations(ctx, decision, parts)
-    missing = _missing(ctx, outcomes, parts)
-    measurements = _measurements(ctx, fired, missing, verdict, axes)
     conflicts, limits = _evidence_limits(ctx, decision, findings)
     ctx.verdict, ctx.caps, ctx.table = verdict, decision.caps, decision.table
     ctx.table_rule = table_id(verdict) if verdict is not None else None
     ctx.candidates, ctx.wasted, ctx.applied = candidates, wasted, applied
+    ctx.outcomes, ctx.axes, ctx.builders = outcomes, axes, _DEFERRED_SECTIONS
     # every part was built here from checked values (as the graph is), so the Report is not validated again
     return Report.model_construct(
         engine=engine_name,
@@ -157,8 +156,8 @@ def build_report(
         recommended=recommended,
         wasted=wasted,
         applied=applied,
-        next_measurements=measurements,
-        missing=missing,
+        next_measurements=Deferred(_next_measurements, ctx),  # type: ignore[arg-type]  # resolved on first use
+        missing=Deferred(_missing_facts, ctx),  # type: ignore[arg-type]
         scorecard=_scorecard(ctx, decision),
         iron_law=_iron_law(kb, facts, derived),
         evaluations=Deferred(provenance.evaluations, ctx),  # type: ignore[arg-type]  # resolved on first use
@@ -168,16 +167,30 @@ def build_report(
     )
 
 
+def _missing_facts(ctx: Basis) -> list[MissingFact]:
+    return ctx.part("missing")  # type: ignore[no-any-return]
+
+
+def _next_measurements(ctx: Basis) -> list[NextMeasurement]:
+    return ctx.part("next_measurements")  # type: ignore[no-any-return]
+
+
+_DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
+    "missing": lambda ctx: _missing(ctx, ctx.outcomes, _parts(ctx.ruleset)),
+    "next_measurements": lambda ctx: _measurements(ctx, ctx.fired, ctx.part("missing"), ctx.verdict, ctx.axes),
+}
+
+
 def _outcomes(ctx: Basis, result: EngineResult) -> dict[str, Outcome]:
     """The outcome of every rule that did not fire, on these facts and the final findings: from the engine where it
     reports them (the pure engine's last evaluation of a rule is its final one), else evaluated here without a
     trace (stopping at the first decisive leaf)."""
     known = result.outcomes or {}
-    facts, findings = ctx.facts, ctx.findings
+    facts, findings, fired = ctx.facts, ctx.findings, ctx.fired_ids
     out: dict[str, Outcome] = {}
-    for lr in ctx.ruleset.by_stratum:
-        if lr.id not in ctx.fired_ids:
-            out[lr.id] = known.get(lr.id) or lr.evaluator(facts, findings, None, False)
+    for rule_id, evaluator in _parts(ctx.ruleset).untraced():
+        if rule_id not in fired:
+            out[rule_id] = known.get(rule_id) or evaluator(facts, findings, None, False)
     return out
 
 
@@ -214,10 +227,25 @@ class _RuleSetParts:
     titles: dict[str, str]  # rule id -> title
     # rule id -> (the weight of what it concludes, the facts its comparisons read (not `known` tests), leaf order)
     askable: dict[str, tuple[int, tuple[str, ...]]]
+    position: dict[str, int]  # rule id -> place in (stratum, id) order
     # a fact no gated derivation leads to -> the askable facts that would settle it (askable_inputs), known or not
     ungated: dict[str, tuple[str, ...]]
     rules: dict[str, tuple[Concludes, dict[str, Any]]] = field(default_factory=dict)  # rule id -> (concludes, when)
     settles: dict[tuple[str, ...], str] = field(default_factory=dict)  # the first rules -> a missing fact's `why`
+    # (rule id, condition) in (stratum, id) order: closures, then code generated once the rule set is warm
+    evaluators: list[tuple[str, Evaluator]] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+    uses: int = 0
+    generated: bool = False
+
+    def untraced(self) -> list[tuple[str, Evaluator]]:
+        """The rules' untraced evaluators, generated as plain code after WARM_RUNS diagnoses (as the pure engine's)."""
+        self.uses += 1  # a lost update under threads only delays the switch
+        if self.uses >= WARM_RUNS and not self.generated:
+            self.generated = True
+            self.evaluators = [(rule_id, generate_condition(c)) for (rule_id, _), c in
+                               zip(self.evaluators, self.conditions, strict=True)]
+        return self.evaluators
 
     def would_settle(self, rules: list[str]) -> str:
         """A missing fact's `why`: the titles of the first three rules it would settle, and how many more."""
@@ -262,7 +290,10 @@ def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
     ungated = {name: tuple(askable_inputs(name, ruleset.kb)) for name in sorted(names) if not GRAPH.gated_below(name)}
     return _RuleSetParts(tables=tables, recommends=recommends, wastes=wastes,
                          titles={lr.id: lr.rule.title for lr in rules.values()}, askable=askable,
-                         ungated={name: inputs for name, inputs in ungated.items() if inputs})
+                         ungated={name: inputs for name, inputs in ungated.items() if inputs},
+                         position={lr.id: i for i, lr in enumerate(ruleset.by_stratum)},
+                         evaluators=[(lr.id, lr.evaluator) for lr in ruleset.by_stratum],
+                         conditions=[lr.condition for lr in ruleset.by_stratum])
 
 
 _parts: PerObject[RuleSet, _RuleSetParts] = PerObject(_build_parts)
@@ -389,11 +420,11 @@ def _optimizations(
 
 def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> list[MissingFact]:
     """Unknown facts that stand between a rule and a definite outcome, weighted by what the rule would conclude:
-    each comparison (not a `known` test) of an undecided rule on a fact not known, once per comparison."""
+    each comparison (not a `known` test) of an undecided rule on a fact not known adds the rule's weight to every
+    askable fact that would settle it; each fact lists those rules in (stratum, id) order."""
     facts, kb = ctx.facts, ctx.kb
-    weight: dict[str, int] = {}
-    rules_for: dict[str, list[str]] = {}
-    memo: dict[str, list[str]] = {}
+    by_name: dict[str, int] = {}  # an unknown fact a comparison reads -> the weight of those comparisons
+    rules_by_name: dict[str, list[str]] = {}  # ... -> the rules reading it, in order
     askable, ungated = parts.askable, parts.ungated
     for rule_id, outcome in outcomes.items():  # in (stratum, id) order
         if outcome != "unknown":
@@ -402,18 +433,31 @@ def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> l
         for name in names:
             if name in facts:
                 continue
-            inputs = ungated.get(name) or memo.get(name)  # ungated: the known inputs are skipped below
-            if inputs is None:
-                inputs = askable_inputs_given(name, facts, kb, memo)
-            for fact in inputs:
-                if fact in facts:  # observed, or already derived from what was observed
-                    continue
-                weight[fact] = weight.get(fact, 0) + w
-                settles = rules_for.get(fact)
-                if settles is None:
-                    rules_for[fact] = [rule_id]
-                elif settles[-1] != rule_id:  # rules come in order: a rule already listed is the last one
-                    settles.append(rule_id)
+            by_name[name] = by_name.get(name, 0) + w
+            readers = rules_by_name.get(name)
+            if readers is None:
+                rules_by_name[name] = [rule_id]
+            elif readers[-1] != rule_id:
+                readers.append(rule_id)
+    weight: dict[str, int] = {}
+    names_for: dict[str, list[str]] = {}
+    memo: dict[str, list[str]] = {}
+    for name, w in by_name.items():
+        inputs: Sequence[str] | None = ungated.get(name) or memo.get(name)  # ungated: known inputs skipped below
+        if inputs is None:
+            inputs = askable_inputs_given(name, facts, kb, memo)
+        for fact in inputs:
+            if fact in facts:  # observed, or already derived from what was observed
+                continue
+            weight[fact] = weight.get(fact, 0) + w
+            names_for.setdefault(fact, []).append(name)
+    rules_for: dict[str, list[str]] = {}
+    position = parts.position
+    for fact, via in names_for.items():
+        if len(via) == 1:
+            rules_for[fact] = list(rules_by_name[via[0]])
+        else:
+            rules_for[fact] = sorted({r for n in via for r in rules_by_name[n]}, key=position.__getitem__)
     specs = kb.facts
     out: list[MissingFact] = []
     for fact in sorted(weight, key=lambda f: (-weight[f], specs[f].cost, f)):

@@ -1,9 +1,10 @@
 """The parts of a report most callers never read, built on first use: the rule evaluations and the provenance graph.
 
 `build_report` keeps what they are built from in a `Basis` (the facts, the findings, the rules that fired, the
-decision's parts) and hands the report two `Deferred` values over it. The graph is assembled here in the order the
-report's sections conclude (observations and derivations, fired rules, candidates, optimizations, measurements), so a
-deferred graph is node for node, edge for edge, the graph an eager build made.
+decision's parts; the missing facts and next measurements are deferred through it too) and hands the report
+`Deferred` values over it. The graph is assembled here in the order the report's sections conclude (observations and
+derivations, fired rules, candidates, optimizations, measurements), so a deferred graph is node for node, edge for
+edge, the graph an eager build made.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import Observations
 from ..report.model import (
     Applied,
+    AxisScore,
     Candidate,
     Concludes,
     GraphEdge,
@@ -63,7 +65,19 @@ class Basis:
     proposals: list[Recommendation] = field(default_factory=list)  # recommended, in proposal order (before ranking)
     wasted: list[Wasted] = field(default_factory=list)
     applied: list[Applied] = field(default_factory=list)
-    measurements: list[MeasurementNote] = field(default_factory=list)
+    measurements: list[MeasurementNote] = field(default_factory=list)  # filled with the next measurements
+    outcomes: dict[str, Outcome] = field(default_factory=dict)  # rules that did not fire -> their outcome
+    axes: list[AxisScore] = field(default_factory=list)
+    # the report sections built on first use: name -> how (build_report registers them), and the built ones
+    builders: dict[str, Callable[[Basis], Any]] = field(default_factory=dict)
+    built: dict[str, Any] = field(default_factory=dict)
+
+    def part(self, name: str) -> Any:
+        """A deferred report section, built once (the graph needs the measurements, which need the missing facts)."""
+        found = self.built.get(name)
+        if found is None:
+            found = self.built[name] = self.builders[name](self)
+        return found
 
     def trace(self, lr: LoadedRule) -> Trace:
         """The rule evaluated leaf by leaf on these facts and the final findings (computed once per rule)."""
@@ -150,6 +164,8 @@ class _Graph:
 def graph(basis: Basis) -> ProvenanceData:
     """The provenance graph: observations -> derivations -> rules -> findings -> bottlenecks -> optimizations and
     measurements."""
+    if "next_measurements" in basis.builders:
+        basis.part("next_measurements")  # where each measurement joins the graph is decided there
     g = _Graph(basis)
     for name in [*sorted(basis.observations.facts), *sorted(basis.derived)]:  # every known value is a node
         g.fact(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from ..rules.evaluate import WARM_RUNS, generate_condition
 from ..rules.logic import Outcome, findings_used
 from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
@@ -24,16 +25,35 @@ class PureEngine:
     name = "pure"
 
     def __init__(self, ruleset: RuleSet) -> None:
-        self._strata: list[list[_Compiled]] = []
+        self._ruleset = ruleset
+        self._runs = 0
+        self._generated = False
+        self._strata = self._compile(generated=False)
+
+    def _compile(self, generated: bool) -> list[list[_Compiled]]:
+        """The rules by stratum, each with its condition as closures (`compile_condition`, cheap to build) or as
+        generated code (`generate_condition`, faster to run and slower to build: used once the engine is warm)."""
+        ruleset = self._ruleset
+        strata: list[list[_Compiled]] = []
         for s in range(ruleset.max_stratum + 1):
             members = sorted((lr for lr in ruleset.rules.values() if lr.stratum == s), key=lambda lr: lr.id)
-            self._strata.append([
-                (lr.id, lr.evaluator, lr.rule.then.finding.id if lr.rule.then.finding else None,
+            strata.append([
+                (lr.id, generate_condition(lr.condition) if generated else lr.evaluator,
+                 lr.rule.then.finding.id if lr.rule.then.finding else None,
                  tuple(sorted(findings_used(lr.condition)[0])))
                 for lr in members
             ])
+        return strata
 
     def run(self, facts: Mapping[str, Value]) -> EngineResult:
+        self._runs += 1  # a lost update under threads only delays the switch
+        if self._runs >= WARM_RUNS and not self._generated:
+            self._generated = True
+            self._strata = self._compile(generated=True)
+        return self._run(self._strata, facts)
+
+    @staticmethod
+    def _run(strata: list[list[_Compiled]], facts: Mapping[str, Value]) -> EngineResult:
         """Each stratum to its fixpoint. After the first pass only rules that read a finding the previous pass
         concluded are evaluated again: facts never change during a run, and negated findings come from lower strata,
         so nothing else can change its outcome: the outcome of a rule's last evaluation is its outcome on the final
@@ -41,7 +61,7 @@ class PureEngine:
         outcomes: dict[str, Outcome] = {}
         result = EngineResult(outcomes=outcomes)
         fired, findings, matched = result.fired, result.findings, result.matched
-        for stratum in self._strata:
+        for stratum in strata:
             pending = stratum
             while pending:
                 new: set[str] = set()

@@ -288,11 +288,23 @@ class _Evaluations(RootModel[list[RuleEvaluation]]):
     """The evaluations as one model, so that a deferred part is written by its schema's serializer."""
 
 
+class _Missing(RootModel[list[MissingFact]]):
+    """The missing facts as one model (see _Evaluations)."""
+
+
+class _Measurements(RootModel[list[NextMeasurement]]):
+    """The next measurements as one model (see _Evaluations)."""
+
+
+_AS_MODEL: dict[str, Any] = {"evaluations": _Evaluations, "missing": _Missing, "next_measurements": _Measurements}
+
+
 class Deferred:
     """A report part built on first use: `build(state)`, computed once (the state never refers to the report, so a
-    report makes no reference cycle). The diagnosis defers the provenance graph and the rule evaluations this way:
-    most callers read neither. Where the part stands in for its value (equality, repr, copies, pickling) it is its
-    value; `Report` resolves it on attribute access and when it is serialised, so the JSON is the same bytes.
+    report makes no reference cycle). The diagnosis defers the provenance graph, the rule evaluations, the missing
+    facts and the next measurements this way: most callers read few of them. Where the part stands in for its value
+    (equality, repr, copies, pickling) it is its value; `Report` resolves it on attribute access and when it is
+    serialised, so the JSON is the same bytes.
 
     Two threads may both build it the first time; both results are equal, and one of them is kept."""
 
@@ -304,10 +316,14 @@ class Deferred:
         self._value: Any = None
 
     def value(self) -> Any:
-        if self._value is None:
-            self._value = self._build(self._state)
+        value = self._value
+        if value is None:
+            state = self._state
+            if state is None:  # another thread built it meanwhile (it sets the value before it drops the state)
+                return self._value
+            value = self._value = self._build(state)
             self._state = None  # what it was built from is no longer needed
-        return self._value
+        return value
 
     def __eq__(self, other: object) -> bool:
         return bool(self.value() == (other.value() if isinstance(other, Deferred) else other))
@@ -433,7 +449,7 @@ class Report(_Model):
             raise ValueError("state 'verdict' needs a bottleneck")
         return self
 
-    @field_serializer("evaluations", "graph", mode="wrap")
+    @field_serializer("next_measurements", "missing", "evaluations", "graph", mode="wrap")
     def _deferred_parts(self, value: Any, handler: SerializerFunctionWrapHandler,  # type: ignore[no-untyped-def]
                         info: FieldSerializationInfo):
         """Resolve a deferred part, then write it by its schema's serializer (the same bytes as a part built eagerly);
@@ -443,9 +459,8 @@ class Report(_Model):
             value = getattr(self, info.field_name)
         if info.include is not None or info.exclude is not None:
             return handler(value)
-        if info.field_name == "evaluations" and isinstance(value, list):
-            return _Evaluations.model_construct(value)
-        return value
+        as_model = _AS_MODEL.get(info.field_name)
+        return as_model.model_construct(value) if as_model is not None and isinstance(value, list) else value
 
     def __iter__(self) -> Any:
         for name in _DEFERRABLE:
@@ -500,6 +515,6 @@ class Report(_Model):
         return _explanations().counterfactuals(self, expert, limit)
 
 
-_DEFERRABLE = ("evaluations", "graph")
+_DEFERRABLE = ("next_measurements", "missing", "evaluations", "graph")
 for _name in _DEFERRABLE:
     setattr(Report, _name, _DeferredField(_name))
