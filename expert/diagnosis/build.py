@@ -127,7 +127,6 @@ def build_report(
     fired_ids = set(result.fired)
     fired = [lr for lr in ruleset.by_stratum if lr.id in fired_ids]
     ctx = Basis(kb, ruleset, facts, result.findings, observations, derived, fired, fired_ids, parts.of)
-    outcomes = _outcomes(ctx, result)
 
     decision = decide(ruleset, result.fired, result.findings, facts)
     verdict = decision.verdict
@@ -139,7 +138,7 @@ def build_report(
     ctx.verdict, ctx.caps, ctx.table = verdict, decision.caps, decision.table
     ctx.table_rule = table_id(verdict) if verdict is not None else None
     ctx.candidates, ctx.wasted, ctx.applied = candidates, wasted, applied
-    ctx.outcomes, ctx.axes, ctx.builders = outcomes, axes, _DEFERRED_SECTIONS
+    ctx.engine_outcomes, ctx.axes, ctx.builders = result.outcomes, axes, _DEFERRED_SECTIONS
     # every part was built here from checked values (as the graph is), so the Report is not validated again
     return Report.model_construct(
         engine=engine_name,
@@ -163,7 +162,7 @@ def build_report(
         evaluations=Deferred(provenance.evaluations, ctx),  # type: ignore[arg-type]  # resolved on first use
         graph=Deferred(provenance.graph, ctx),  # type: ignore[arg-type]
         tables=list(parts.tables),
-        cluster=_cluster(facts, observations, fired_ids, outcomes),
+        cluster=_cluster(facts, observations, fired_ids, ctx.outcome),
     )
 
 
@@ -176,16 +175,17 @@ def _next_measurements(ctx: Basis) -> list[NextMeasurement]:
 
 
 _DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
-    "missing": lambda ctx: _missing(ctx, ctx.outcomes, _parts(ctx.ruleset)),
+    "outcomes": lambda ctx: _outcomes(ctx),
+    "missing": lambda ctx: _missing(ctx, ctx.part("outcomes"), _parts(ctx.ruleset)),
     "next_measurements": lambda ctx: _measurements(ctx, ctx.fired, ctx.part("missing"), ctx.verdict, ctx.axes),
 }
 
 
-def _outcomes(ctx: Basis, result: EngineResult) -> dict[str, Outcome]:
+def _outcomes(ctx: Basis) -> dict[str, Outcome]:
     """The outcome of every rule that did not fire, on these facts and the final findings: from the engine where it
     reports them (the pure engine's last evaluation of a rule is its final one), else evaluated here without a
     trace (stopping at the first decisive leaf)."""
-    known = result.outcomes or {}
+    known = ctx.engine_outcomes or {}
     facts, findings, fired = ctx.facts, ctx.findings, ctx.fired_ids
     out: dict[str, Outcome] = {}
     for rule_id, evaluator in _parts(ctx.ruleset).untraced():
@@ -195,7 +195,7 @@ def _outcomes(ctx: Basis, result: EngineResult) -> dict[str, Outcome]:
 
 
 def _cluster(facts: Mapping[str, Value], observations: Observations | None = None, fired: set[str] | None = None,
-             outcomes: Mapping[str, str] | None = None) -> ClusterSection | None:
+             outcome: Callable[[str], str] | None = None) -> ClusterSection | None:
     """The cluster section: the C³ facts by name, or None when the diagnosis has none of them; with rank traces,
     their per-rank figures, the straggler rules ranks-straggler and ranks-slow-link found (rules/cluster_ranks.yaml)."""
     known: dict[str, Any] = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
@@ -211,8 +211,8 @@ def _cluster(facts: Mapping[str, Value], observations: Observations | None = Non
         known["straggler_rank"] = facts["slowest_rank"]
     if "ranks-slow-link" in fired:
         known["slow_link"] = True
-    elif outcomes and "slowest_rank" in facts and "comm_frac" in facts and \
-            outcomes.get("ranks-slow-link", "unknown") == "false":
+    elif outcome is not None and "slowest_rank" in facts and "comm_frac" in facts and \
+            outcome("ranks-slow-link") == "false":
         known["slow_link"] = False
     return ClusterSection.model_validate(known)
 

@@ -66,11 +66,21 @@ class Basis:
     wasted: list[Wasted] = field(default_factory=list)
     applied: list[Applied] = field(default_factory=list)
     measurements: list[MeasurementNote] = field(default_factory=list)  # filled with the next measurements
-    outcomes: dict[str, Outcome] = field(default_factory=dict)  # rules that did not fire -> their outcome
+    engine_outcomes: dict[str, Outcome] | None = None  # what the engine reports (EngineResult.outcomes)
     axes: list[AxisScore] = field(default_factory=list)
     # the report sections built on first use: name -> how (build_report registers them), and the built ones
     builders: dict[str, Callable[[Basis], Any]] = field(default_factory=dict)
     built: dict[str, Any] = field(default_factory=dict)
+
+    def outcome(self, rule_id: str) -> Outcome:
+        """One rule's outcome on these facts and the final findings ("unknown" for a rule the set does not have)."""
+        lr = self.ruleset.rules.get(rule_id)
+        if lr is None:
+            return "unknown"
+        if rule_id in self.fired_ids:
+            return "true"
+        known = self.engine_outcomes.get(rule_id) if self.engine_outcomes is not None else None
+        return known or lr.evaluator(self.facts, self.findings, None, False)
 
     def part(self, name: str) -> Any:
         """A deferred report section, built once (the graph needs the measurements, which need the missing facts)."""

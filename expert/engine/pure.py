@@ -17,6 +17,7 @@ from .base import EngineResult, Value
 # (rule id, compiled condition, finding it concludes, findings it reads): resolved once, read on every run
 _Compiled = tuple[str, Callable[[Mapping[str, Value], Collection[str], Any, bool], Outcome], str | None,
                   tuple[str, ...]]
+_Stratum = tuple[list[_Compiled], dict[str, list[int]]]  # the rules of a stratum; finding -> indices of its readers
 
 
 class PureEngine:
@@ -30,19 +31,25 @@ class PureEngine:
         self._generated = False
         self._strata = self._compile(generated=False)
 
-    def _compile(self, generated: bool) -> list[list[_Compiled]]:
+    def _compile(self, generated: bool) -> list[_Stratum]:
         """The rules by stratum, each with its condition as closures (`compile_condition`, cheap to build) or as
-        generated code (`generate_condition`, faster to run and slower to build: used once the engine is warm)."""
+        generated code (`generate_condition`, faster to run and slower to build: used once the engine is warm), and
+        which of them read each finding."""
         ruleset = self._ruleset
-        strata: list[list[_Compiled]] = []
+        strata: list[_Stratum] = []
         for s in range(ruleset.max_stratum + 1):
             members = sorted((lr for lr in ruleset.rules.values() if lr.stratum == s), key=lambda lr: lr.id)
-            strata.append([
+            compiled: list[_Compiled] = [
                 (lr.id, generate_condition(lr.condition) if generated else lr.evaluator,
                  lr.rule.then.finding.id if lr.rule.then.finding else None,
                  tuple(sorted(findings_used(lr.condition)[0])))
                 for lr in members
-            ])
+            ]
+            readers: dict[str, list[int]] = {}
+            for i, rule in enumerate(compiled):
+                for finding in rule[3]:
+                    readers.setdefault(finding, []).append(i)
+            strata.append((compiled, readers))
         return strata
 
     def run(self, facts: Mapping[str, Value]) -> EngineResult:
@@ -53,7 +60,7 @@ class PureEngine:
         return self._run(self._strata, facts)
 
     @staticmethod
-    def _run(strata: list[list[_Compiled]], facts: Mapping[str, Value]) -> EngineResult:
+    def _run(strata: list[_Stratum], facts: Mapping[str, Value]) -> EngineResult:
         """Each stratum to its fixpoint. After the first pass only rules that read a finding the previous pass
         concluded are evaluated again: facts never change during a run, and negated findings come from lower strata,
         so nothing else can change its outcome: the outcome of a rule's last evaluation is its outcome on the final
@@ -61,7 +68,7 @@ class PureEngine:
         outcomes: dict[str, Outcome] = {}
         result = EngineResult(outcomes=outcomes)
         fired, findings, matched = result.fired, result.findings, result.matched
-        for stratum in strata:
+        for stratum, readers in strata:
             pending = stratum
             while pending:
                 new: set[str] = set()
@@ -78,6 +85,7 @@ class PureEngine:
                         new.add(finding)
                 if not new:
                     break
-                done = set(fired)
-                pending = [r for r in stratum if r[0] not in done and not new.isdisjoint(r[3])]
+                done = set(fired)  # the rules that read a new finding and have not fired, in stratum order
+                pending = [stratum[i] for i in sorted({i for f in new for i in readers.get(f, ())})
+                           if stratum[i][0] not in done]
         return result
