@@ -39,8 +39,9 @@ from ..report.model import (
     ScoreRow,
     Wasted,
 )
-from ..rules.evaluate import WARM_RUNS, Evaluator, LeafTrace, Outcome, generate_condition
-from ..rules.model import Condition, RecommendSpec, WasteSpec
+from ..rules.evaluate import WARM_RUNS, Evaluator, Outcome, generate_condition
+from ..rules.logic import fact_tests
+from ..rules.model import RecommendSpec, WasteSpec
 from ..rules.ruleset import LoadedRule, RuleSet
 from . import provenance
 from .decide import Decision, decide, table_id
@@ -232,19 +233,20 @@ class _RuleSetParts:
     ungated: dict[str, tuple[str, ...]]
     rules: dict[str, tuple[Concludes, dict[str, Any]]] = field(default_factory=dict)  # rule id -> (concludes, when)
     settles: dict[tuple[str, ...], str] = field(default_factory=dict)  # the first rules -> a missing fact's `why`
-    # (rule id, condition) in (stratum, id) order: closures, then code generated once the rule set is warm
-    evaluators: list[tuple[str, Evaluator]] = field(default_factory=list)
-    conditions: list[Condition] = field(default_factory=list)
+    loaded: list[LoadedRule] = field(default_factory=list)  # the rules in (stratum, id) order
+    # their untraced evaluators: closures, then code generated once the rule set is warm
+    evaluators: list[tuple[str, Evaluator]] | None = None
     uses: int = 0
     generated: bool = False
 
     def untraced(self) -> list[tuple[str, Evaluator]]:
-        """The rules' untraced evaluators, generated as plain code after WARM_RUNS diagnoses (as the pure engine's)."""
+        """The rules' untraced evaluators, generated as plain code after WARM_RUNS uses (as the pure engine's)."""
         self.uses += 1  # a lost update under threads only delays the switch
         if self.uses >= WARM_RUNS and not self.generated:
             self.generated = True
-            self.evaluators = [(rule_id, generate_condition(c)) for (rule_id, _), c in
-                               zip(self.evaluators, self.conditions, strict=True)]
+            self.evaluators = [(lr.id, generate_condition(lr.condition)) for lr in self.loaded]
+        if self.evaluators is None:
+            self.evaluators = [(lr.id, lr.evaluator) for lr in self.loaded]
         return self.evaluators
 
     def would_settle(self, rules: list[str]) -> str:
@@ -280,20 +282,17 @@ def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
               for _, (_, t) in sorted(ruleset.tables.items())]
     strengths = ruleset.kb.regimes.strengths
     askable: dict[str, tuple[int, tuple[str, ...]]] = {}
-    for lr in rules.values():  # a trace lists every leaf whatever the facts: evaluated on none, it is the rule's shape
-        leaves: list[LeafTrace] = []
-        lr.evaluator({}, (), leaves, False)
+    for lr in rules.values():  # one entry per comparison, as a trace lists them (depth first)
         then = lr.rule.then
         askable[lr.id] = (strengths[then.bottleneck.strength] * 2 if then.bottleneck else 1,
-                          tuple(leaf.name for leaf in leaves if leaf.kind == "fact" and leaf.op != "known"))
+                          tuple(test.fact for test in fact_tests(lr.condition) for _ in test.ops()))
     names = {name for _, names in askable.values() for name in names}
     ungated = {name: tuple(askable_inputs(name, ruleset.kb)) for name in sorted(names) if not GRAPH.gated_below(name)}
     return _RuleSetParts(tables=tables, recommends=recommends, wastes=wastes,
                          titles={lr.id: lr.rule.title for lr in rules.values()}, askable=askable,
                          ungated={name: inputs for name, inputs in ungated.items() if inputs},
                          position={lr.id: i for i, lr in enumerate(ruleset.by_stratum)},
-                         evaluators=[(lr.id, lr.evaluator) for lr in ruleset.by_stratum],
-                         conditions=[lr.condition for lr in ruleset.by_stratum])
+                         loaded=list(ruleset.by_stratum))
 
 
 _parts: PerObject[RuleSet, _RuleSetParts] = PerObject(_build_parts)
