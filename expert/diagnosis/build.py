@@ -167,14 +167,8 @@ def build_report(
     )
 
 
-def _missing_facts(ctx: Basis) -> list[MissingFact]:
-    return ctx.part("missing")  # type: ignore[no-any-return]
-
-
-def _next_measurements(ctx: Basis) -> list[NextMeasurement]:
-    return ctx.part("next_measurements")  # type: ignore[no-any-return]
-
-
+_missing_facts = functools.partial(Basis.part, name="missing")
+_next_measurements = functools.partial(Basis.part, name="next_measurements")
 _DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
     "outcomes": lambda ctx: _outcomes(ctx),
     "missing": lambda ctx: _missing(ctx, ctx.part("outcomes"), _parts(ctx.ruleset)),

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from ..rules.evaluate import WARM_RUNS, generate_condition
-from ..rules.logic import Outcome, findings_used
+from ..rules.logic import Outcome
 from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
 
@@ -42,7 +42,7 @@ class PureEngine:
             compiled: list[_Compiled] = [
                 (lr.id, generate_condition(lr.condition) if generated else lr.evaluator,
                  lr.rule.then.finding.id if lr.rule.then.finding else None,
-                 tuple(sorted(findings_used(lr.condition)[0])))
+                 tuple(sorted(ruleset.findings_read[lr.id][0])))
                 for lr in members
             ]
             readers: dict[str, list[int]] = {}
