@@ -284,19 +284,18 @@ class ProvenanceData(_Model):
     edges: list[GraphEdge] = []
 
 
-class _Evaluations(RootModel[list[RuleEvaluation]]):
-    """The evaluations as one model, so that a deferred part is written by its schema's serializer."""
+_LIST_ITEMS: dict[str, type] = {"evaluations": RuleEvaluation, "missing": MissingFact,
+                                 "next_measurements": NextMeasurement}
+_AS_MODEL: dict[str, Any] = {}  # field name -> RootModel[list[its item]], made when a report is first written
 
 
-class _Missing(RootModel[list[MissingFact]]):
-    """The missing facts as one model (see _Evaluations)."""
-
-
-class _Measurements(RootModel[list[NextMeasurement]]):
-    """The next measurements as one model (see _Evaluations)."""
-
-
-_AS_MODEL: dict[str, Any] = {"evaluations": _Evaluations, "missing": _Missing, "next_measurements": _Measurements}
+def _as_model(name: str) -> Any:
+    """A deferred list field as one model, so that it is written by its schema's serializer (made on first use: a
+    parametrised RootModel builds its schema as it is created)."""
+    found = _AS_MODEL.get(name)
+    if found is None and name in _LIST_ITEMS:
+        found = _AS_MODEL[name] = RootModel[list[_LIST_ITEMS[name]]]  # type: ignore[valid-type]
+    return found
 
 
 class Deferred:
@@ -459,7 +458,7 @@ class Report(_Model):
             value = getattr(self, info.field_name)
         if info.include is not None or info.exclude is not None:
             return handler(value)
-        as_model = _AS_MODEL.get(info.field_name)
+        as_model = _as_model(info.field_name)
         return as_model.model_construct(value) if as_model is not None and isinstance(value, list) else value
 
     def __iter__(self) -> Any:
