@@ -64,7 +64,7 @@ EdgeRelation = Literal["used", "derived-from", "concluded", "ruled-out", "needs"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", ignored_types=(cached_property,))
+    model_config = ConfigDict(extra="forbid", ignored_types=(cached_property,), defer_build=True)
 
 
 # The small records below are plain dataclasses: a report holds hundreds of them, and pydantic validates and
