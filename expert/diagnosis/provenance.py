@@ -44,7 +44,8 @@ MeasurementNote = tuple[str, str, str, Any]
 @dataclass(eq=False)
 class Basis:
     """What one diagnosis concluded from, shared by the eager build and the deferred parts. It never refers to the
-    report, so a report and its deferred parts make no reference cycle."""
+    report, so a report and its deferred parts make no reference cycle; it does refer to the knowledge base and the
+    rule set, so a report keeps them alive until its deferred parts are built (or it is pickled, which builds them)."""
 
     kb: KnowledgeBase
     ruleset: RuleSet
