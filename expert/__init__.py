@@ -19,18 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 from . import _default
 from ._version import __version__
-from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 
 if TYPE_CHECKING:
     from .breakdown import TimeBreakdown
     from .compare.model import Comparison
     from .consult.session import Consultation
+    from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
     from .expert import Expert
     from .ingest import IngestResult, ingest, ingest_result
     from .observations.normalise import Observation, Observations
     from .report.model import Report
 
 _LAZY = {
+    "EngineError": "expert.errors",  # the errors too: `dam --version` needs none of them
+    "ExpertError": "expert.errors",
+    "KnowledgeBaseError": "expert.errors",
+    "ObservationError": "expert.errors",
+    "Problem": "expert.errors",
     "TimeBreakdown": "expert.breakdown",
     "Consultation": "expert.consult.session",
     "Expert": "expert.expert",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 EPILOG = """\
 inputs (--format auto tells them apart):
@@ -46,11 +46,37 @@ exit codes: 0 ingested, 2 unreadable or malformed input (the message names the f
 _PROGRESS_MIN_BYTES = 16 << 20
 
 
+class _InputFormats(Sequence[str]):
+    """"auto" and the input formats of expert.ingest, imported only when argparse reads them (a --format value, help,
+    a usage error): `dam diagnose` without --from never imports the ingest package."""
+
+    def _all(self) -> list[str]:
+        from ..ingest import FORMATS
+
+        return ["auto", *FORMATS]
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._all()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self._all()[index]
+
+
 def add_input_options(p: argparse.ArgumentParser, *, format_flag: str = "--format") -> None:
     """Options shared by `dam ingest` and `dam diagnose --from`."""
-    from ..ingest import FORMATS
-
-    p.add_argument(format_flag, dest="input_format", choices=["auto", *FORMATS], default="auto",
+    p.add_argument(format_flag, dest="input_format", choices=_InputFormats(), default="auto",
                    help="input format (default: auto-detect)")
     p.add_argument("--steps", metavar="A:B", help="ProfilerStep numbers to keep, inclusive (traces): 2:5, 3:, :8, 7")
     p.add_argument("--step-range", metavar="NAME",

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._weakcache import PerObject
 from ..derive.formulas import DerivedValue, amdahl_max_speedup
-from ..derive.graph import askable_inputs_given
+from ..derive.graph import GRAPH, askable_inputs, askable_inputs_given
 from ..engine.base import EngineResult
 from ..kb.knowledge import KnowledgeBase, Optimization, Scorecard
 from ..observations.normalise import Observations, applied_optimizations
@@ -24,28 +24,28 @@ from ..report.model import (
     Candidate,
     ClusterSection,
     Concludes,
+    Deferred,
     Evidence,
     EvidenceLimit,
     ExpectedGain,
     Finding,
-    GraphEdge,
-    GraphNode,
     IronLaw,
     IronLawTerm,
     MissingFact,
     NextMeasurement,
-    ProvenanceData,
     Recommendation,
     RegimeTableRecord,
     Report,
-    RuleEvaluation,
     ScoreRow,
     Wasted,
 )
-from ..rules.evaluate import LeafTrace
+from ..rules.evaluate import WARM_RUNS, Evaluator, Outcome, generate_condition
+from ..rules.logic import fact_tests
 from ..rules.model import RecommendSpec, WasteSpec
 from ..rules.ruleset import LoadedRule, RuleSet
+from . import provenance
 from .decide import Decision, decide, table_id
+from .provenance import Basis, fmt
 
 Value = int | float | str
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -98,73 +98,9 @@ def _band_text(value: float, spec: str) -> str:
         return str(value)
 
 
-@dataclass
-class _Context:
-    kb: KnowledgeBase
-    ruleset: RuleSet
-    facts: dict[str, Value]
-    observations: Observations
-    derived: dict[str, DerivedValue]
-    traces: dict[str, tuple[str, list[LeafTrace]]] = field(default_factory=dict)
-    nodes: dict[str, GraphNode] = field(default_factory=dict)
-    edges: dict[tuple[str, str, str], GraphEdge] = field(default_factory=dict)  # insertion-ordered, deduplicated
-    fact_nodes: dict[str, str | None] = field(default_factory=dict)
-
-    def add_node(self, node_id: str, kind: str, label: str, **attrs: object) -> str:
-        if node_id not in self.nodes:
-            self.nodes[node_id] = GraphNode(id=node_id, kind=kind, label=label, attrs=attrs)  # type: ignore[arg-type]
-        return node_id
-
-    def add_edge(self, source: str, target: str, relation: str) -> None:
-        key = (source, target, relation)
-        if key not in self.edges:
-            self.edges[key] = GraphEdge(source=source, target=target, relation=relation)  # type: ignore[arg-type]
-
-    def graph(self) -> ProvenanceData:
-        # built from trusted values, so skip re-validation; JSON round trips validate them
-        return ProvenanceData.model_construct(nodes=list(self.nodes.values()), edges=list(self.edges.values()))
-
-    def fact_node(self, name: str) -> str | None:
-        """The provenance node of a known fact (observation or derived, with its derivation chain)."""
-        if name in self.fact_nodes:
-            return self.fact_nodes[name]
-        node: str | None = None
-        if name in self.observations.facts:
-            obs = self.observations.facts[name]
-            node = self.add_node(f"obs:{name}", "observation", f"{name} = {_fmt(obs.value)}", value=obs.value,
-                                 source=obs.source, **{f"detail_{k}": v for k, v in obs.detail.items()})
-        elif name in self.derived:
-            d = self.derived[name]
-            node = self.add_node(f"derived:{name}", "derived", f"{name} = {_fmt(d.value)}", value=d.value,
-                                 formula=d.formula, source=d.source)
-            self.fact_nodes[name] = node
-            for inp in d.inputs:
-                parent = self.fact_node(inp)
-                if parent:
-                    self.add_edge(parent, node, "derived-from")
-        self.fact_nodes[name] = node
-        return node
-
-    def rule_node(self, lr: LoadedRule, fired: bool) -> str:
-        node = self.add_node(f"rule:{lr.id}", "rule", lr.rule.title, rule_id=lr.id, source=lr.rule.source,
-                             fired=fired, outcome=self.traces[lr.id][0])
-        for leaf in self.traces[lr.id][1]:
-            if leaf.kind == "fact" and leaf.value is not None and (leaf.supports or not fired):
-                parent = self.fact_node(leaf.name)
-                if parent:
-                    self.add_edge(parent, node, "used")
-            elif leaf.kind == "finding" and leaf.outcome == "true" and not leaf.negated:
-                self.add_edge(f"finding:{leaf.name}", node, "used")
-        return node
-
-
-def _fmt(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _evidence(ctx: _Context, rule_id: str) -> list[Evidence]:
+def _evidence(ctx: Basis, lr: LoadedRule) -> list[Evidence]:
     out: list[Evidence] = []
-    for leaf in ctx.traces[rule_id][1]:
+    for leaf in ctx.trace(lr)[1]:
         if not leaf.supports:
             continue
         source = None
@@ -185,32 +121,13 @@ def build_report(
     derived: dict[str, DerivedValue],
     result: EngineResult,
 ) -> Report:
-    """Assemble the report. Deterministic: independent of firing order and of the order facts were given in."""
+    """Assemble the report. Deterministic: independent of firing order and of the order facts were given in. The
+    rule evaluations and the provenance graph are built on first use (expert/diagnosis/provenance.py)."""
     facts: dict[str, Value] = {**observations.values(), **{n: d.value for n, d in derived.items()}}
-    ctx = _Context(kb, ruleset, facts, observations, derived)
-    ordered = ruleset.by_stratum
-    fired_ids = set(result.fired)
-    evaluations: list[RuleEvaluation] = []
     parts = _parts(ruleset)
-    for lr in ruleset.by_id:
-        trace: list[LeafTrace] = []
-        outcome = lr.evaluator(facts, result.findings, trace, False)
-        ctx.traces[lr.id] = (outcome, trace)
-        concludes, when = parts.of(lr)
-        evaluations.append(RuleEvaluation(
-            rule_id=lr.id, title=lr.rule.title, source=lr.rule.source, outcome=outcome, fired=lr.id in fired_ids,
-            leaves=trace, concludes=concludes, when=when))
-    for name in [*sorted(observations.facts), *sorted(derived)]:  # every observed and derived value is a node
-        ctx.fact_node(name)
-    fired = [lr for lr in ordered if lr.id in fired_ids]
-    for lr in fired:  # finding nodes first, so every rule that reads one can link to it
-        if lr.rule.then.finding:
-            ctx.add_node(f"finding:{lr.rule.then.finding.id}", "finding", lr.rule.then.finding.id,
-                         severity=lr.rule.severity)
-    for lr in fired:
-        ctx.rule_node(lr, fired=True)
-        if lr.rule.then.finding:
-            ctx.add_edge(f"rule:{lr.id}", f"finding:{lr.rule.then.finding.id}", "concluded")
+    fired_ids = set(result.fired)
+    fired = [lr for lr in ruleset.by_stratum if lr.id in fired_ids]
+    ctx = Basis(kb, ruleset, facts, result.findings, observations, derived, fired, fired_ids, parts.of)
 
     decision = decide(ruleset, result.fired, result.findings, facts)
     verdict = decision.verdict
@@ -218,9 +135,11 @@ def build_report(
     candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
     recommended, wasted, applied = _optimizations(ctx, decision, parts)
-    missing = _missing(ctx, ordered)
-    measurements = _measurements(ctx, fired, missing, verdict, axes)
     conflicts, limits = _evidence_limits(ctx, decision, findings)
+    ctx.verdict, ctx.caps, ctx.table = verdict, decision.caps, decision.table
+    ctx.table_rule = table_id(verdict) if verdict is not None else None
+    ctx.candidates, ctx.wasted, ctx.applied = candidates, wasted, applied
+    ctx.engine_outcomes, ctx.axes, ctx.builders = result.outcomes, axes, _DEFERRED_SECTIONS
     # every part was built here from checked values (as the graph is), so the Report is not validated again
     return Report.model_construct(
         engine=engine_name,
@@ -237,19 +156,41 @@ def build_report(
         recommended=recommended,
         wasted=wasted,
         applied=applied,
-        next_measurements=measurements,
-        missing=missing,
+        next_measurements=Deferred(_next_measurements, ctx),  # type: ignore[arg-type]  # resolved on first use
+        missing=Deferred(_missing_facts, ctx),  # type: ignore[arg-type]
         scorecard=_scorecard(ctx, decision),
         iron_law=_iron_law(kb, facts, derived),
-        evaluations=evaluations,
-        graph=ctx.graph(),
+        evaluations=Deferred(provenance.evaluations, ctx),  # type: ignore[arg-type]  # resolved on first use
+        graph=Deferred(provenance.graph, ctx),  # type: ignore[arg-type]
         tables=list(parts.tables),
-        cluster=_cluster(facts, observations, fired_ids, ctx.traces),
+        cluster=_cluster(facts, observations, fired_ids, ctx.outcome),
     )
 
 
+_missing_facts = functools.partial(Basis.part, name="missing")
+_next_measurements = functools.partial(Basis.part, name="next_measurements")
+_DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
+    "outcomes": lambda ctx: _outcomes(ctx),
+    "missing": lambda ctx: _missing(ctx, ctx.part("outcomes"), _parts(ctx.ruleset)),
+    "next_measurements": lambda ctx: _measurements(ctx, ctx.fired, ctx.part("missing"), ctx.verdict, ctx.axes),
+}
+
+
+def _outcomes(ctx: Basis) -> dict[str, Outcome]:
+    """The outcome of every rule that did not fire, on these facts and the final findings: from the engine where it
+    reports them (the pure engine's last evaluation of a rule is its final one), else evaluated here without a
+    trace (stopping at the first decisive leaf)."""
+    known = ctx.engine_outcomes or {}
+    facts, findings, fired = ctx.facts, ctx.findings, ctx.fired_ids
+    out: dict[str, Outcome] = {}
+    for rule_id, evaluator in _parts(ctx.ruleset).untraced():
+        if rule_id not in fired:
+            out[rule_id] = known.get(rule_id) or evaluator(facts, findings, None, False)
+    return out
+
+
 def _cluster(facts: Mapping[str, Value], observations: Observations | None = None, fired: set[str] | None = None,
-             traces: Mapping[str, tuple[Any, Any]] | None = None) -> ClusterSection | None:
+             outcome: Callable[[str], str] | None = None) -> ClusterSection | None:
     """The cluster section: the C³ facts by name, or None when the diagnosis has none of them; with rank traces,
     their per-rank figures, the straggler rules ranks-straggler and ranks-slow-link found (rules/cluster_ranks.yaml)."""
     known: dict[str, Any] = {name: facts[name] for name in ClusterSection.model_fields if name in facts}
@@ -265,8 +206,8 @@ def _cluster(facts: Mapping[str, Value], observations: Observations | None = Non
         known["straggler_rank"] = facts["slowest_rank"]
     if "ranks-slow-link" in fired:
         known["slow_link"] = True
-    elif traces and "slowest_rank" in facts and "comm_frac" in facts and \
-            traces.get("ranks-slow-link", ("unknown",))[0] == "false":
+    elif outcome is not None and "slowest_rank" in facts and "comm_frac" in facts and \
+            outcome("ranks-slow-link") == "false":
         known["slow_link"] = False
     return ClusterSection.model_validate(known)
 
@@ -278,7 +219,39 @@ class _RuleSetParts:
     tables: list[RegimeTableRecord]
     recommends: dict[tuple[str, str], list[RecommendSpec]]  # (rule id, optimization) -> the rule's recommendations
     wastes: dict[tuple[str, str], list[WasteSpec]]  # (rule id, optimization) -> the rule's ruled-out entries
+    titles: dict[str, str]  # rule id -> title
+    # rule id -> (the weight of what it concludes, the facts its comparisons read (not `known` tests), leaf order)
+    askable: dict[str, tuple[int, tuple[str, ...]]]
+    position: dict[str, int]  # rule id -> place in (stratum, id) order
+    # a fact no gated derivation leads to -> the askable facts that would settle it (askable_inputs), known or not
+    ungated: dict[str, tuple[str, ...]]
     rules: dict[str, tuple[Concludes, dict[str, Any]]] = field(default_factory=dict)  # rule id -> (concludes, when)
+    settles: dict[tuple[str, ...], str] = field(default_factory=dict)  # the first rules -> a missing fact's `why`
+    loaded: list[LoadedRule] = field(default_factory=list)  # the rules in (stratum, id) order
+    # their untraced evaluators: closures, then code generated once the rule set is warm
+    evaluators: list[tuple[str, Evaluator]] | None = None
+    uses: int = 0
+    generated: bool = False
+
+    def untraced(self) -> list[tuple[str, Evaluator]]:
+        """The rules' untraced evaluators, generated as plain code after WARM_RUNS uses (as the pure engine's)."""
+        self.uses += 1  # a lost update under threads only delays the switch
+        if self.uses >= WARM_RUNS and not self.generated:
+            self.generated = True
+            self.evaluators = [(lr.id, generate_condition(lr.condition)) for lr in self.loaded]
+        if self.evaluators is None:
+            self.evaluators = [(lr.id, lr.evaluator) for lr in self.loaded]
+        return self.evaluators
+
+    def would_settle(self, rules: list[str]) -> str:
+        """A missing fact's `why`: the titles of the first three rules it would settle, and how many more."""
+        key = tuple(rules[:3])
+        found = self.settles.get(key)
+        if found is None:
+            if len(self.settles) > 4096:  # combinations repeat; a bound all the same
+                self.settles.clear()
+            found = self.settles[key] = "would settle: " + "; ".join(self.titles[r] for r in key)
+        return f"{found} and {len(rules) - 3} more" if len(rules) > 3 else found
 
     def of(self, lr: LoadedRule) -> tuple[Concludes, dict[str, Any]]:
         """A rule's `concludes` and resolved `when`: they never change, so they are built once."""
@@ -301,7 +274,19 @@ def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
     tables = [RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
                                 wasted={w.id: w.reason for w in t.wasted})
               for _, (_, t) in sorted(ruleset.tables.items())]
-    return _RuleSetParts(tables=tables, recommends=recommends, wastes=wastes)
+    strengths = ruleset.kb.regimes.strengths
+    askable: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for lr in rules.values():  # one entry per comparison, as a trace lists them (depth first)
+        then = lr.rule.then
+        askable[lr.id] = (strengths[then.bottleneck.strength] * 2 if then.bottleneck else 1,
+                          tuple(test.fact for test in fact_tests(lr.condition) for _ in test.ops()))
+    names = {name for _, names in askable.values() for name in names}
+    ungated = {name: tuple(askable_inputs(name, ruleset.kb)) for name in sorted(names) if not GRAPH.gated_below(name)}
+    return _RuleSetParts(tables=tables, recommends=recommends, wastes=wastes,
+                         titles={lr.id: lr.rule.title for lr in rules.values()}, askable=askable,
+                         ungated={name: inputs for name, inputs in ungated.items() if inputs},
+                         position={lr.id: i for i, lr in enumerate(ruleset.by_stratum)},
+                         loaded=list(ruleset.by_stratum))
 
 
 _parts: PerObject[RuleSet, _RuleSetParts] = PerObject(_build_parts)
@@ -317,7 +302,7 @@ def _concludes(lr: LoadedRule) -> Concludes:
                      waste=[w.id for w in then.waste], measure=list(then.measure))
 
 
-def _findings(ctx: _Context, fired: list[LoadedRule]) -> list[Finding]:
+def _findings(ctx: Basis, fired: list[LoadedRule]) -> list[Finding]:
     seen: set[str] = set()
     out: list[Finding] = []
     for lr in fired:
@@ -328,26 +313,19 @@ def _findings(ctx: _Context, fired: list[LoadedRule]) -> list[Finding]:
         out.append(Finding(id=spec.id, severity=lr.rule.severity, title=lr.rule.title,
                            message=render_message(spec.message, ctx.facts, ctx.kb.scorecard), rule_id=lr.id,
                            source=lr.rule.source,
-                           evidence=_evidence(ctx, lr.id)))
+                           evidence=_evidence(ctx, lr)))
     out.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.rule_id))
     return out
 
 
-def _verdict(ctx: _Context, decision: Decision) -> list[Candidate]:
+def _verdict(ctx: Basis, decision: Decision) -> list[Candidate]:
     regimes = ctx.kb.regimes
     candidates = [Candidate(regime=v.regime, title=regimes.regimes[v.regime].title, strength=v.strength,
                             score=v.score, rules=list(v.rules)) for v in decision.candidates]
-    for c in candidates:
-        node = ctx.add_node(f"bottleneck:{c.regime}", "bottleneck", c.title, strength=c.strength, score=c.score,
-                            verdict=c.regime == decision.verdict)
-        for rule_id in c.rules:
-            ctx.add_edge(f"rule:{rule_id}", node, "concluded")
-        for capped in decision.caps:
-            ctx.add_edge(f"finding:{capped}", node, "used")
     return candidates
 
 
-def _gain(ctx: _Context, opt: Optimization) -> ExpectedGain | None:
+def _gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     """The expected gain from the report's own terms: the Amdahl bound 1 / (1 - share) of removing the term, or,
     for an optimization with a `floor` (optimizations.yaml) that is known, the term falling to the floor, not to
     zero: 1 / (1 - share + floor) for a share of today's step (better kernels reach η = 1), (1 - floor) / (1 - share)
@@ -391,7 +369,7 @@ def _gain(ctx: _Context, opt: Optimization) -> ExpectedGain | None:
     )
 
 
-def _term_bound(ctx: _Context, opt: Optimization) -> tuple[float, str] | None:
+def _term_bound(ctx: Basis, opt: Optimization) -> tuple[float, str] | None:
     """How much faster the optimization can make its own term at best, and where that figure comes from: the
     derived peak ratio it names (`term_speedup`), else its declared bound (`max_term_speedup`); at least 1."""
     if opt.term_speedup is not None:
@@ -404,7 +382,7 @@ def _term_bound(ctx: _Context, opt: Optimization) -> tuple[float, str] | None:
 
 
 def _optimizations(
-    ctx: _Context, decision: Decision, parts: _RuleSetParts
+    ctx: Basis, decision: Decision, parts: _RuleSetParts
 ) -> tuple[list[Recommendation], list[Wasted], list[Applied]]:
     """The decision's recommended and ruled-out optimizations, worded (each rule's why, each reason) and ranked by
     their Amdahl bound, ties broken by the declared effort (optimizations.yaml), cheapest first; and the ones the job
@@ -412,10 +390,6 @@ def _optimizations(
     kb = ctx.kb
     verdict, table = decision.verdict, decision.table
     table_rule = table_id(verdict) if verdict is not None else None
-    if table is not None and verdict is not None:
-        table_node = ctx.add_node(f"rule:{table_rule}", "rule", f"Effective vs wasted optimizations: {verdict}",
-                                  rule_id=table_rule, source=table.source, fired=True)
-        ctx.add_edge(f"bottleneck:{verdict}", table_node, "used")
     table_reasons = {entry.id: entry.reason for entry in table.wasted} if table is not None else {}
 
     wasted: dict[str, tuple[str, list[str]]] = {}
@@ -448,67 +422,72 @@ def _optimizations(
                                         expected_gain=gain)
         effort = opt.effort if opt.effort is not None else 6  # undeclared effort: after every declared one
         recommended.append(((-(gain.max_speedup if gain else 1.0), effort, spec, index), recommendation))
-        node = ctx.add_node(f"recommendation:{opt_id}", "recommendation", opt.title,
-                            max_speedup=gain.max_speedup if gain else None)
-        for rule_id in rules:
-            ctx.add_edge(f"rule:{rule_id}", node, "concluded")
+    ctx.proposals = [rec for _, rec in recommended]  # the graph lists them in proposal order
     recommended.sort(key=lambda item: item[0])
 
     wasted_out: list[Wasted] = []
     for opt_id, (reason, rules) in sorted(wasted.items()):
         wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].title, reason=reason, rules=list(rules)))
-        node = ctx.add_node(f"wasted:{opt_id}", "wasted", kb.optimizations[opt_id].title, reason=reason)
-        for rule_id in rules:
-            ctx.add_edge(f"rule:{rule_id}", node, "ruled-out")
     applied_out: list[Applied] = []
     if applied_ids:
         source = ctx.observations.facts["applied_optimizations"].source
         for opt_id in applied_ids:
             rules = list(decision.proposed.get(opt_id, []))
             applied_out.append(Applied(id=opt_id, title=kb.optimizations[opt_id].title, source=source, rules=rules))
-            node = ctx.add_node(f"applied:{opt_id}", "wasted", kb.optimizations[opt_id].title,
-                                reason="already applied (applied_optimizations)")
-            parent = ctx.fact_node("applied_optimizations")
-            if parent:
-                ctx.add_edge(parent, node, "used")
-            for rule_id in rules:
-                ctx.add_edge(f"rule:{rule_id}", node, "ruled-out")
     return [rec for _, rec in recommended], wasted_out, applied_out
 
 
-def _missing(ctx: _Context, ordered: list[LoadedRule]) -> list[MissingFact]:
-    """Unknown facts that stand between a rule and a definite outcome, weighted by what the rule would conclude."""
-    strengths = ctx.kb.regimes.strengths
-    weight: dict[str, int] = {}
-    rules_for: dict[str, list[str]] = {}
-    inputs_memo: dict[str, list[str]] = {}
-    for lr in ordered:
-        outcome, trace = ctx.traces[lr.id]
+def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> list[MissingFact]:
+    """Unknown facts that stand between a rule and a definite outcome, weighted by what the rule would conclude:
+    each comparison (not a `known` test) of an undecided rule on a fact not known adds the rule's weight to every
+    askable fact that would settle it; each fact lists those rules in (stratum, id) order."""
+    facts, kb = ctx.facts, ctx.kb
+    by_name: dict[str, int] = {}  # an unknown fact a comparison reads -> the weight of those comparisons
+    rules_by_name: dict[str, list[str]] = {}  # ... -> the rules reading it, in order
+    askable, ungated = parts.askable, parts.ungated
+    for rule_id, outcome in outcomes.items():  # in (stratum, id) order
         if outcome != "unknown":
             continue
-        then = lr.rule.then
-        w = strengths[then.bottleneck.strength] * 2 if then.bottleneck else 1
-        for leaf in trace:
-            if leaf.kind != "fact" or leaf.value is not None or leaf.op == "known":
+        w, names = askable[rule_id]
+        for name in names:
+            if name in facts:
                 continue
-            for fact in askable_inputs_given(leaf.name, ctx.facts, ctx.kb, inputs_memo):
-                if fact in ctx.facts:  # observed, or already derived from what was observed
-                    continue
-                weight[fact] = weight.get(fact, 0) + w
-                if lr.id not in rules_for.setdefault(fact, []):
-                    rules_for[fact].append(lr.id)
+            by_name[name] = by_name.get(name, 0) + w
+            readers = rules_by_name.get(name)
+            if readers is None:
+                rules_by_name[name] = [rule_id]
+            elif readers[-1] != rule_id:
+                readers.append(rule_id)
+    weight: dict[str, int] = {}
+    names_for: dict[str, list[str]] = {}
+    memo: dict[str, list[str]] = {}
+    for name, w in by_name.items():
+        inputs: Sequence[str] | None = ungated.get(name) or memo.get(name)  # ungated: known inputs skipped below
+        if inputs is None:
+            inputs = askable_inputs_given(name, facts, kb, memo)
+        for fact in inputs:
+            if fact in facts:  # observed, or already derived from what was observed
+                continue
+            weight[fact] = weight.get(fact, 0) + w
+            names_for.setdefault(fact, []).append(name)
+    rules_for: dict[str, list[str]] = {}
+    position = parts.position
+    for fact, via in names_for.items():
+        if len(via) == 1:
+            rules_for[fact] = list(rules_by_name[via[0]])
+        else:
+            rules_for[fact] = sorted({r for n in via for r in rules_by_name[n]}, key=position.__getitem__)
+    specs = kb.facts
     out: list[MissingFact] = []
-    for fact in sorted(weight, key=lambda f: (-weight[f], ctx.kb.facts[f].cost, f)):
-        spec = ctx.kb.facts[fact]
-        rules = rules_for[fact]
-        titles = "; ".join(ctx.ruleset.rules[r].rule.title for r in rules[:3])
-        more = f" and {len(rules) - 3} more" if len(rules) > 3 else ""
-        out.append(MissingFact(fact=fact, question=spec.question or spec.description,
-                               why=f"would settle: {titles}{more}", rules=rules))
+    for fact in sorted(weight, key=lambda f: (-weight[f], specs[f].cost, f)):
+        spec = specs[fact]
+        settles = rules_for[fact]
+        out.append(MissingFact(fact=fact, question=spec.question or spec.description, why=parts.would_settle(settles),
+                               rules=settles))
     return out
 
 
-def _evidence_limits(ctx: _Context, decision: Decision,
+def _evidence_limits(ctx: Basis, decision: Decision,
                      findings: list[Finding]) -> tuple[list[EvidenceLimit], list[EvidenceLimit]]:
     """The evidence caps in effect (knowledge_base/regimes.yaml `evidence_caps`), as (conflicts, thin evidence):
     each with its finding's wording, the values that disagree, and the measurements that would lift it."""
@@ -539,7 +518,7 @@ def _evidence_limits(ctx: _Context, decision: Decision,
     return conflicts, limits
 
 
-def _measurement_for(ctx: _Context, fact: str) -> tuple[str, str, str] | None:
+def _measurement_for(ctx: Basis, fact: str) -> tuple[str, str, str] | None:
     spec = ctx.kb.facts.get(fact)
     key = spec.measure if spec and spec.measure else fact
     m = ctx.kb.tools.measurements.get(key)
@@ -549,10 +528,11 @@ def _measurement_for(ctx: _Context, fact: str) -> tuple[str, str, str] | None:
 
 
 def _measurements(
-    ctx: _Context, fired: list[LoadedRule], missing: list[MissingFact], verdict: str | None,
+    ctx: Basis, fired: list[LoadedRule], missing: list[MissingFact], verdict: str | None,
     implicated: list[AxisScore],
 ) -> list[NextMeasurement]:
     out: dict[str, NextMeasurement] = {}
+    notes = ctx.measurements  # where each measurement joins the graph (expert/diagnosis/provenance.py)
     for lr in fired:
         for fact in lr.rule.then.measure:
             if fact in ctx.facts or fact in out:
@@ -565,8 +545,7 @@ def _measurements(
             out[fact] = NextMeasurement(fact=fact, axis=axis, tool=tool, how=how,
                                         why=f"{lr.rule.title}: measure {fact} to confirm or rule it out",
                                         settles=settles)
-            node = ctx.add_node(f"measurement:{fact}", "measurement", f"measure {fact}", tool=tool)
-            ctx.add_edge(f"rule:{lr.id}", node, "concluded")
+            notes.append(("fact", fact, tool, lr.id))
     for item in missing[:6]:
         if item.fact in out:
             continue
@@ -576,9 +555,7 @@ def _measurements(
         axis, tool, how = found
         out[item.fact] = NextMeasurement(fact=item.fact, axis=axis, tool=tool, how=how, why=item.why,
                                          settles=item.rules)
-        node = ctx.add_node(f"measurement:{item.fact}", "measurement", f"measure {item.fact}", tool=tool)
-        for rule_id in item.rules:  # the undecided rules this measurement would settle join the graph here
-            ctx.add_edge(ctx.rule_node(ctx.ruleset.rules[rule_id], fired=False), node, "needs")
+        notes.append(("missing", item.fact, tool, item.rules))
     result = list(out.values())
     # seed Table 4: the tool that confirms the verdict along its axis, then one per other implicated axis
     axes: list[str] = [ctx.kb.regimes.regimes[verdict].confirm_axis] if verdict else []
@@ -595,16 +572,12 @@ def _measurements(
         result.append(NextMeasurement(fact=None, axis=axis, tool=tools[0],
                                       how=f"{row.key_metric}; secondary: {', '.join(tools[1:])}",
                                       why=f"{why} ({row.source})", settles=settles))
-        node = ctx.add_node(f"measurement:confirm-{axis}", "measurement", f"confirm with {tools[0]}", tool=tools[0])
-        if verdict and axis == axes[0]:
-            ctx.add_edge(f"bottleneck:{verdict}", node, "needs")
-        else:
-            for rule_id in next(a.rules for a in implicated if a.axis == axis):
-                ctx.add_edge(f"rule:{rule_id}", node, "needs")
+        notes.append(("confirm", axis, tools[0], None if verdict and axis == axes[0]
+                      else next(a.rules for a in implicated if a.axis == axis)))
     return result
 
 
-def _scorecard(ctx: _Context, decision: Decision) -> list[ScoreRow]:
+def _scorecard(ctx: Basis, decision: Decision) -> list[ScoreRow]:
     rows = []
     for metric, band in zip(ctx.kb.scorecard.metrics, decision.bands, strict=True):
         raw = ctx.facts.get(metric.fact)
@@ -640,7 +613,7 @@ def _efficiency(facts: Mapping[str, Value], derived: Mapping[str, DerivedValue])
     term is known without it (a lower bound), nothing when there is no compute term."""
     eta = derived.get("compute_efficiency")
     if eta is not None and "t_compute_s" in facts:
-        inputs = ", ".join(f"{name} {_fmt(value)}" for name, value in eta.inputs.items())
+        inputs = ", ".join(f"{name} {fmt(value)}" for name, value in eta.inputs.items())
         return float(eta.value), f"η = {eta.formula} ({inputs})"
     if "t_compute_s" in facts:
         return 1.0, ("η = 1: no activity measured (sm_active, gpu_util or tensor_active) beside the MFU, so the "

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..rules.logic import Outcome
+
 Value = int | float | str
 
 
@@ -16,6 +18,8 @@ class EngineResult:
     fired: list[str] = field(default_factory=list)  # rule ids, in firing order
     findings: set[str] = field(default_factory=set)
     matched: dict[str, list[str]] = field(default_factory=dict)  # rule id -> findings it matched on
+    # the outcome of each rule that did not fire, on the final findings, where the engine knows it (None: it does not)
+    outcomes: dict[str, Outcome] | None = None
 
 
 class Engine(Protocol):

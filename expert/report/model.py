@@ -6,7 +6,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FieldSerializationInfo,
+    RootModel,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_validator,
+)
 
 from .._lazy import cached_property
 from ..breakdown import TimeBreakdown
@@ -55,7 +64,7 @@ EdgeRelation = Literal["used", "derived-from", "concluded", "ruled-out", "needs"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", ignored_types=(cached_property,))
+    model_config = ConfigDict(extra="forbid", ignored_types=(cached_property,), defer_build=True)
 
 
 # The small records below are plain dataclasses: a report holds hundreds of them, and pydantic validates and
@@ -275,6 +284,88 @@ class ProvenanceData(_Model):
     edges: list[GraphEdge] = []
 
 
+_LIST_ITEMS: dict[str, type] = {"evaluations": RuleEvaluation, "missing": MissingFact,
+                                 "next_measurements": NextMeasurement}
+_AS_MODEL: dict[str, Any] = {}  # field name -> RootModel[list[its item]], made when a report is first written
+
+
+def _as_model(name: str) -> Any:
+    """A deferred list field as one model, so that it is written by its schema's serializer (made on first use: a
+    parametrised RootModel builds its schema as it is created)."""
+    found = _AS_MODEL.get(name)
+    if found is None and name in _LIST_ITEMS:
+        found = _AS_MODEL[name] = RootModel[list[_LIST_ITEMS[name]]]  # type: ignore[valid-type]
+    return found
+
+
+class Deferred:
+    """A report part built on first use: `build(state)`, computed once (the state never refers to the report, so a
+    report makes no reference cycle). The diagnosis defers the provenance graph, the rule evaluations, the missing
+    facts and the next measurements this way: most callers read few of them. Where the part stands in for its value
+    (equality, repr, copies, pickling) it is its value; `Report` resolves it on attribute access and when it is
+    serialised, so the JSON is the same bytes.
+
+    Two threads may both build it the first time; both results are equal, and one of them is kept."""
+
+    __slots__ = ("_build", "_state", "_value")
+
+    def __init__(self, build: Callable[[Any], Any], state: Any) -> None:
+        self._build = build
+        self._state: Any = state
+        self._value: Any = None
+
+    def value(self) -> Any:
+        value = self._value
+        if value is None:
+            state = self._state
+            if state is None:  # another thread built it meanwhile (it sets the value before it drops the state)
+                return self._value
+            value = self._value = self._build(state)
+            self._state = None  # what it was built from is no longer needed
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.value() == (other.value() if isinstance(other, Deferred) else other))
+
+    __hash__ = None  # type: ignore[assignment]  # as the list or model it stands for
+
+    def __repr__(self) -> str:
+        return repr(self.value())
+
+    def __reduce__(self) -> tuple[Callable[[Any], Any], tuple[Any]]:
+        return _same, (self.value(),)
+
+    def __copy__(self) -> Deferred:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        import copy
+
+        return copy.deepcopy(self.value(), memo)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class _DeferredField:
+    """The attribute of a Report field that may hold a `Deferred`: reads resolve it (and keep the value)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name]
+        if type(value) is Deferred:
+            value = instance.__dict__[self.name] = value.value()
+        return value
+
+    def __set__(self, instance: Any, value: Any) -> None:  # pydantic writes fields to __dict__; this makes the
+        instance.__dict__[self.name] = value  # descriptor take precedence over it on reads
+
+
 class ClusterSection(_Model):
     """The cluster-scale view (seed Table 6, C³): each field is the fact of the same name, observed or derived,
     except three from the traces of every rank (expert/ingest/ranks.py): `ranks` (each rank's figures),
@@ -357,6 +448,24 @@ class Report(_Model):
             raise ValueError("state 'verdict' needs a bottleneck")
         return self
 
+    @field_serializer("next_measurements", "missing", "evaluations", "graph", mode="wrap")
+    def _deferred_parts(self, value: Any, handler: SerializerFunctionWrapHandler,  # type: ignore[no-untyped-def]
+                        info: FieldSerializationInfo):
+        """Resolve a deferred part, then write it by its schema's serializer (the same bytes as a part built eagerly);
+        with a nested include/exclude, through pydantic's handler. Unannotated on purpose: a return annotation
+        would become these fields' serialization schema."""
+        if type(value) is Deferred:
+            value = getattr(self, info.field_name)
+        if info.include is not None or info.exclude is not None:
+            return handler(value)
+        as_model = _as_model(info.field_name)
+        return as_model.model_construct(value) if as_model is not None and isinstance(value, list) else value
+
+    def __iter__(self) -> Any:
+        for name in _DEFERRABLE:
+            getattr(self, name)  # resolve, so that dict(report) holds the parts themselves
+        return super().__iter__()
+
     def to_json(self, indent: int | None = 2) -> str:
         """Lossless JSON; `Report.model_validate_json` reads it back."""
         return self.model_dump_json(indent=indent)
@@ -403,3 +512,8 @@ class Report(_Model):
     def counterfactuals(self, expert: Expert | None = None, limit: int | None = None) -> Counterfactuals:
         """The smallest single-fact changes that flip the verdict, each verified by re-diagnosis."""
         return _explanations().counterfactuals(self, expert, limit)
+
+
+_DEFERRABLE = ("next_measurements", "missing", "evaluations", "graph")
+for _name in _DEFERRABLE:
+    setattr(Report, _name, _DeferredField(_name))

@@ -27,7 +27,8 @@ from .logic import (
 from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
 
 Value = int | float | str
-__all__ = ["Evaluator", "LeafTrace", "Outcome", "Value", "compile_condition", "evaluate", "negate_op"]
+__all__ = ["WARM_RUNS", "Evaluator", "LeafTrace", "Outcome", "Value", "compile_condition", "evaluate",
+           "generate_condition", "negate_op"]
 
 
 @dataclass
@@ -219,3 +220,120 @@ class _Compiler(ConditionVisitor[Evaluator]):
 def compile_condition(node: Condition) -> Evaluator:
     """Compile a resolved condition into a function with `evaluate`'s signature and results."""
     return _Compiler().visit(node)
+
+
+# ---- generated evaluation -------------------------------------------------------------------------------------
+# The untraced path (the engine's) as one plain Python function per condition: the tree becomes nested blocks of
+# straight-line code, with no call per node. The trace path stays `compile_condition`'s closures.
+
+WARM_RUNS = 64  # uses after which an engine generates its conditions (a one-off command never pays to build them)
+MAX_GENERATED_DEPTH = 12  # groups nested deeper than this keep the closures (Python limits nested blocks to 20)
+MAX_GENERATED_LINES = 4000
+
+
+class _TooLarge(Exception):
+    """The condition is too deep or too large to generate code for."""
+
+
+class _Source(ConditionVisitor[None]):
+    """Writes a condition as statements that set a variable to its outcome (Kleene logic, stopping at the first
+    decisive part, as the untraced closures do)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.env: dict[str, object] = {"_FLIP": FLIP}
+        self.names = 0
+
+    def name(self, prefix: str) -> str:
+        self.names += 1
+        return f"{prefix}{self.names}"
+
+    def const(self, value: object) -> str:
+        name = self.name("_k")
+        self.env[name] = value
+        return name
+
+    def emit(self, indent: int, line: str) -> None:
+        if len(self.lines) > MAX_GENERATED_LINES:
+            raise _TooLarge
+        self.lines.append("    " * indent + line)
+
+    def fact(self, node: FactTest, out: str, indent: int, depth: int) -> None:
+        v = self.name("v")
+        self.emit(indent, f"{v} = get({self.const(node.fact)})")
+        tests = [self.comparison(v, op, constant) for op, constant in node.ops()]
+        passes = " and ".join(tests) if tests else "True"
+        if node.known is not None:
+            if not tests:
+                self.emit(indent, f"{out} = 'true' if ({v} is not None) == {node.known!r} else 'false'")
+                return
+            self.emit(indent, f"if ({v} is not None) != {node.known!r}: {out} = 'false'")
+            self.emit(indent, f"elif {v} is None: {out} = 'unknown'")
+        else:
+            self.emit(indent, f"if {v} is None: {out} = {'unknown' if tests else 'true'!r}")
+        self.emit(indent, f"elif {passes}: {out} = 'true'")
+        self.emit(indent, f"else: {out} = 'false'")
+
+    def comparison(self, v: str, op: str, constant: object) -> str:
+        """`comparator(op, constant)` as an expression."""
+        if op in ("in", "not_in"):
+            return f"({v} {'in' if op == 'in' else 'not in'} {self.const(list(constant))})"  # type: ignore[call-overload]
+        if op in ("eq", "ne"):
+            return f"({v} {'==' if op == 'eq' else '!='} {self.const(constant)})"
+        if isinstance(constant, str):
+            return "False"
+        symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+        return f"(not isinstance({v}, str) and {v} {symbol} {self.const(float(constant))})"  # type: ignore[arg-type]
+
+    def finding(self, node: FindingRef, out: str, indent: int, depth: int) -> None:
+        self.emit(indent, f"{out} = 'true' if {self.const(node.finding)} in findings else 'false'")
+
+    def not_of(self, node: NotOf, out: str, indent: int, depth: int) -> None:
+        inner = self.name("c")
+        self.visit(node.not_, inner, indent, depth)
+        self.emit(indent, f"{out} = _FLIP[{inner}]")
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, out: str, indent: int,
+              depth: int) -> None:
+        if depth >= MAX_GENERATED_DEPTH:
+            raise _TooLarge
+        decisive, neutral = ("false", "true") if conjunctive else ("true", "false")
+        self.emit(indent, f"{out} = {neutral!r}")
+        self.emit(indent, "while True:")
+        for child in parts:
+            c = self.name("c")
+            self.visit(child, c, indent + 1, depth + 1)
+            self.emit(indent + 1, f"if {c} == {decisive!r}:")
+            self.emit(indent + 2, f"{out} = {decisive!r}")
+            self.emit(indent + 2, "break")
+            self.emit(indent + 1, f"if {c} == 'unknown': {out} = 'unknown'")
+        self.emit(indent + 1, "break")
+
+    def ref(self, node: ConditionRef, *args: object, **kwargs: object) -> None:
+        raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time
+
+
+def generate_condition(node: Condition) -> Evaluator:
+    """`compile_condition(node)`, with the untraced path generated as one plain function (the traced path, and a
+    condition too deep or too large to generate, use the closures)."""
+    traced = compile_condition(node)
+    source = _Source()
+    try:
+        source.visit(node, "r", 1, 0)
+    except (_TooLarge, RecursionError):
+        return traced
+    source.env["_traced"] = traced
+    text = "\n".join([
+        "def condition(facts, findings, trace, negated):",
+        "    if trace is not None:",
+        "        return _traced(facts, findings, trace, negated)",
+        "    get = facts.get",
+        *source.lines,
+        "    return r",
+    ])
+    try:
+        exec(compile(text, "<condition>", "exec"), source.env)  # names and constants are bound in env, not written
+    except (SyntaxError, RecursionError, MemoryError):
+        return traced
+    function: Evaluator = source.env.pop("condition")  # type: ignore[assignment]  # (so no cycle via its globals)
+    return function

@@ -168,11 +168,12 @@ class RuleSet:
         Strata only grow; with n rules no stratum can exceed n unless negation runs through a cycle.
         """
         bound = len(self.rules)
+        uses = self.findings_read
         changed = True
         while changed:
             changed = False
             for lr in self.rules.values():
-                pos, neg = findings_used(lr.condition)
+                pos, neg = uses[lr.id]
                 need = max([self.rules[p].stratum for f in pos for p in self.producers.get(f, [])]
                            + [self.rules[p].stratum + 1 for f in neg for p in self.producers.get(f, [])] + [0])
                 if need > lr.stratum:
@@ -200,10 +201,14 @@ class RuleSet:
     def max_stratum(self) -> int:
         return max((lr.stratum for lr in self.rules.values()), default=0)
 
+    @cached_property
+    def findings_read(self) -> dict[str, tuple[set[str], set[str]]]:
+        """Rule id -> the findings its condition reads (positively, under a `not`): `findings_used`, walked once."""
+        return {rule_id: findings_used(lr.condition) for rule_id, lr in self.rules.items()}
+
     def consumed_findings(self) -> set[str]:
         """Findings that some rule's condition reads (only these need to be asserted back into the engine)."""
         used: set[str] = set()
-        for lr in self.rules.values():
-            pos, neg = findings_used(lr.condition)
+        for pos, neg in self.findings_read.values():
             used |= pos | neg
         return used
