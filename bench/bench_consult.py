@@ -20,7 +20,10 @@ from the case's facts, and "unknown" for facts the case lacks; the final verdict
 * the per-fact protocol (no tools question: every question answered from the case, "unknown" when it lacks the fact);
 * a third protocol where the user answers "no-tool" (no data from the tool that measures the fact: the question and
   every other one about that tool are closed) when the case has no fact from that tool;
-* time per question against the time of one full `expert.diagnose`.
+* time per question against the time of one full `expert.diagnose`, in wall-clock and in CPU time (on a shared, busy
+  machine the wall clock stretches a many-millisecond session more than a one-millisecond diagnose); and the same for
+  sessions that start with the planner's memos emptied (every state new, as for the first user of a fresh Expert),
+  on every sixth case.
 """
 
 from __future__ import annotations
@@ -61,12 +64,13 @@ def cases() -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def consult(facts: dict[str, Any], protocol: str) -> tuple[Consultation, float]:
-    """A scripted consultation ("tools", "per-fact" or "no-tool"); returns it and the seconds spent choosing
-    questions and taking answers. Only the "tools" protocol answers the tools question; the others never see it."""
+def consult(facts: dict[str, Any], protocol: str, clock: Any = time.perf_counter) -> tuple[Consultation, float]:
+    """A scripted consultation ("tools", "per-fact" or "no-tool"); returns it and the seconds (of `clock`) spent
+    choosing questions and taking answers. Only the "tools" protocol answers the tools question; the others never
+    see it."""
     no_tool = protocol == "no-tool"
     c = Consultation(EXPERT, ask_tools=protocol == "tools")
-    start = time.perf_counter()
+    start = clock()
     while (q := c.next_question()) is not None:
         raw = answer_from(q, facts, EXPERT)
         if raw is not None:
@@ -75,7 +79,23 @@ def consult(facts: dict[str, Any], protocol: str) -> tuple[Consultation, float]:
         tool = IX.tool_of.get(q.fact)
         unmeasured = tool is not None and not any(IX.tool_of.get(f) == tool for f in facts)
         c.unknown(q.fact, whole_group=no_tool and unmeasured)
-    return c, time.perf_counter() - start
+    return c, clock() - start
+
+
+def cold_turns(all_cases: list[tuple[str, str, dict[str, Any]]]) -> tuple[float, float]:
+    """Median CPU seconds per turn and per diagnose of sessions that find the planner's memos empty (every sixth
+    case; the "tools" protocol)."""
+    per_turn: list[float] = []
+    diagnoses: list[float] = []
+    for _, _, facts in all_cases[::6]:
+        start = time.process_time()
+        EXPERT.diagnose(facts)
+        diagnoses.append(time.process_time() - start)
+        IX.what_ifs.clear()
+        getattr(IX.local, "plans", {}).clear()
+        c, seconds = consult(facts, "tools", time.process_time)
+        per_turn.append(seconds / max(1, c.questions_asked + 1))
+    return statistics.median(per_turn), statistics.median(diagnoses)
 
 
 def key(facts: dict[str, Any]) -> tuple[str | None, frozenset[str]] | None:
@@ -145,12 +165,16 @@ def main() -> int:
     Consultation(EXPERT).next_question()  # warm the planner's index
     rows: list[dict[str, Any]] = []
     diag_times: list[float] = []
+    cpu_diag: list[float] = []
     for group, name, facts in all_cases:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         full = EXPERT.diagnose(facts)
         diag_times.append(time.perf_counter() - start)
+        cpu_diag.append(time.process_time() - cpu)
         want = (full.bottleneck, {r.id for r in full.recommended})
+        cpu = time.process_time()
         c, seconds = consult(facts, "tools")
+        cpu_seconds = time.process_time() - cpu
         per_fact, _ = consult(facts, "per-fact")
         grouped, _ = consult(facts, "no-tool")
         got = [(x.report().bottleneck, {r.id for r in x.report().recommended}) for x in (c, per_fact, grouped)]
@@ -159,7 +183,8 @@ def main() -> int:
                "asked_no_tool": grouped.questions_asked,
                "lower_bound": sensitive_facts(facts), "same": got[0] == want, "same_per_fact": got[1] == want,
                "same_no_tool": got[2] == want,
-               "seconds_per_question": seconds / max(1, c.questions_asked + 1)}
+               "seconds_per_question": seconds / max(1, c.questions_asked + 1),
+               "cpu_seconds_per_question": cpu_seconds / max(1, c.questions_asked + 1)}
         rows.append(row)
         if args.verbose:
             print(f"{group:9s} {name:62s} facts {row['facts']:2d}  asked {row['asked']:2d}  per-fact "
@@ -193,6 +218,12 @@ def main() -> int:
     per_q = statistics.median(r["seconds_per_question"] for r in rows)
     print(f"choosing a question: median {per_q * 1e3:.1f} ms = {per_q / diag:.1f}x one full diagnose "
           f"({diag * 1e3:.2f} ms, same run)")
+    cpu_q = statistics.median(r["cpu_seconds_per_question"] for r in rows)
+    cpu_d = statistics.median(cpu_diag)
+    print(f"  in CPU time: median {cpu_q * 1e3:.2f} ms = {cpu_q / cpu_d:.2f}x one full diagnose ({cpu_d * 1e3:.2f} ms)")
+    cold_q, cold_d = cold_turns(all_cases)
+    print(f"  sessions on an emptied planner memo (every state new; every sixth case), CPU time: median "
+          f"{cold_q * 1e3:.2f} ms = {cold_q / cold_d:.2f}x one full diagnose ({cold_d * 1e3:.2f} ms)")
     if args.json:
         Path(args.json).write_text(json.dumps({"vocabulary": vocabulary, "cases": rows}, indent=2) + "\n")
     return 0 if all(r["same"] for r in rows) else 1

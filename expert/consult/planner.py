@@ -18,12 +18,17 @@ it closes when unknown, divided by the fact's cost (knowledge_base/facts.yaml). 
 but only when they pass the same value test (`choose`: a cheaper context fact tested with one of them goes before it
 when some answer to it would leave that fact without value: `workload` before `phase`, as training drops phase).
 When no rule that can still change can reach the verdict or the recommendations, nothing is left to ask.
+
+Cost: a what-if re-runs only the rules its changed facts reach (`_DeltaRules`; the others keep the state's own
+outcome), its decision is memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan
+are memoised by the answers and unknowns (`analysis`), so sessions that start alike plan their first turns once.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -66,6 +71,8 @@ class Index:
         # what-if decisions by the observed facts they were asked on, shared by every turn of every session on this
         # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
         self.what_ifs: dict[tuple[frozenset[tuple[str, type, Value]], frozenset[str]], Decision] = {}
+        self.regions: dict[str, list[tuple[str, Value]]] = {}  # fact -> its regions (`fact_regions`)
+        self.local = threading.local()  # per-thread session states (`analysis`)
         self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
         self.tests: dict[str, list[tuple[str, Any]]] = {}
@@ -78,7 +85,13 @@ class Index:
                         ops.append(op_const)
             for fact in facts_used(lr.condition):
                 self.readers.setdefault(fact, []).append(lr.id)
+        self.finding_readers: dict[str, list[LoadedRule]] = {}  # finding -> rules whose condition refers to it
+        for lr in self.rules:
+            pos, neg = findings_used(lr.condition)
+            for finding in pos | neg:
+                self.finding_readers.setdefault(finding, []).append(lr)
         self.producers = expert.ruleset.producers
+        self.delta = _DeltaRules(self)
         # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding thin evidence
         # decide too; a conflict is checked between the answers given, never a reason to ask for a second reading
         capping = {cap.finding for cap in self.kb.regimes.evidence_caps if not cap.conflict}
@@ -126,6 +139,70 @@ class Index:
                 self.tool_of[name] = m.tool
 
 
+_Rule = tuple[str, Any, str | None, frozenset[str]]  # (id, compiled condition, finding it concludes, findings it reads)
+
+
+class _DeltaRules:
+    """The rules as a what-if re-runs them: a what-if changes a few facts, and only the rules that read one of them,
+    or a finding such a rule concludes (transitively), can change their outcome; the others keep the outcome of the
+    state's own run. `reach[fact]` is that set of rules for one fact."""
+
+    def __init__(self, ix: Index) -> None:
+        by_stratum: dict[int, list[_Rule]] = {}
+        self.concludes: dict[str, str | None] = {}
+        for lr in sorted(ix.rules, key=lambda r: (r.stratum, r.id)):  # the pure engine's order
+            pos, _ = findings_used(lr.condition)
+            finding = lr.rule.then.finding.id if lr.rule.then.finding else None
+            by_stratum.setdefault(lr.stratum, []).append((lr.id, lr.evaluator, finding, frozenset(pos)))
+            self.concludes[lr.id] = finding
+        self.strata = [by_stratum[s] for s in sorted(by_stratum)]
+        readers_of_finding: dict[str, set[str]] = {
+            name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
+        self.reach: dict[str, frozenset[str]] = {}
+        for fact, fact_readers in ix.readers.items():
+            seen = set(fact_readers)
+            todo = list(fact_readers)
+            while todo:
+                concluded = self.concludes[todo.pop()]
+                for rule in readers_of_finding.get(concluded, ()) if concluded else ():
+                    if rule not in seen:
+                        seen.add(rule)
+                        todo.append(rule)
+            self.reach[fact] = frozenset(seen)
+
+    def run(self, base_facts: Mapping[str, Value], base: Decision,
+            facts: Mapping[str, Value]) -> tuple[list[str], set[str]] | None:
+        """(fired, findings) of the pure engine on `facts`, from the run on `base_facts` (which gave `base`): only
+        the rules the changed facts reach are evaluated again, stratum by stratum to a fixpoint, as the pure engine
+        does. None when no fact changed."""
+        changed = [k for k in facts.keys() | base_facts.keys() if facts.get(k) != base_facts.get(k)]
+        if not changed:
+            return None
+        empty: frozenset[str] = frozenset()
+        affected = empty.union(*(self.reach.get(k, empty) for k in changed))
+        fired = [r for r in base.fired if r not in affected]
+        findings = {f for r in fired if (f := self.concludes[r]) is not None}
+        if not affected:
+            return fired, findings
+        for stratum in self.strata:
+            pending = [r for r in stratum if r[0] in affected]
+            done: set[str] = set()
+            while pending:
+                new: set[str] = set()
+                for rule_id, evaluator, finding, _ in pending:
+                    if evaluator(facts, findings, None, False) != "true":
+                        continue
+                    fired.append(rule_id)
+                    done.add(rule_id)
+                    if finding is not None and finding not in findings:
+                        findings.add(finding)
+                        new.add(finding)
+                if not new:
+                    break
+                pending = [r for r in stratum if r[0] in affected and r[0] not in done and not new.isdisjoint(r[3])]
+        return fired, findings
+
+
 def decisive(lr: LoadedRule) -> bool:
     then = lr.rule.then
     return bool(then.bottleneck or then.recommend or then.waste)
@@ -151,6 +228,7 @@ class State:
         self.ix = ix
         self.answers = dict(answers)
         self.unknowns = set(unknowns)
+        self.items = frozenset((name, type(value), value) for name, value in self.answers.items())  # 1 != 1.0
         self.derived: dict[str, DerivedValue] = derive(self.answers, ix.kb)
         self.facts: dict[str, Value] = {**self.answers, **{n: d.value for n, d in self.derived.items()}}
         self.now = decision_on(ix, self.facts)
@@ -256,21 +334,30 @@ class State:
         return frozenset({"true" if node.finding in self.now.findings else "false"})
 
     def _possibility(self) -> None:
+        """Which rules can still change (`live`) and which findings could still be concluded (`open_findings`): a
+        fixpoint. Opening a finding widens only the outcomes of the rules that refer to it, so each round after the
+        first re-reads just those rules."""
+        always: set[str] = set()
+        can_change: set[str] = set()
+        todo: list[LoadedRule] = self.ix.rules
         while True:
-            always: set[str] = set()
-            can_change: set[str] = set()
-            for lr in self.ix.rules:
+            for lr in todo:
                 outcomes = self.possible(lr.condition)
+                always.discard(lr.id)
+                can_change.discard(lr.id)
                 if outcomes == {"true"}:
                     always.add(lr.id)
                 elif "true" in outcomes:
                     can_change.add(lr.id)
             opened = {f for f, producers in self.ix.producers.items()
                       if not any(p in always for p in producers) and any(p in can_change for p in producers)}
-            if opened <= self.open_findings:
+            new = opened - self.open_findings
+            if not new:
                 self.live = can_change
                 return
-            self.open_findings |= opened
+            self.open_findings |= new
+            again = {lr.id: lr for f in new for lr in self.ix.finding_readers.get(f, [])}
+            todo = list(again.values())
 
     def open_leaves(self) -> list[str]:
         """Open facts tested by rules that can still change and can reach the verdict or the recommendations."""
@@ -308,7 +395,15 @@ class Probe:
 
 
 def fact_regions(ix: Index, name: str) -> list[tuple[str, Value]]:
-    """One (label, value) per region the rules' thresholds cut this fact into."""
+    """One (label, value) per region the rules' thresholds cut this fact into (computed once per Index; callers
+    must not change the list)."""
+    found = ix.regions.get(name)
+    if found is None:
+        found = ix.regions[name] = _fact_regions(ix, name)
+    return found
+
+
+def _fact_regions(ix: Index, name: str) -> list[tuple[str, Value]]:
     spec = ix.kb.facts.get(name)
     tests = ix.tests.get(name, [])
     if spec is not None and spec.type == "enum":
@@ -384,18 +479,47 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
         else:
             observed[name] = value
     memo = state.ix.what_ifs
-    key = (frozenset((name, type(value), value) for name, value in observed.items()), frozenset(dropped))  # 1 != 1.0
+    if state.answers.keys().isdisjoint(overrides):  # the usual probe: open facts only; the answers' part is hashed once
+        items = state.items | frozenset((name, type(value), value) for name, value in overrides.items()
+                                        if value is not None)
+    else:
+        items = frozenset((name, type(value), value) for name, value in observed.items())  # 1 != 1.0
+    key = (items, frozenset(dropped))
     found = memo.get(key)
     if found is not None:
         return found
     facts = GRAPH.values(observed, state.ix.kb)
     for name in dropped:
         facts.pop(name, None)
-    decision = decision_on(state.ix, facts)
+    ix = state.ix
+    rerun = ix.delta.run(state.facts, state.now, facts)
+    decision = state.now if rerun is None else decide(ix.ruleset, rerun[0], rerun[1], facts)
     if len(memo) >= _WHAT_IFS_KEPT:
         memo.clear()
     memo[key] = decision
     return decision
+
+
+_PLANS_KEPT = 256  # session states kept per Expert and thread (tens of KiB each; sessions start alike)
+
+
+def analysis(ix: Index, answers: Mapping[str, Value], unknowns: set[str]) -> tuple[State, Plan]:
+    """The state and the plan for these answers (in this order) and unknowns. Both are shared by every session on
+    this Expert in this thread that reaches the same answers (sessions start alike: the kind of job, the tools, the
+    accelerator): callers must not change them. Per thread, because a State fills its caches lazily."""
+    memo: dict[tuple[tuple[tuple[str, type, Value], ...], frozenset[str]], tuple[State, Plan]] | None
+    memo = getattr(ix.local, "plans", None)
+    if memo is None:
+        memo = ix.local.plans = {}
+    key = (tuple((name, type(value), value) for name, value in answers.items()), frozenset(unknowns))
+    found = memo.get(key)
+    if found is None:
+        state = State(ix, answers, unknowns)
+        found = (state, make_plan(state))
+        if len(memo) >= _PLANS_KEPT:
+            memo.clear()
+        memo[key] = found
+    return found
 
 
 def make_plan(state: State) -> Plan:

@@ -32,7 +32,7 @@ from ..observations.normalise import Observation, Observations, convert, format_
 from ..report.model import Report
 from . import combined
 from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, Why, _Scalar
-from .planner import Plan, State, choose, index, make_plan
+from .planner import Plan, State, analysis, choose, index
 from .questions import (
     combined_for,
     combined_question,
@@ -137,8 +137,7 @@ class Consultation:
     def _analysis(self) -> tuple[State, Plan]:
         if self._cache is None or self._cache[0] != self._version:
             answers, unknowns = self._replay()
-            state = State(self._ix, answers, unknowns)
-            self._cache = (self._version, state, make_plan(state))
+            self._cache = (self._version, *analysis(self._ix, answers, unknowns))
         return self._cache[1], self._cache[2]
 
     def _changed(self) -> None:

@@ -59,8 +59,11 @@ class _Possible(ConditionVisitor[frozenset[Outcome]]):
 
     def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool) -> frozenset[Outcome]:
         combine = and3 if conjunctive else or3
+        settled: frozenset[Outcome] = frozenset({"false" if conjunctive else "true"})  # absorbs whatever follows
         acc = self.visit(parts[0])
         for child in parts[1:]:
+            if acc == settled:
+                break
             other = self.visit(child)
             acc = frozenset(combine(a, b) for a in acc for b in other)
         return acc

@@ -1,0 +1,77 @@
+"""The consultation planner's shortcuts give what the long way gives: a what-if re-runs only the rules its changed
+facts reach (`_DeltaRules`), and session states are shared between sessions that reach the same answers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import expert
+from expert._resources import examples_dir
+from expert.consult.planner import State, analysis, decision_on, fact_regions, index, make_plan, what_if
+from expert.consult.session import Consultation, play
+from expert.derive.graph import GRAPH
+from expert.observations.file import read_observation_file
+
+EXPERT = expert.default_expert()
+IX = index(EXPERT)
+EXAMPLES = {p.stem: dict(read_observation_file(p).observations) for p in sorted(examples_dir().glob("*.yaml"))}
+
+
+def _state(facts: dict[str, Any], drop: int) -> State:
+    """The state after answering all but the last `drop` facts of a case (they stay open)."""
+    observed = EXPERT.observations(facts).values()
+    names = list(observed)
+    kept = {n: observed[n] for n in names[: max(1, len(names) - drop)]}
+    return State(IX, kept, set())
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_a_what_if_reaches_the_full_engine_run(name: str) -> None:
+    """Every probe value of every open fact: the incremental re-run concludes what a full run concludes."""
+    state = _state(EXAMPLES[name], drop=4)
+    open_facts = [f for f in IX.askable if state.askable_open(f)] + state.open_leaves()
+    checked = 0
+    for fact in dict.fromkeys(open_facts):
+        for _, value in fact_regions(IX, fact)[:5]:
+            IX.what_ifs.clear()
+            got = what_if(state, {fact: value})
+            full = decision_on(IX, GRAPH.values({**state.answers, fact: value}, IX.kb))
+            assert (got.verdict, got.recommended, got.fired, got.findings, got.bands) == (
+                full.verdict, full.recommended, full.fired, full.findings, full.bands), (fact, value)
+            checked += 1
+    unknown = next(iter(state.answers))
+    IX.what_ifs.clear()
+    dropped = what_if(state, {unknown: None})  # leaving an answered fact out is a what-if too
+    facts = GRAPH.values({k: v for k, v in state.answers.items() if k != unknown}, IX.kb)
+    facts.pop(unknown, None)
+    full = decision_on(IX, facts)
+    assert (dropped.verdict, dropped.fired, dropped.findings) == (full.verdict, full.fired, full.findings)
+    assert checked > 0
+
+
+def test_sessions_share_states_without_sharing_answers() -> None:
+    """Two sessions with the same answers get the same state; a third that differs gets its own; the shared state
+    is the one a fresh planner computes."""
+    facts = EXAMPLES["storage_bound_input"]
+    first, second = play(facts, EXPERT), play(facts, EXPERT)
+    assert [t.fact for t in first.transcript] == [t.fact for t in second.transcript]
+    assert first._analysis()[0] is second._analysis()[0]
+    other = Consultation(EXPERT)
+    other.answer("job", "llm-decode")
+    assert other._analysis()[0] is not first._analysis()[0]
+    answers, unknowns = first._replay()
+    fresh = State(IX, answers, unknowns)
+    assert make_plan(fresh).ranked == first._analysis()[1].ranked
+    assert fresh.now.verdict == first._analysis()[0].now.verdict
+
+
+def test_states_are_not_shared_across_threads() -> None:
+    """A state fills its caches lazily, so each thread keeps its own."""
+    found: list[object] = []
+    worker = threading.Thread(target=lambda: found.append(analysis(IX, {"workload": "training"}, set())[0]))
+    worker.start()
+    worker.join()
+    assert found and found[0] is not analysis(IX, {"workload": "training"}, set())[0]
