@@ -110,7 +110,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     record(args.out / "slow_loader.json", delay_s=0.002, width=128, steps=args.steps)
-    record(args.out / "fast_loader.json", delay_s=0.0, width=1024, steps=args.steps)
+    record(args.out / "fast_loader.json", delay_s=0.0, width=2048, steps=args.steps)
     record_ops(args.out / "ops.json")
 
 
