@@ -17,13 +17,13 @@ from expert.derive.formulas import (
     comm_term,
     coordination_loss,
     daly_interval,
-    derive,
     exposed_comm,
     lost_share,
     ring_allreduce_bytes,
     scaling_efficiency,
     young_interval,
 )
+from expert.derive.graph import derive
 from expert.kb.knowledge import KnowledgeBase
 from expert.observations.file import read_observation_file
 from expert.report.model import ClusterSection
@@ -186,7 +186,7 @@ def test_one_gpu_has_no_all_reduce() -> None:
 
 
 def test_every_cluster_derivation_output_is_in_the_vocabulary() -> None:
-    from expert.derive.formulas import DERIVATIONS
+    from expert.derive.registry import DERIVATIONS
 
     for d in DERIVATIONS:
         spec = KB.facts[d.output]

@@ -234,10 +234,3 @@ def test_missing_evidence_of_a_training_job_leaves_out_decode_inputs() -> None:
     assert "phase" in [m.fact for m in unknown_kind.missing]  # it might be decode
 
 
-def test_the_registry_and_the_walker_are_still_importable_from_formulas() -> None:
-    from expert.derive import formulas, graph, registry
-
-    assert formulas.DERIVATIONS is registry.DERIVATIONS and formulas.Derivation is registry.Derivation
-    assert formulas.derive is graph.derive and formulas.askable_inputs_given is graph.askable_inputs_given
-    with pytest.raises(AttributeError):
-        formulas.no_such_name  # noqa: B018

@@ -11,13 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from ..errors import ObservationError, Problem
-
-if TYPE_CHECKING:  # the names below used to live here; they are re-exported lazily (see `__getattr__`)
-    from .graph import askable_inputs, askable_inputs_given, derive
-    from .registry import DERIVATIONS, Derivation
 
 Value = int | float | str
 Facts = Mapping[str, Value]
@@ -225,23 +220,9 @@ def check_consistency(facts: Facts) -> None:
 
 
 
-def __getattr__(name: str) -> Any:
-    """The registry and the walker, under the names they had here (other modules and tests import them so; new code
-    imports them from `expert.derive.registry` and `expert.derive.graph`)."""
-    if name in ("DERIVATIONS", "Derivation"):
-        from . import registry
-
-        return getattr(registry, name)
-    if name in ("derive", "askable_inputs", "askable_inputs_given"):
-        from . import graph
-
-        return getattr(graph, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["DERIVATIONS", "Derivation", "DerivedValue", "Facts", "Value", "achieved_tflops", "amdahl_max_speedup",
-           "arithmetic_intensity", "askable_inputs", "askable_inputs_given", "check_consistency", "comm_term",
+__all__ = ["DerivedValue", "Facts", "Value", "achieved_tflops", "amdahl_max_speedup",
+           "arithmetic_intensity", "check_consistency", "comm_term",
            "compression_ratio", "coordination_loss", "daly_interval", "decode_bandwidth_gbs", "decode_intensity",
-           "derive", "exposed_comm", "gradient_accumulation_steps", "io_overhead", "iron_law", "lost_share", "mfu",
+           "exposed_comm", "gradient_accumulation_steps", "io_overhead", "iron_law", "lost_share", "mfu",
            "ridge_point",
            "ring_allreduce_bytes", "scaling_efficiency", "tokens_per_step", "young_interval"]

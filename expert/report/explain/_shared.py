@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ...derive.formulas import DERIVATIONS
+from ...derive.registry import DERIVATIONS
 from ...rules.logic import format_constant
 from ..model import Candidate, Report
 

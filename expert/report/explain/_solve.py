@@ -6,7 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ...derive.formulas import DERIVATIONS, derive
+from ...derive.graph import derive
+from ...derive.registry import DERIVATIONS
 from ...errors import ExpertError
 from ._shared import Value
 

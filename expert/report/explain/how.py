@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ...derive.formulas import DERIVATIONS
+from ...derive.registry import DERIVATIONS
 from ..model import Report
 from ._shared import Value, _fmt, _Model, _suggest, _universe
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from ...derive.formulas import DERIVATIONS
+from ...derive.registry import DERIVATIONS
 from ...rules.conclusions import describe_conclusions
 from ...rules.evaluate import LeafTrace, Outcome
 from ...rules.logic import FLIP, ConditionVisitor, kleene_and, kleene_or

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._lazy import cached_property
-from ...derive.formulas import DERIVATIONS
+from ...derive.registry import DERIVATIONS
 from ...kb.knowledge import KnowledgeBase
 from ..logic import BoxAlgebra, bind, finding_uses, refs_used
 from ..model import Condition, NamedCondition, RuleFile
