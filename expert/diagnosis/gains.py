@@ -1,0 +1,64 @@
+"""The expected gain of an optimization, from the report's own iron-law terms (Amdahl, floors, peak-ratio bounds)."""
+
+from __future__ import annotations
+
+from ..derive.formulas import amdahl_max_speedup
+from ..kb.knowledge import Optimization
+from ..report.model import ExpectedGain
+from .provenance import Basis
+
+
+def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
+    """The expected gain from the report's own terms: the Amdahl bound 1 / (1 - share) of removing the term, or,
+    for an optimization with a `floor` (optimizations.yaml) that is known, the term falling to the floor, not to
+    zero: 1 / (1 - share + floor) for a share of today's step (better kernels reach η = 1), (1 - floor) / (1 - share)
+    for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum). An optimization with a
+    term speed-up bound (`term_speedup`, a peak ratio, else the declared `max_term_speedup`) shrinks its term at best
+    to share / s: 1 / (1 - share + share / s), never above s."""
+    shrinks, floor, floor_of = opt.shrinks, opt.floor, opt.floor_of
+    term = ctx.kb.regimes.terms.get(shrinks)
+    if term is None or term.share is None or term.share not in ctx.facts:
+        return None
+    share = float(ctx.facts[term.share])
+    cap = ctx.kb.regimes.max_reported_speedup
+    capped = share >= 1 - 1 / cap
+    bound = _term_bound(ctx, opt)
+    if bound is not None:
+        s, what = bound
+        rest = share / s
+        if floor is not None and floor in ctx.facts and floor_of == "step":
+            rest = max(rest, min(float(ctx.facts[floor]), share))
+        speedup = min(1 / (1 - share + rest), cap)
+        return ExpectedGain(
+            term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
+            assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, runs at most {s:.3g}x faster "
+            f"({what}); 1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
+    known_floor = float(ctx.facts[floor]) if floor is not None and floor in ctx.facts else None
+    own = floor_of == "own"
+    if known_floor is not None and not (capped and own):  # a floor of today's step bounds the gain at any share
+        rest = min(known_floor, share)
+        speedup = (1 - rest) / (1 - share) if own else 1 / (1 - share + rest) if share - rest < 1 else cap
+        formula = f"(1 − {rest:.3g}) / (1 − {share:.3g})" if own else f"1 / (1 − {share:.3g} + {rest:.3g})"
+        return ExpectedGain(
+            term=shrinks, term_share=round(share, 4), max_speedup=round(min(speedup, cap), 3),
+            assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, falls to {floor} "
+            f"{rest:.1%}, not to zero; {formula}; other terms unchanged" + ("; capped" if speedup > cap else ""))
+    speedup = cap if capped else amdahl_max_speedup(share)
+    what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
+    return ExpectedGain(
+        term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
+        assumptions=f"upper bound (Amdahl): the {shrinks} term, {share:.0%} of the step, {what}; other terms unchanged"
+        + ("; capped" if capped else ""),
+    )
+
+
+def _term_bound(ctx: Basis, opt: Optimization) -> tuple[float, str] | None:
+    """How much faster the optimization can make its own term at best, and where that figure comes from: the
+    derived peak ratio it names (`term_speedup`), else its declared bound (`max_term_speedup`); at least 1."""
+    if opt.term_speedup is not None:
+        raw = ctx.facts.get(opt.term_speedup)
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw > 0:
+            return max(1.0, float(raw)), f"{opt.term_speedup} = {float(raw):.3g}, from the hardware catalog"
+    if opt.max_term_speedup is not None:
+        return opt.max_term_speedup, f"the declared bound of {opt.id}: {opt.bound_source}"
+    return None
