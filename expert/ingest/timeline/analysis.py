@@ -6,10 +6,9 @@ breakdown (`breakdown.py`): a `TimelineAnalysis`."""
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ...breakdown import IdleShares, TimeEntry, TraceWindow
 from ..intervals import Interval, total, union
@@ -26,6 +25,67 @@ if TYPE_CHECKING:
     from ...kb.knowledge import KernelCatalog
 
 _NAN = math.nan
+
+
+def idle_means(accs: Sequence[DeviceIdle], span: float) -> dict[str, float]:
+    """The devices' busy time and idle split as shares of the window (`span`), averaged over the devices."""
+
+    def mean(attr: str) -> float:
+        return float(sum(getattr(a, attr) for a in accs)) / len(accs) / span
+
+    return {key: min(1.0, max(0.0, mean(attr))) for key, attr in (
+        ("busy", "busy"), ("data", "data"), ("launch", "launch"), ("host", "host"), ("sync", "sync"),
+        ("unattributed", "unattributed"), ("gpu_wait", "gpu_wait"), ("hta_host", "hta_host"),
+        ("hta_kernel", "hta_kernel"), ("hta_other", "hta_other"), ("h2d", "h2d"), ("comm", "comm"))}
+
+
+def idle_shares(idle: dict[str, float]) -> IdleShares:
+    """The breakdown's idle shares from `idle_means`."""
+    return IdleShares(busy=sig6(idle["busy"]), input=sig6(idle["data"]), launch=sig6(idle["launch"]),
+                      host_compute=sig6(idle["host"]), sync=sig6(idle["sync"]),
+                      unattributed=sig6(idle["unattributed"]), gpu_wait=sig6(idle["gpu_wait"]))
+
+
+class CoveredLength(Protocol):
+    """What a gap split asks of host compute time: covered length of [a, b] (a `Cover`, or a streaming cursor)."""
+
+    def between(self, a: float, b: float) -> float: ...
+
+
+def split_gap(acc: DeviceIdle, a: float, b: float, at: float, has_next: bool, short: float, cov_w: Cover,
+              cov_l: Cover, cov_s: Cover, cov_h: CoveredLength, sync_point: Cover, launch_gap: float,
+              host_gaps: list[Interval]) -> None:
+    """Split one idle gap [a, b) by cause into `acc`: before an activity launched at `at` (NaN: launch unknown) when
+    `has_next`, else before the window's end; gaps with host compute in them are appended to `host_gaps`."""
+    inside = b - a if cov_w.holds(a, b) else cov_w.between(a, b)
+    if inside <= 0:
+        return
+    data = min(inside, cov_l.between(a, b)) if cov_l.starts else 0.0
+    rest = max(0.0, inside - data)
+    acc.data += data
+    if at == at and at > a:
+        acc.hta_host += rest
+    elif has_next and b - a < short:
+        acc.hta_kernel += rest
+    else:
+        acc.hta_other += rest
+    if has_next and at == at and at <= a:
+        acc.gpu_wait += rest  # already queued: the GPU waited on something of its own
+        return
+    if sync_point.starts and sync_point.contains(a):
+        acc.sync += rest  # the host blocked while the GPU drained, then had to refill the queue
+        return
+    sync = min(rest, cov_s.between(a, b)) if cov_s.starts else 0.0
+    acc.sync += sync
+    rest -= sync
+    if has_next and b - a <= launch_gap:
+        acc.launch += rest
+        return
+    hostc = min(rest, cov_h.between(a, b))
+    acc.host += hostc
+    acc.unattributed += rest - hostc
+    if hostc > 0:
+        host_gaps.append((a, b))
 
 
 def analyse(tl: Timeline, windows: list[Interval], devices: set[int] | None, catalog: KernelCatalog, *,
@@ -86,14 +146,7 @@ class _Analyzer:
             return None
         used = {d for d, _ in per_dev}
         span = self.span or 1.0
-
-        def mean(attr: str) -> float:
-            return float(sum(getattr(a, attr) for _, a in per_dev)) / len(per_dev) / span
-
-        idle = {key: min(1.0, max(0.0, mean(attr))) for key, attr in (
-            ("busy", "busy"), ("data", "data"), ("launch", "launch"), ("host", "host"), ("sync", "sync"),
-            ("unattributed", "unattributed"), ("gpu_wait", "gpu_wait"), ("hta_host", "hta_host"),
-            ("hta_kernel", "hta_kernel"), ("hta_other", "hta_other"), ("h2d", "h2d"), ("comm", "comm"))}
+        idle = idle_means([a for _, a in per_dev], span)
         in_w = [i for i in idx if tl.g_dev[i] in used and self.in_window(tl.g_start[i])]
         kernels = [tl.g_end[i] - tl.g_start[i] for i in in_w if tl.g_kind[i] == KIND_KERNEL]
         copies = {"pageable": 0.0, "pinned": 0.0, "unknown": 0.0}
@@ -111,10 +164,7 @@ class _Analyzer:
                                           sorted(used), graph_launches)
         facts["_launch_gap_us"] = launch_gap
         time_breakdown.host_during_idle, facts["idle_host_ops"] = self._host_during_idle(host_w, threads)
-        time_breakdown.idle = IdleShares(busy=sig6(idle["busy"]), input=sig6(idle["data"]),
-                                         launch=sig6(idle["launch"]),
-                                    host_compute=sig6(idle["host"]), sync=sig6(idle["sync"]),
-                                    unattributed=sig6(idle["unattributed"]), gpu_wait=sig6(idle["gpu_wait"]))
+        time_breakdown.idle = idle_shares(idle)
         return TimelineAnalysis(
             span_us=self.span, devices=sorted(used), activities=len(in_w), idle=idle, kernels=len(kernels),
             kernel_mean_us=sum(kernels) / len(kernels) if kernels else None,
@@ -148,7 +198,8 @@ class _Analyzer:
                 if me > prev:
                     prev = me
             if s > prev:
-                self._gap(acc, prev, s, i, launch, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap)
+                split_gap(acc, prev, s, launch[i], True, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap,
+                          self.host_gaps)
             ms, me = s, e
         if me == me:
             acc.busy += cov_w.between(ms, me)
@@ -157,7 +208,8 @@ class _Analyzer:
         if acc.busy <= 0:
             return acc
         if prev < w_hi:
-            self._gap(acc, prev, w_hi, -1, launch, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap)
+            split_gap(acc, prev, w_hi, _NAN, False, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap,
+                      self.host_gaps)
         # host-to-device copies and exposed communication on this device
         h2d = union_columns(g_start, g_end, (i for i in idx if tl.g_flag[i] & H2D))
         acc.h2d = Cover(intersect_all(h2d, self.windows)).total
@@ -167,40 +219,6 @@ class _Analyzer:
             compute = union_columns(g_start, g_end, (i for i in idx if classes[i] != "communication"))
             acc.comm = total(comm_w) - Cover(intersect_all(comm_w, compute)).total
         return acc
-
-    def _gap(self, acc: DeviceIdle, a: float, b: float, nxt: int, launch: array[float], short: float, cov_w: Cover,
-             cov_l: Cover, cov_s: Cover, cov_h: Cover, sync_point: Cover, launch_gap: float) -> None:
-        """Split one idle gap [a, b) before activity `nxt` (-1: the window's end) by cause."""
-        inside = b - a if cov_w.holds(a, b) else cov_w.between(a, b)
-        if inside <= 0:
-            return
-        data = min(inside, cov_l.between(a, b)) if cov_l.starts else 0.0
-        rest = max(0.0, inside - data)
-        acc.data += data
-        at = launch[nxt] if nxt >= 0 else _NAN
-        if at == at and at > a:
-            acc.hta_host += rest
-        elif nxt >= 0 and b - a < short:
-            acc.hta_kernel += rest
-        else:
-            acc.hta_other += rest
-        if nxt >= 0 and at == at and at <= a:
-            acc.gpu_wait += rest  # already queued: the GPU waited on something of its own
-            return
-        if sync_point.starts and sync_point.contains(a):
-            acc.sync += rest  # the host blocked while the GPU drained, then had to refill the queue
-            return
-        sync = min(rest, cov_s.between(a, b)) if cov_s.starts else 0.0
-        acc.sync += sync
-        rest -= sync
-        if nxt >= 0 and b - a <= launch_gap:
-            acc.launch += rest
-            return
-        hostc = min(rest, cov_h.between(a, b))
-        acc.host += hostc
-        acc.unattributed += rest - hostc
-        if hostc > 0:
-            self.host_gaps.append((a, b))
 
     def _host_during_idle(self, host_w: list[Interval], threads: set[int]) -> tuple[list[TimeEntry], str | None]:
         """What the launching threads ran while the GPU idled in host-compute gaps: each stretch of host activity in

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from ...kb.knowledge import KernelCatalog
 
 
-def _gemm_precision(tl: Timeline, cls: Classifier, per_kernel: dict[int, list[float]]) -> tuple[float, float]:
+def _gemm_precision(names: list[str], cls: Classifier, per_kernel: dict[int, list[float]]) -> tuple[float, float]:
     """GEMM kernel time, and the part of it in kernels named as 16-bit or narrower tensor-core math
     (knowledge_base/kernels.yaml `low_precision_gemm`)."""
-    names, low = tl.names, cls.low_precision
+    low = cls.low_precision
     gemm = lowp = 0.0
     for nm, (t, _, kind) in per_kernel.items():
         if cls.of(names, nm, int(kind)) != "gemm":
@@ -40,7 +40,6 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
               devices: list[int], graph_launches: int) -> tuple[TimeBreakdown, dict[str, Any]]:
     """The TimeBreakdown of the activities `in_w` (their `classes`), and the facts behind top_class_ops and the
     applied optimizations."""
-    top_n = cat.analysis.top_n
     names = tl.names
     model, sig_names, costs = _op_costs(tl)
     ops = OpIndex(tl, costs)
@@ -84,8 +83,6 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
     # distribute each instance's FLOPs/bytes over its kernels by duration
     groups: dict[int, RoofAcc] = {}  # operator name id -> accumulator
     kern_roof: dict[int, RoofAcc] = {}
-    class_roof: dict[str, RoofAcc] = {}
-    totals = RoofAcc()
     counted = 0
     seen = bytearray(n_ops)  # operator instances already counted in their group
     group_count: dict[int, int] = {}
@@ -138,8 +135,30 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
         groups[group].add(f, b, d, dtype)
         kr.add(f, b, d, dtype)
         counted += 1
+    modules = _modules(tl, in_w, act_op, gpu_total, cat.analysis.top_n)
+    kernels = sum(1 for i in in_w if tl.g_kind[i] == KIND_KERNEL)
+    return assemble(names, names, cls, cat, roof, gpu_total=gpu_total, kernels=kernels, per_class=per_class,
+                    per_kernel=per_kernel, groups=groups, group_count=group_count, class_groups=class_groups,
+                    kern_roof=kern_roof, counted=counted, modules=modules, source=source, window=window, steps=steps,
+                    devices=devices, graph_launches=graph_launches)
+
+
+def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat: KernelCatalog,
+             roof: Roof | None, *, gpu_total: float, kernels: int, per_class: dict[str, list[float]],
+             per_kernel: dict[int, list[float]], groups: dict[int, RoofAcc], group_count: dict[int, int],
+             class_groups: dict[str, dict[int, float]], kern_roof: dict[int, RoofAcc], counted: int,
+             modules: list[TimeEntry], source: str, window: TraceWindow | None,
+             steps: Sequence[tuple[int, float, float]], devices: list[int],
+             graph_launches: int) -> tuple[TimeBreakdown, dict[str, Any]]:
+    """The TimeBreakdown from the window's sums (any reader's: the in-memory timeline's or a streaming sweep's):
+    GPU time and count per class (`per_class`), per kernel name id (`per_kernel`: time, count, kind), per launching
+    operator name id (`groups`, `group_count` instances, `class_groups` per class), FLOP/byte sums per kernel
+    (`kern_roof`, from `counted` kernels); and the facts behind top_class_ops and the applied optimizations."""
+    top_n = cat.analysis.top_n
+    class_roof: dict[str, RoofAcc] = {}
+    totals = RoofAcc()
     for nm, kr in kern_roof.items():  # a kernel name has one class: classes and totals sum their kernels
-        c = cls.of(names, nm, int(per_kernel[nm][2]))
+        c = cls.of(kernel_names, nm, int(per_kernel[nm][2]))
         cr = class_roof.get(c)
         if cr is None:
             cr = class_roof[c] = RoofAcc()
@@ -153,15 +172,15 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
     class_list.sort(key=lambda x: (-x.gpu_time_s, order.get(x.class_, 99)))
     memory_share = (sum(t for c, (t, _) in per_class.items() if cls.memory_bound.get(c, False)) / gpu_total
                     if class_list and gpu_total else None)
-    top_kernels = [TimeEntry(name=names[nm], gpu_time_s=sig6(t / 1e6), share=sig6(t / gpu_total if gpu_total else 0.0),
-                             count=int(cnt), class_=cls.of(names, nm, int(kind)),
+    top_kernels = [TimeEntry(name=kernel_names[nm], gpu_time_s=sig6(t / 1e6),
+                             share=sig6(t / gpu_total if gpu_total else 0.0),
+                             count=int(cnt), class_=cls.of(kernel_names, nm, int(kind)),
                              **kern_roof.get(nm, RoofAcc()).roofline(roof))
                    for nm, (t, cnt, kind) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:top_n]]
-    top_ops = [TimeEntry(name=names[g], gpu_time_s=sig6(acc.time / 1e6),
+    top_ops = [TimeEntry(name=op_names[g], gpu_time_s=sig6(acc.time / 1e6),
                          share=sig6(acc.time / gpu_total if gpu_total else 0), count=group_count.get(g, 0),
                          class_=max(acc.cls, key=lambda c: acc.cls[c]), **acc.roofline(roof))
                for g, acc in sorted(groups.items(), key=lambda kv: -kv[1].time)[:top_n]]
-    modules = _modules(tl, in_w, act_op, gpu_total, top_n)
     step_times = [StepTime(number=num, duration_s=sig6((e - s) / 1e6)) for num, s, e in steps]
     cv = None
     if len(step_times) >= 2:
@@ -187,7 +206,7 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
         notes.append(f"{graph_launches} graph launches: the GPU replays captured CUDA/HIP graphs")
     bd = TimeBreakdown(
         source=source, window=window or TraceWindow(start_us=0.0, end_us=0.0, reason=""), devices=devices,
-        gpu_time_s=sig6(gpu_total / 1e6), kernels=sum(1 for i in in_w if tl.g_kind[i] == KIND_KERNEL),
+        gpu_time_s=sig6(gpu_total / 1e6), kernels=kernels,
         classes=class_list, memory_bound_share=sig6(memory_share) if memory_share is not None else None,
         top_kernels=top_kernels, top_ops=top_ops, top_modules=modules, steps=step_times, step_time_cv=cv,
         graph_launches=graph_launches, roof=roof_spec,
@@ -195,7 +214,7 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
         flops_coverage=sig6(coverage / launched) if launched else None, notes=notes)
     facts: dict[str, Any] = {"window_flops": totals.flops, "window_bytes": totals.bytes,
                              "dtype": totals.dominant_dtype() if totals.flops > 0 else None}
-    facts["_gemm_us"], facts["_low_precision_gemm_us"] = _gemm_precision(tl, cls, per_kernel)
+    facts["_gemm_us"], facts["_low_precision_gemm_us"] = _gemm_precision(kernel_names, cls, per_kernel)
     if cat.low_precision_gemm is not None:
         facts["_low_precision_min_share"] = cat.low_precision_gemm.min_share
     if class_list:
@@ -205,7 +224,7 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
         covered = 0.0
         total_c = sum(t for _, t in ranked)
         for name_id, t in ranked[:3]:
-            picked.append(names[name_id])
+            picked.append(op_names[name_id])
             covered += t
             if total_c and covered / total_c >= 0.6:
                 break
@@ -213,6 +232,7 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
             facts["top_class_ops"] = (picked[0] if len(picked) == 1 else
                                       ", ".join(picked[:-1]) + " and " + picked[-1])
     return bd, facts
+
 
 def _op_costs(tl: Timeline) -> tuple[OpCostModel, list[str], list[OpCost | None]]:
     model = OpCostModel()
@@ -226,6 +246,7 @@ def _op_costs(tl: Timeline) -> tuple[OpCostModel, list[str], list[OpCost | None]
             model.learn(sig_names[sid], shapes)
     return model, sig_names, [model.cost(sig_names[sid], shapes) if shapes is not None and sig_names[sid]
                               else None for sid, shapes in enumerate(tl.shapes)]
+
 
 def _modules(tl: Timeline, in_w: list[int], act_op: array[int], gpu_total: float, top_n: int) -> list[TimeEntry]:
     """GPU time by the innermost `nn.Module:` python function around each launching operator (module type)."""
