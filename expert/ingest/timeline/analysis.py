@@ -46,21 +46,31 @@ def idle_shares(idle: dict[str, float]) -> IdleShares:
                       unattributed=sig6(idle["unattributed"]), gpu_wait=sig6(idle["gpu_wait"]))
 
 
-class CoveredLength(Protocol):
-    """What a gap split asks of host compute time: covered length of [a, b] (a `Cover`, or a streaming cursor)."""
+class CoverLike(Protocol):
+    """What a gap split asks of an interval set: covered length of [a, b], membership, emptiness (a `Cover`, or a
+    `streams.CoverCursor` queried at nondecreasing times)."""
+
+    @property
+    def nonempty(self) -> bool: ...
 
     def between(self, a: float, b: float) -> float: ...
 
+    def contains(self, t: float) -> bool: ...
+
+
+class IntervalSink(Protocol):
+    def append(self, interval: Interval, /) -> None: ...
+
 
 def split_gap(acc: DeviceIdle, a: float, b: float, at: float, has_next: bool, short: float, cov_w: Cover,
-              cov_l: Cover, cov_s: Cover, cov_h: CoveredLength, sync_point: Cover, launch_gap: float,
-              host_gaps: list[Interval]) -> None:
+              cov_l: CoverLike, cov_s: CoverLike, cov_h: CoverLike, sync_point: CoverLike, launch_gap: float,
+              host_gaps: IntervalSink) -> None:
     """Split one idle gap [a, b) by cause into `acc`: before an activity launched at `at` (NaN: launch unknown) when
     `has_next`, else before the window's end; gaps with host compute in them are appended to `host_gaps`."""
     inside = b - a if cov_w.holds(a, b) else cov_w.between(a, b)
     if inside <= 0:
         return
-    data = min(inside, cov_l.between(a, b)) if cov_l.starts else 0.0
+    data = min(inside, cov_l.between(a, b)) if cov_l.nonempty else 0.0
     rest = max(0.0, inside - data)
     acc.data += data
     if at == at and at > a:
@@ -72,10 +82,10 @@ def split_gap(acc: DeviceIdle, a: float, b: float, at: float, has_next: bool, sh
     if has_next and at == at and at <= a:
         acc.gpu_wait += rest  # already queued: the GPU waited on something of its own
         return
-    if sync_point.starts and sync_point.contains(a):
+    if sync_point.nonempty and sync_point.contains(a):
         acc.sync += rest  # the host blocked while the GPU drained, then had to refill the queue
         return
-    sync = min(rest, cov_s.between(a, b)) if cov_s.starts else 0.0
+    sync = min(rest, cov_s.between(a, b)) if cov_s.nonempty else 0.0
     acc.sync += sync
     rest -= sync
     if has_next and b - a <= launch_gap:

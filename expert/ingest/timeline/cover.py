@@ -44,6 +44,10 @@ class Cover:
         return i < len(self.ends) and self.starts[i] <= b
 
     @property
+    def nonempty(self) -> bool:
+        return bool(self.starts)
+
+    @property
     def total(self) -> float:
         return self.cum[-1]
 
