@@ -14,6 +14,7 @@ import math
 import re
 from array import array
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ from ..timeline.streams import (
     CumTotal,
     IntersectStream,
     PointCover,
+    Sink,
     UnionStream,
     intersect_iter,
     subtract_iter,
@@ -64,7 +66,6 @@ class _Rank:
             self.compute.push(s, e)
             self.inter.push_b(s, e)
 
-        self.every_u = UnionStream(self.busy.push, drop_empty=False)
         self.compute_u = UnionStream(compute_sink, drop_empty=False)
         self.comm_u = UnionStream(comm_sink, drop_empty=False)
         self.classes: dict[tuple[int, int], int] = {}
@@ -73,23 +74,19 @@ class _Rank:
         self.collectives: list[list[Collective]] = [[] for _ in self.ws]
         self.same_start: list[tuple[float, float, int]] = []  # comm events at one start, sorted as device_rank does
 
-    def add(self, s: float, e: float, nm: int, kind: int, names: list[str]) -> None:
-        key = (nm, kind)
-        c = self.classes.get(key)
-        if c is None:
-            text = names[nm]
-            cat = self.cat
-            c = self.classes[key] = (MEMORY if kind != KIND_KERNEL or cat.memory.search(text) else
-                                     COMM if cat.comm.search(text) else
-                                     NOT_COMPUTE if cat.not_compute.search(text) else COMPUTE)
-        self.every_u.add(s, e)
-        if c == COMPUTE:
-            self.compute_u.add(s, e)
-        elif c == COMM:
-            self.comm_u.add(s, e)
-            if self.same_start and self.same_start[0][0] != s:
-                self._collect(names)
-            self.same_start.append((s, e, nm))
+    def class_of(self, nm: int, kind: int, names: list[str]) -> int:
+        text = names[nm]
+        cat = self.cat
+        c = self.classes[(nm, kind)] = (MEMORY if kind != KIND_KERNEL or cat.memory.search(text) else
+                                        COMM if cat.comm.search(text) else
+                                        NOT_COMPUTE if cat.not_compute.search(text) else COMPUTE)
+        return c
+
+    def comm_event(self, s: float, e: float, nm: int, names: list[str]) -> None:
+        self.comm_u.add(s, e)
+        if self.same_start and self.same_start[0][0] != s:
+            self._collect(names)
+        self.same_start.append((s, e, nm))
 
     def _collect(self, names: list[str]) -> None:
         ws = self.ws
@@ -106,7 +103,7 @@ class _Rank:
     def trace(self, names: list[str], device: int, steps: Sequence[int], *, path: str, name: str,
               label: str) -> RankTrace:
         self._collect(names)
-        for u in (self.every_u, self.compute_u, self.comm_u):
+        for u in (self.compute_u, self.comm_u):
             u.close()
         for cover in (self.busy, self.compute, self.comm, self.overlap):
             cover.close()
@@ -122,15 +119,14 @@ class _Rank:
 
 
 class _Exposed:
-    """Host-to-device copy time and communication not overlapped by other GPU work, inside the windows, from
-    unions merged as the activities pass (`_device`'s tail in timeline.analysis)."""
+    """Host-to-device copy time and communication not overlapped by other GPU work, inside the windows (`_device`'s
+    tail in timeline.analysis), from the unions of copies, communication and the rest the activity pass merges."""
 
     def __init__(self, windows: Sequence[Interval]) -> None:
         self.h2d_total = CumTotal()
         h2d_w = IntersectStream(self.h2d_total.push)
         for s, e in windows:
             h2d_w.push_b(s, e)
-        self.h2d = UnionStream(h2d_w.push_a)
         self.comm_sum: float = 0
         self.overlap_total = CumTotal()
         overlap = IntersectStream(self.overlap_total.push)
@@ -142,41 +138,71 @@ class _Exposed:
         comm_w = IntersectStream(comm_piece)
         for s, e in windows:
             comm_w.push_b(s, e)
-        self.comm = UnionStream(comm_w.push_a)
-        self.compute = UnionStream(overlap.push_b)
+        self.h2d_sink: Sink = h2d_w.push_a
+        self.comm_sink: Sink = comm_w.push_a
+        self.compute_sink: Sink = overlap.push_b
         self.any_comm = False
 
+
+class _HostIdle:
+    """The host activity inside the host-compute gaps (`_host_during_idle` of timeline.analysis: host_w intersected
+    with the union of those gaps), taken from the host-activity stream as the gap sweep reads it: the sweep appends
+    each gap once its cursor has read past the gap's end, so every interval the gap meets has gone by."""
+
+    def __init__(self, host_w: Iterator[Interval]) -> None:
+        self.src = host_w
+        self.recent: deque[Interval] = deque()
+        self.floor = -math.inf  # no later gap reaches back before this
+        self.gap: list[float] | None = None  # the pending gap (touching ones merge, as intervals.union merges them)
+        self.mids = array("d")
+        self.lengths = array("d")
+
+    def stream(self) -> Iterator[Interval]:
+        recent = self.recent
+        for iv in self.src:
+            while recent and recent[0][1] <= self.floor:
+                recent.popleft()
+            recent.append(iv)
+            yield iv
+
+    def append(self, gap: Interval, /) -> None:
+        a, b = gap
+        if b <= a:
+            return
+        g = self.gap
+        if g is not None and a <= g[1]:
+            if b > g[1]:
+                g[1] = b
+            return
+        if g is not None:
+            self._pieces(g)
+        self.gap = [a, b]
+        self.floor = a
+
+    def _pieces(self, g: list[float]) -> None:
+        a, b = g
+        for s, e in self.recent:
+            if s >= b:
+                break
+            ps, pe = max(s, a), min(e, b)
+            if pe > ps:
+                self.mids.append((ps + pe) / 2)
+                self.lengths.append(pe - ps)
+
+    def advance(self, t: float) -> None:
+        """The sweep has reached `t`: later gaps start there or after."""
+        g = self.gap
+        if g is not None:
+            if t <= g[1]:
+                return
+            self._pieces(g)
+            self.gap = None
+        self.floor = t
+
     def close(self) -> None:
-        for u in (self.h2d, self.comm, self.compute):
-            u.close()
-
-
-def _gaps_union(gaps: array[float]) -> Iterator[Interval]:
-    """`intervals.union` of the host-compute gaps, appended in order (consecutive ones that touch merge)."""
-    cur: list[float] | None = None
-    for k in range(0, len(gaps), 2):
-        s, e = gaps[k], gaps[k + 1]
-        if e <= s:
-            continue
-        if cur is not None and s <= cur[1]:
-            if e > cur[1]:
-                cur[1] = e
-            continue
-        if cur is not None:
-            yield cur[0], cur[1]
-        cur = [s, e]
-    if cur is not None:
-        yield cur[0], cur[1]
-
-
-class _GapLog:
-    """Host-compute gaps, as pairs of doubles (16 bytes each)."""
-
-    def __init__(self) -> None:
-        self.pairs = array("d")
-
-    def append(self, interval: Interval, /) -> None:
-        self.pairs.extend(interval)
+        if self.gap is not None:
+            self._pieces(self.gap)
+            self.gap = None
 
 
 def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, source: str,
@@ -192,18 +218,20 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     w_starts = [w[0] for w in wl]
     loader = intersect_all(union(g.loader), wl)
     cov_w, cov_l = Cover(wl), Cover(loader)
-    cov_s = CoverCursor(intersect_iter(subtract_iter(host.stored("dam_sync"), loader), wl))
+    sync_all = host.stored("dam_sync")
+    cov_s = CoverCursor(intersect_iter(subtract_iter(sync_all, loader) if loader else sync_all, wl))
     sync_point = CoverCursor(host.stored("dam_sync"))
-
-    def host_w() -> Iterator[Interval]:
-        return intersect_iter(subtract_iter(subtract_iter(host.stored("dam_host"), loader), host.stored("dam_sync")),
-                              wl)
-
-    cov_h = CoverCursor(host_w())
+    host_all: Iterator[Interval] = host.stored("dam_host")
+    if loader:
+        host_all = subtract_iter(host_all, loader)
+    if host.sync_intervals:
+        host_all = subtract_iter(host_all, host.stored("dam_sync"))
+    idle_host = _HostIdle(intersect_iter(host_all, wl))
+    cov_h = CoverCursor(idle_host.stream())
     launch_gap = cat.analysis.launch_gap_max_us
     short = g.kernel_wait_us
     acc = DeviceIdle()
-    gaps = _GapLog()
+    gaps = idle_host
     exposed = _Exposed(wl)
     rank = _Rank(wl)
     w_lo, w_hi = (wl[0][0], wl[-1][1]) if wl else (0.0, 0.0)
@@ -228,6 +256,11 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     op_ids: dict[str, int] = {}
     module_rx = re.compile(r"_\d+$")
     tick = g.tick
+    h_s = h_e = c_s = c_e = x_s = x_e = r_s = r_e = _NAN  # the running intervals of the unions
+    h2d_push, comm_push, compute_push = exposed.h2d_sink, exposed.comm_sink, exposed.compute_sink
+    every_push = rank.busy.push
+    rank_classes = rank.classes
+    any_comm = False
     for row in (g._rows(True) if wl else ()):
         code, nid, start, end, launch, _rid, _tid, ck, src, dst, _, op, op_text, module, module_text = row
         s = start / 1000.0
@@ -250,17 +283,56 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
                 acc.busy += cov_w.between(ms, me)
                 if me > prev:
                     prev = me
+                    idle_host.advance(prev)
             if s > prev:
                 split_gap(acc, prev, s, at, True, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap, gaps)
             ms, me = s, e
-        if flag & H2D:
-            exposed.h2d.add(s, e)
-        if c == "communication":
-            exposed.any_comm = True
-            exposed.comm.add(s, e)
+        # unions merged inline (UnionStream.add, unrolled: this loop runs once per activity)
+        if e > s:
+            if flag & H2D:
+                if h_s != h_s:
+                    h_s, h_e = s, e
+                elif s <= h_e:
+                    if e > h_e:
+                        h_e = e
+                else:
+                    h2d_push(h_s, h_e)
+                    h_s, h_e = s, e
+            if c == "communication":
+                any_comm = True
+                if c_s != c_s:
+                    c_s, c_e = s, e
+                elif s <= c_e:
+                    if e > c_e:
+                        c_e = e
+                else:
+                    comm_push(c_s, c_e)
+                    c_s, c_e = s, e
+            elif x_s != x_s:
+                x_s, x_e = s, e
+            elif s <= x_e:
+                if e > x_e:
+                    x_e = e
+            else:
+                compute_push(x_s, x_e)
+                x_s, x_e = s, e
+        elif c == "communication":
+            any_comm = True
+        rc = rank_classes.get(key)
+        if rc is None:
+            rc = rank.class_of(nm, kind, names)
+        if r_s != r_s:
+            r_s, r_e = s, e
+        elif s <= r_e:
+            if e > r_e:
+                r_e = e
         else:
-            exposed.compute.add(s, e)
-        rank.add(s, e, nm, kind, names)
+            every_push(r_s, r_e)
+            r_s, r_e = s, e
+        if rc == COMPUTE:
+            rank.compute_u.add(s, e)
+        elif rc == COMM:
+            rank.comm_event(s, e, nm, names)
         # inside the window: the breakdown's sums
         k = bisect_right(w_starts, s) - 1
         if k >= 0 and s < wl[k][1]:
@@ -314,7 +386,11 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
         acc.busy += cov_w.between(ms, me)
         if me > prev:
             prev = me
-    exposed.close()
+    for u_s, u_e, push in ((h_s, h_e, h2d_push), (c_s, c_e, comm_push), (x_s, x_e, compute_push),
+                           (r_s, r_e, every_push)):
+        if u_s == u_s:
+            push(u_s, u_e)
+    exposed.any_comm = any_comm
     ranked_trace = rank.trace(names, g.device, rank_steps, path=path, name=name, label=label)
     if acc.busy <= 0:
         return None, ranked_trace
@@ -333,7 +409,7 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
                                 class_groups=class_groups, kern_roof={}, counted=0, modules=modules, source=source,
                                 window=window, steps=steps, devices=[g.device], graph_launches=host.graph_launches)
     facts["_launch_gap_us"] = launch_gap
-    breakdown.host_during_idle, facts["idle_host_ops"] = _host_during_idle(g, host_w(), gaps.pairs, span, top_n)
+    breakdown.host_during_idle, facts["idle_host_ops"] = _host_during_idle(g, idle_host, span, top_n)
     breakdown.idle = idle_shares(idle)
     analysis = TimelineAnalysis(
         span_us=span_raw, devices=[g.device], activities=in_w, idle=idle, kernels=kern_n,
@@ -370,15 +446,11 @@ def _blocking(g: GpuSweep, wl: list[Interval], w_starts: list[float]) -> tuple[f
     return blocked.cum, count
 
 
-def _host_during_idle(g: GpuSweep, host_w: Iterator[Interval], gaps: array[float], span: float,
-                      top_n: int) -> tuple[list[TimeEntry], str | None]:
+def _host_during_idle(g: GpuSweep, idle: _HostIdle, span: float, top_n: int) -> tuple[list[TimeEntry], str | None]:
     """What the launching threads ran while the GPU idled in host-compute gaps (`_host_during_idle` of
     timeline.analysis): each stretch of host activity in such a gap credited to what ran at its middle."""
-    mids = array("d")
-    lengths = array("d")
-    for a, b in intersect_iter(host_w, _gaps_union(gaps)):
-        mids.append((a + b) / 2)
-        lengths.append(b - a)
+    idle.close()
+    mids, lengths = idle.mids, idle.lengths
     if not mids:
         return [], None
     credit: dict[str, float] = {}

@@ -45,6 +45,7 @@ class HostSweep:
         self.has_runtime = False
         self.graph_launches = 0
         self.steady_host: list[Interval] = []
+        self.sync_intervals = 0
         self.max_nvtx_rowid = 0
         self._prepare()
 
@@ -142,26 +143,32 @@ class HostSweep:
         (formatted with the row's start and end columns)."""
         x = self.x
         threads = ids_sql(self.threads)
+        exact = -1 not in self.threads  # the threads are known: they imply the processes
         parts: list[str] = []
         nv = self._nvtx()
         if nv is not None:
             name, join, tid, where = nv
-            is_op = f"substr({name}, 1, {len(OPERATOR)}) = '{OPERATOR}'"
-            kind = f"CASE WHEN {is_op} THEN 0 WHEN substr({name}, 1, {len(MODULE)}) = '{MODULE}' THEN 2 ELSE 3 END"
-            launches = (f"CASE WHEN {is_op} THEN 0 ELSE EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = {tid} AND "
-                        f"l.s >= n.start AND l.s < n.\"end\") END")
-            shown = name if named else "NULL"
+            if exact and x.has(NVTX_T, "globalTid"):
+                tid, where = "n.globalTid", where.split(" AND (n.globalTid >> 24)")[0]
+            is_op = f"substr(nm, 1, {len(OPERATOR)}) = '{OPERATOR}'"
+            kind = f"CASE WHEN {is_op} THEN 0 WHEN substr(nm, 1, {len(MODULE)}) = '{MODULE}' THEN 2 ELSE 3 END"
+            launches = (f"CASE WHEN {is_op} THEN 0 ELSE EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = th AND "
+                        "l.s >= st AND l.s < en) END")
             close = near.format(s="n.start", e="n.\"end\"") if near else ""
-            parts.append(f"SELECT n.start, n.\"end\", {tid}, {kind}, {launches}, 0, {shown}, n.rowid, 0 AS grp "
-                         f"FROM {NVTX_T} n{join} WHERE {where} AND {tid} IN ({threads}){close}")
+            parts.append(f"SELECT st, en, th, {kind}, {launches}, 0, {'nm' if named else 'NULL'}, rw, 0 AS grp FROM "
+                         f"(SELECT n.start AS st, n.\"end\" AS en, {tid} AS th, {name} AS nm, n.rowid AS rw FROM "
+                         f"{NVTX_T} n{join} WHERE {where} AND {tid} IN ({threads}){close})")
         if x.has(RUNTIME_T):
             tid = x.thread_key(RUNTIME_T, "globalTid", "r")
+            procs = self._proc_filter(RUNTIME_T, "r", "globalTid")
+            if exact and x.has(RUNTIME_T, "globalTid"):
+                tid, procs = "r.globalTid", ""
             name_id = "r.nameId" if x.has(RUNTIME_T, "nameId") else "-1"
             blocking = f"{name_id} IN ({ids_sql(self.blocking_ids)})" if self.blocking_ids else "0"
             close = near.format(s="r.start", e="r.\"end\"") if near else ""
             parts.append(f"SELECT r.start, r.\"end\", {tid}, 1, {blocking}, r.rowid IN (SELECT rid FROM temp.dam_ml), "
                          f"{name_id if named else 'NULL'}, r.rowid, 1 AS grp FROM {RUNTIME_T} r WHERE {tid} IN "
-                         f"({threads}){self._proc_filter(RUNTIME_T, 'r', 'globalTid')}{close}")
+                         f"({threads}){procs}{close}")
         if not parts:
             return iter(())
         sql = " UNION ALL ".join(parts) + " ORDER BY 1, grp, 2 DESC, 8"
@@ -192,7 +199,13 @@ class HostSweep:
                     conn.executemany("INSERT OR IGNORE INTO temp.dam_attr VALUES (?, ?, ?)", attr_buf)
                     attr_buf.clear()
 
-        sync = UnionStream(lambda s, e: sync_buf.append((s, e)))
+        def to_sync(s: float, e: float) -> None:
+            sync_buf.append((s, e))
+            self.sync_intervals += 1
+            if len(sync_buf) >= _BATCH:
+                flush()
+
+        sync = UnionStream(to_sync)
         nan = math.nan
         hs = he = nan  # the host union's running interval (slack 0, empty ones skipped)
         ss = se = nan  # the steady host union's (slack `steady_slack`)
