@@ -77,6 +77,8 @@ class DeviceResult:
     analysis: TimelineAnalysis | None
     result: FileResult
     rank: RankTrace
+    loader: list[Interval] = field(default_factory=list)
+    """The DataLoader spans of the processes driving the device (input waits in the idle split)."""
 
 
 @dataclass
@@ -366,7 +368,7 @@ class _Analysis:
                                f"pinned (no srcKind column in {MEMCPY_T})")
         self._window_facts(result, windows, label, n)
         self._comm(result, rank, label, n)
-        return DeviceResult(dev, windows, label, n, analysis, result, rank)
+        return DeviceResult(dev, windows, label, n, analysis, result, rank, loader)
 
     def _window_facts(self, result: FileResult, windows: list[Interval], label: str, n: int) -> None:
         """The window's size and, with steps, their spread (as a Kineto trace gives them)."""

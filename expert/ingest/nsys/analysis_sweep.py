@@ -129,7 +129,7 @@ class _Exposed:
             h2d_w.push_b(s, e)
         self.comm_sum: float = 0
         self.overlap_total = CumTotal()
-        overlap = IntersectStream(self.overlap_total.push)
+        self.overlap = overlap = IntersectStream(self.overlap_total.push)
 
         def comm_piece(s: float, e: float) -> None:
             self.comm_sum += e - s
@@ -380,8 +380,12 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
                     t = per_module.setdefault(label, [0.0])
                     t[0] += d
                     module_spans.setdefault(label, set()).add(module)
-        if tick is not None and n_all % 65536 == 0:
-            tick(65536)
+        if not n_all & 1023:  # what waits for the other side of an intersection, bounded
+            exposed.overlap.prune(c_s if c_s == c_s else s, x_s if x_s == x_s else s)
+            cu, xu = rank.comm_u, rank.compute_u
+            rank.inter.prune(cu.s if cu.s == cu.s else s, xu.s if xu.s == xu.s else s)
+            if tick is not None and not n_all & 65535:
+                tick(65536)
     if me == me:
         acc.busy += cov_w.between(ms, me)
         if me > prev:

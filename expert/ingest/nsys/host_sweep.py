@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 OPERATOR = "aten::"
 """NVTX ranges emit_nvtx names after the operator that ran (the CPU operators of a Kineto trace)."""
 MODULE = "nn.Module: "
-_BATCH = 20_000
+_BATCH = 4096
 
 
 def ids_sql(values: Sequence[int] | set[int]) -> str:
@@ -175,6 +175,48 @@ class HostSweep:
         with x.guard():
             return x.conn.execute(sql)
 
+    def _sweep_rows(self) -> Iterator[tuple[int, int, int, int, int]]:
+        """The rows of the first sweep, compact: (start, end, thread, code, rowid) by (start, ranges first, -end,
+        rowid). code: 0 operator; 4 + launches `nn.Module:` range, 6 + launches other range (launches: it contains a
+        launch call); 8 + 2 * blocking + matched a runtime call (matched: it launched work on the device)."""
+        x = self.x
+        threads = ids_sql(self.threads)
+        exact = -1 not in self.threads  # the threads are known: they imply the processes
+        parts: list[str] = []
+        cols = x.tables.get(NVTX_T, set())
+        if x.has(NVTX_T) and ("text" in cols or ("textId" in cols and x.has(STRINGS_T))):
+            tid = "n.globalTid" if exact and "globalTid" in cols else x.thread_key(NVTX_T, "globalTid", "n")
+            procs = "" if exact and "globalTid" in cols else self._proc_filter(NVTX_T, "n", "globalTid")
+            launches = (f"EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = {tid} AND l.s >= n.start AND "
+                        "l.s < n.\"end\")")
+            where = f"n.\"end\" IS NOT NULL AND n.\"end\" >= n.start AND {tid} IN ({threads}){procs}"
+            sources = []
+            if "text" in cols:  # names in the row (emit_nvtx's operators), then names in StringIds
+                sources.append(("n.text", "", "n.text IS NOT NULL"))
+            if "textId" in cols and x.has(STRINGS_T):
+                sources.append(("s.value", f" JOIN {STRINGS_T} s ON s.id = n.textId",
+                                "n.text IS NULL" if "text" in cols else "1"))
+            for name, join, which in sources:
+                code = (f"CASE WHEN substr({name}, 1, {len(OPERATOR)}) = '{OPERATOR}' THEN 0 WHEN substr({name}, 1, "
+                        f"{len(MODULE)}) = '{MODULE}' THEN 4 + {launches} ELSE 6 + {launches} END")
+                parts.append(f"SELECT n.start AS st, n.\"end\" AS en, {tid} AS th, {code} AS code, n.rowid AS rw FROM "
+                             f"{NVTX_T} n{join} WHERE {which} AND {name} IS NOT NULL AND {where}")
+        if x.has(RUNTIME_T):
+            tid = x.thread_key(RUNTIME_T, "globalTid", "r")
+            procs = self._proc_filter(RUNTIME_T, "r", "globalTid")
+            if exact and x.has(RUNTIME_T, "globalTid"):
+                tid, procs = "r.globalTid", ""
+            name_id = "r.nameId" if x.has(RUNTIME_T, "nameId") else "-1"
+            blocking = f"2 * ({name_id} IN ({ids_sql(self.blocking_ids)}))" if self.blocking_ids else "0"
+            parts.append(f"SELECT r.start AS st, r.\"end\" AS en, {tid} AS th, 8 + {blocking} + (r.rowid IN (SELECT "
+                         f"rid FROM temp.dam_ml)) AS code, r.rowid AS rw FROM {RUNTIME_T} r WHERE {tid} IN "
+                         f"({threads}){procs}")
+        if not parts:
+            return iter(())
+        sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY st, code >> 3, en DESC, rw"
+        with x.guard():
+            return x.conn.execute(sql)
+
     # -- the first sweep -----------------------------------------------------------------------------------------
     def sweep(self, steady_slack: float) -> None:
         """Attribute launch calls to operators (temp.dam_attr: call rowid -> operator and module NVTX rowids), write
@@ -231,9 +273,9 @@ class HostSweep:
             pending.clear()
 
         with x.guard():
-            for start, end, th, kind, flag, matched, _, rowid, _ in self._rows():
+            for start, end, th, code, rowid in self._sweep_rows():
                 s = start / 1000.0
-                if kind == 1:
+                if code >= 8:
                     if pending:
                         resolve()
                     e = s + (end - start) / 1000.0
@@ -246,7 +288,7 @@ class HostSweep:
                         else:
                             steady_host.append((ss, se))
                             ss, se = s, e
-                    if flag:
+                    if code & 2:
                         sync.add(s, e)
                     elif e > s:
                         if hs != hs:
@@ -259,7 +301,7 @@ class HostSweep:
                             if len(host_buf) >= batch:
                                 flush()
                             hs, he = s, e
-                    if matched:
+                    if code & 1:
                         ops = op_stacks.get(th)
                         if ops:
                             for entry in reversed(ops):
@@ -272,7 +314,7 @@ class HostSweep:
                 e = end / 1000.0
                 if pending and s > pending_at:
                     resolve()
-                if kind == 0 or not flag:  # operators, and ranges that launch nothing, are host activity
+                if not code & 1:  # operators, and ranges that launch nothing, are host activity
                     if e > s:
                         if ss != ss:
                             ss, se = s, e
@@ -293,7 +335,7 @@ class HostSweep:
                             if len(host_buf) >= batch:
                                 flush()
                             hs, he = s, e
-                if kind == 0:
+                if code == 0:
                     stack = op_stacks.get(th)
                     if stack is None:
                         stack = op_stacks[th] = []
@@ -304,7 +346,7 @@ class HostSweep:
                     if modules:
                         pending.append((th, len(stack) - 1, entry))
                         pending_at = s
-                elif kind == 2:
+                elif code < 6:
                     stack_m = mod_stacks.setdefault(th, [])
                     while stack_m and stack_m[-1][0] < e:
                         stack_m.pop()

@@ -106,6 +106,17 @@ class IntersectStream:
         self.b.append((s, e))
         self._run()
 
+    def prune(self, floor_a: float, floor_b: float) -> None:
+        """Drop what waits for a side that cannot meet it: no later interval of a starts before `floor_a`, none of b
+        before `floor_b` (the steps `intersect_all` would take, without output, once those arrive)."""
+        a, b = self.a, self.b
+        if not a:
+            while b and b[0][1] <= floor_a:
+                b.popleft()
+        if not b:
+            while a and a[0][1] <= floor_b:
+                a.popleft()
+
     def _run(self) -> None:
         a, b, sink = self.a, self.b, self.sink
         while a and b:
