@@ -41,7 +41,6 @@ class HostSweep:
         self.blocking_ids: set[int] = set()
         self.graph_ids: set[int] = set()
         self.threads: list[int] = []  # launching threads (globalTid), in the timeline's set order once known
-        self.thread_order: dict[int, int] = {}  # globalTid -> the timeline's interned thread id
         self.has_runtime = False
         self.graph_launches = 0
         self.steady_host: list[Interval] = []
@@ -90,28 +89,23 @@ class HostSweep:
                 conn.execute("INSERT INTO temp.dam_ls SELECT tid, s FROM temp.dam_ml")
             elif self.has_runtime:  # no call matched: every call counts as a launch (timeline.windows.launch_starts)
                 conn.execute(f"INSERT INTO temp.dam_ls SELECT {rt_tid}, r.start FROM {RUNTIME_T} r WHERE {rt_where}")
-            # the timeline's thread ids: first seen among the runtime calls (table order), then the NVTX ranges
-            order: dict[int, int] = {}
-            if rt:
-                for (t,) in conn.execute(f"SELECT {rt_tid} FROM {RUNTIME_T} r WHERE {rt_where} GROUP BY 1 "
-                                         "ORDER BY min(r.rowid)"):
-                    order.setdefault(int(t), len(order))
-            nv = self._nvtx()
-            if nv is not None:
-                _, join, tid, where = nv
-                for (t,) in conn.execute(f"SELECT {tid} FROM {NVTX_T} n{join} WHERE {where} GROUP BY 1 "
-                                         "ORDER BY min(n.start)"):
-                    order.setdefault(int(t), len(order))
+            # the launching threads, as the timeline finds them: those of matched calls, else every thread with
+            # runtime calls, else every thread with NVTX ranges (their order is settled by the sweeps: first launch)
+            if x.has(NVTX_T):
                 self.max_nvtx_rowid = int(conn.execute(f"SELECT max(rowid) FROM {NVTX_T}").fetchone()[0] or 0)
-            self.thread_order = order
             if matched:
-                launching = set(matched)
+                launching = matched
             elif self.has_runtime:
-                launching = {int(t) for (t,) in conn.execute(f"SELECT DISTINCT {rt_tid} FROM {RUNTIME_T} r WHERE "
-                                                             f"{rt_where}")}
+                launching = [int(t) for (t,) in conn.execute(f"SELECT {rt_tid} FROM {RUNTIME_T} r WHERE {rt_where} "
+                                                             "GROUP BY 1 ORDER BY min(r.rowid)")]
             else:
-                launching = set(order)
-            self.threads = sorted(launching, key=lambda t: order.get(t, len(order)))
+                nv = self._nvtx()
+                launching = []
+                if nv is not None:
+                    _, join, tid, where = nv
+                    launching = [int(t) for (t,) in conn.execute(f"SELECT {tid} FROM {NVTX_T} n{join} WHERE {where} "
+                                                                 "GROUP BY 1 ORDER BY min(n.start)")]
+            self.threads = list(dict.fromkeys(launching))
             if rt and x.has(RUNTIME_T, "nameId") and x.has(STRINGS_T):
                 self.call_names = x.strings(f"SELECT DISTINCT nameId FROM {RUNTIME_T}")
             self.blocking_ids = {i for i, nm in self.call_names.items() if self.cls.blocking.search(nm)}
@@ -362,13 +356,19 @@ class HostSweep:
         conn.commit()
 
     def _has_modules(self) -> bool:
-        nv = self._nvtx()
-        if nv is None:
-            return False
-        name, join, _, where = nv
-        with self.x.guard():
-            return self.x.conn.execute(f"SELECT 1 FROM {NVTX_T} n{join} WHERE {where} AND substr({name}, 1, "
-                                       f"{len(MODULE)}) = '{MODULE}' LIMIT 1").fetchone() is not None
+        """Whether any NVTX range is named `nn.Module: ...` (once per export)."""
+        found = self.x.named_modules
+        if found is None:
+            cols = self.x.tables.get(NVTX_T, set())
+            checks = []
+            if "text" in cols:
+                checks.append(f"SELECT 1 FROM {NVTX_T} WHERE substr(text, 1, {len(MODULE)}) = '{MODULE}' LIMIT 1")
+            if "textId" in cols and self.x.has(STRINGS_T):
+                checks.append(f"SELECT 1 FROM {STRINGS_T} WHERE substr(value, 1, {len(MODULE)}) = '{MODULE}' LIMIT 1")
+            with self.x.guard():
+                found = any(self.x.conn.execute(sql).fetchone() is not None for sql in checks)
+            self.x.named_modules = found
+        return found
 
     # -- reading back --------------------------------------------------------------------------------------------
     def stored(self, table: str) -> Iterator[Interval]:
@@ -446,6 +446,5 @@ class HostSweep:
             k += 1
 
     def _set_order(self) -> list[int]:
-        """The launching threads in the iteration order of the timeline's `set` of their interned ids."""
-        ids = {self.thread_order.get(t, -1 - i): t for i, t in enumerate(self.threads)}
-        return [ids[i] for i in set(ids)]
+        """The launching threads in the order the analysis visits them (first launch first)."""
+        return list(self.threads)
