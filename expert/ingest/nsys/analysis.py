@@ -301,9 +301,9 @@ class _Analysis:
         """Sweep the chosen devices, one at a time, through the shared analysis (rows streamed, never held)."""
         catalog, roof = self._catalog(), self._roof()
         cls = Classifier(catalog)
-        rows = sum(int(self.r.stats.get(k, 0)) for k in ("kernels", "memcpys", "memsets", "runtime_calls",
-                                                          "nvtx_events"))
-        tick = _ticker(self.progress, self.src.size or 0, 2 * rows)
+        acts = sum(int(self.r.stats.get(k, 0)) for k in ("kernels", "memcpys", "memsets"))
+        host = sum(int(self.r.stats.get(k, 0)) for k in ("runtime_calls", "nvtx_events"))
+        tick = _ticker(self.progress, self.src.size or 0, 2 * acts + host)  # two passes over the activities
         for dev in sorted(self.devices):
             self.per_device[dev] = self._device(dev, steps_by_proc, catalog, roof, cls, tick)
         done = sorted(self.per_device.items())
@@ -318,7 +318,7 @@ class _Analysis:
         procs = self.devices.get(dev, set())
         loader = self._loader_spans(dev)
         host = HostSweep(self.x, dev, procs, cls)
-        host.sweep(catalog.analysis.event_free_gap_us / 2)
+        host.sweep(catalog.analysis.event_free_gap_us / 2, tick)
         gpu = GpuSweep(self.x, host, dev, catalog, cls, loader, self.kernel_wait_us, tick)
         candidates = [p for p in procs if p in steps_by_proc] or (list(steps_by_proc) if len(steps_by_proc) == 1
                                                                   else [])

@@ -11,7 +11,7 @@ range around a call is the first on the stack that ends after it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..intervals import Interval
@@ -212,7 +212,7 @@ class HostSweep:
             return x.conn.execute(sql)
 
     # -- the first sweep -----------------------------------------------------------------------------------------
-    def sweep(self, steady_slack: float) -> None:
+    def sweep(self, steady_slack: float, tick: Callable[[int], None] | None = None) -> None:
         """Attribute launch calls to operators (temp.dam_attr: call rowid -> operator and module NVTX rowids), write
         the host-activity union (temp.dam_host) and the union of blocking calls (temp.dam_sync) of the launching
         threads; keep the host activity merged across gaps up to `steady_slack` (for the steady-state window)."""
@@ -267,8 +267,10 @@ class HostSweep:
             pending.clear()
 
         with x.guard():
-            for start, end, th, code, rowid in self._sweep_rows():
+            for n, (start, end, th, code, rowid) in enumerate(self._sweep_rows(), 1):
                 s = start / 1000.0
+                if tick is not None and not n & 65535:
+                    tick(65536)
                 if code >= 8:
                     if pending:
                         resolve()
