@@ -11,10 +11,11 @@ range around a call is the first on the stack that ends after it."""
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..intervals import Interval
+from ..intervals import Interval, union
 from ..timeline.classes import Classifier
 from ..timeline.streams import UnionStream
 from .schema import KERNEL_T, MEMCPY_T, MEMSET_T, NVTX_T, RUNTIME_T, STRINGS_T
@@ -26,6 +27,21 @@ OPERATOR = "aten::"
 """NVTX ranges emit_nvtx names after the operator that ran (the CPU operators of a Kineto trace)."""
 MODULE = "nn.Module: "
 _BATCH = 4096
+
+
+class _Pairs:
+    """Intervals as pairs of doubles."""
+
+    def __init__(self) -> None:
+        self.flat = array("d")
+
+    def append_pair(self, s: float, e: float) -> None:
+        self.flat.append(s)
+        self.flat.append(e)
+
+    def pairs(self) -> Iterator[Interval]:
+        flat = self.flat
+        return ((flat[k], flat[k + 1]) for k in range(0, len(flat), 2))
 
 
 def ids_sql(values: Sequence[int] | set[int]) -> str:
@@ -221,7 +237,7 @@ class HostSweep:
         host_buf: list[Interval] = []
         sync_buf: list[Interval] = []
         attr_buf: list[tuple[int, int, int]] = []
-        steady_host = self.steady_host
+        steady_host, steady_sync_host = _Pairs(), _Pairs()
 
         def flush() -> None:
             with x.guard("writing temporary tables"):
@@ -235,8 +251,14 @@ class HostSweep:
                     conn.executemany("INSERT OR IGNORE INTO temp.dam_attr VALUES (?, ?, ?)", attr_buf)
                     attr_buf.clear()
 
+        # the steady state's host activity: the host and blocking-call unions, each merged across gaps up to the
+        # slack (filling gaps shorter than an event-free stretch changes no stretch), then their union
+        steady = UnionStream(steady_host.append_pair, slack=steady_slack)
+        steady_sync = UnionStream(steady_sync_host.append_pair, slack=steady_slack)
+
         def to_sync(s: float, e: float) -> None:
             sync_buf.append((s, e))
+            steady_sync.add(s, e)
             self.sync_intervals += 1
             if len(sync_buf) >= _BATCH:
                 flush()
@@ -244,7 +266,6 @@ class HostSweep:
         sync = UnionStream(to_sync)
         nan = math.nan
         hs = he = nan  # the host union's running interval (slack 0, empty ones skipped)
-        ss = se = nan  # the steady host union's (slack `steady_slack`)
         op_stacks: dict[int, list[tuple[float, float, int, int]]] = {}  # thread -> (end, start, rowid, module)
         mod_stacks: dict[int, list[tuple[float, float, int]]] = {}  # thread -> (end, start, rowid)
         pending: list[tuple[int, int, tuple[float, float, int, int]]] = []  # operators waiting for their module
@@ -275,15 +296,6 @@ class HostSweep:
                     if pending:
                         resolve()
                     e = s + (end - start) / 1000.0
-                    if e > s:
-                        if ss != ss:
-                            ss, se = s, e
-                        elif s <= se + steady_slack:
-                            if e > se:
-                                se = e
-                        else:
-                            steady_host.append((ss, se))
-                            ss, se = s, e
                     if code & 2:
                         sync.add(s, e)
                     elif e > s:
@@ -294,6 +306,7 @@ class HostSweep:
                                 he = e
                         else:
                             host_buf.append((hs, he))
+                            steady.add(hs, he)
                             if len(host_buf) >= batch:
                                 flush()
                             hs, he = s, e
@@ -310,27 +323,18 @@ class HostSweep:
                 e = end / 1000.0
                 if pending and s > pending_at:
                     resolve()
-                if not code & 1:  # operators, and ranges that launch nothing, are host activity
-                    if e > s:
-                        if ss != ss:
-                            ss, se = s, e
-                        elif s <= se + steady_slack:
-                            if e > se:
-                                se = e
-                        else:
-                            steady_host.append((ss, se))
-                            ss, se = s, e
-                    if e > s:
-                        if hs != hs:
-                            hs, he = s, e
-                        elif s <= he:
-                            if e > he:
-                                he = e
-                        else:
-                            host_buf.append((hs, he))
-                            if len(host_buf) >= batch:
-                                flush()
-                            hs, he = s, e
+                if not code & 1 and e > s:  # operators, and ranges that launch nothing, are host activity
+                    if hs != hs:
+                        hs, he = s, e
+                    elif s <= he:
+                        if e > he:
+                            he = e
+                    else:
+                        host_buf.append((hs, he))
+                        steady.add(hs, he)
+                        if len(host_buf) >= batch:
+                            flush()
+                        hs, he = s, e
                 if code == 0:
                     stack = op_stacks.get(th)
                     if stack is None:
@@ -351,9 +355,11 @@ class HostSweep:
             resolve()
         if hs == hs:
             host_buf.append((hs, he))
-        if ss == ss:
-            steady_host.append((ss, se))
+            steady.add(hs, he)
         sync.close()
+        steady.close()
+        steady_sync.close()
+        self.steady_host = union([*steady_host.pairs(), *steady_sync_host.pairs()])
         flush()
         conn.commit()
 
