@@ -1,6 +1,6 @@
 """Nsight Systems export ingestion benchmark: dam-expert against nsys-ai reading the same files.
 
-    python bench/bench_nsys.py [--repeat 3] [--no-nsys-ai] [--no-big] [--big-size-gb 1.0] [--src DIR]
+    python bench/bench_nsys.py [--repeat 3] [--no-nsys-ai] [--no-big] [--big-size-gb 1.0] [--src DIR] [--in-memory]
 
 Files: the real exports in ../shared/traces/nsys/ (2.7 MB and 2.4 MB two-GPU jobs, two small ones) and a synthetic
 export of --big-size-gb grown from mfu_2gpu_before.sqlite by bench/make_big_nsys.py (rows replicated, timestamps and
@@ -18,6 +18,11 @@ separate load call): dam-expert `expert.ingest_result(FILE)` (every fact, per-de
   its 1.4.4), found through a HOME whose ~/.duckdb/extensions points into that venv.
 - nsys-ai builds a Parquet cache beside the profile on first use (FILE.nsys-cache/). "cold" removes it before each
   run (what a first look at a profile costs); "warm" keeps it (a later query on the same profile).
+- nsys-ai is an optional baseline: when it cannot be installed (no package index), its rows are skipped with the
+  reason, and dam-expert's wall time and peak RSS are still measured.
+- --in-memory also runs the in-memory timeline analysis the nsys reader used before it streamed (every device's rows
+  held in a `timeline.Timeline`, then `timeline.analyse` and `cluster.device_rank` on the steady window), for the
+  before/after ratio in the same run.
 """
 
 from __future__ import annotations
@@ -102,14 +107,19 @@ def run_child(argv: list[str], repeat: int, env: dict[str, str] | None = None,
     return best
 
 
-def ensure_nsys_ai() -> tuple[Path, dict[str, str]]:
-    """The nsys-ai executable in its own venv, and the environment that lets DuckDB find its sqlite extension."""
+def ensure_nsys_ai() -> tuple[Path, dict[str, str]] | str:
+    """The nsys-ai executable in its own venv and the environment that lets DuckDB find its sqlite extension, or why
+    it is not available."""
     exe = VENV / "bin" / "nsys-ai"
     if not exe.exists():
         print(f"creating {VENV} (pip install nsys-ai duckdb==1.4.4 duckdb-ext-sqlite) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "nsys-ai", "duckdb==1.4.4",
-                        "duckdb-ext-sqlite"], check=True)
+        made = subprocess.run([sys.executable, "-m", "venv", str(VENV)], capture_output=True, text=True)
+        if made.returncode == 0:
+            made = subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "nsys-ai",
+                                   "duckdb==1.4.4", "duckdb-ext-sqlite"], capture_output=True, text=True)
+        if made.returncode != 0 or not exe.exists():
+            said = [ln for ln in (made.stderr + made.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
+            return f"pip could not install it ({said[-1].strip() if said else f'exit {made.returncode}'})"
     ext = next(VENV.glob("lib/python*/site-packages/duckdb_ext/extensions"), None)
     home = ROOT / "bench" / "data" / "nsys-ai-home"
     (home / ".duckdb").mkdir(parents=True, exist_ok=True)
@@ -118,6 +128,33 @@ def ensure_nsys_ai() -> tuple[Path, dict[str, str]]:
         link.symlink_to(ext)
     env = dict(os.environ, HOME=str(home))
     return exe, env
+
+
+IN_MEMORY = """
+import json, sys, time
+from pathlib import Path
+import expert
+from expert.ingest._source import Source
+from expert.ingest.nsys.adapter import device_timeline
+from expert.ingest.nsys.cluster import device_rank
+from expert.ingest.nsys.rows import open_export
+from expert.ingest.timeline import analyse, steady_window
+t0 = time.perf_counter()
+kb = expert.default_expert().kb
+t1 = time.perf_counter()
+util = {}
+with open_export(Source(Path(sys.argv[1]))) as (x, _):
+    first, last = x.extent() or (0.0, 0.0)
+    procs = x.device_processes()
+    for dev in sorted(procs):
+        tl = device_timeline(x, dev, x.activities([dev]), procs[dev], [])
+        windows = steady_window(tl, first, last, {dev}, kb.kernels).windows
+        a = analyse(tl, windows, {dev}, kb.kernels)
+        device_rank(tl, dev, windows, [], path="", name="", label="")
+        util[f"device {dev}"] = f"{a.idle['busy'] * 100:.1f}" if a else "?"
+        del tl
+print(json.dumps({"import_s": t1 - t0, "load_s": time.perf_counter() - t1, "util": util}))
+"""
 
 
 def drop_cache(profile: Path) -> None:
@@ -135,11 +172,17 @@ def row(label: str, data: dict[str, Any], mb: float) -> str:
             + failed)
 
 
-def compare(name: str, path: Path, mb: float, repeat: int, python: str, nsys_ai: tuple[Path, dict[str, str]] | None,
-            ) -> list[str]:
+def compare(name: str, path: Path, mb: float, repeat: int, python: str,
+            nsys_ai: tuple[Path, dict[str, str]] | None, in_memory: bool) -> list[str]:
     lines = []
     ours = run_child([python, "-c", OURS, str(path)], repeat)
     print(row("dam-expert ingest", ours, mb) + f"   ({ours['rows']:,} rows, {ours['facts']} facts)", flush=True)
+    lines.append(f"  {name}: dam-expert {ours['wall_s']:.2f} s wall, {ours['peak_rss_mb']:.1f} MB peak RSS")
+    if in_memory:
+        old = run_child([python, "-c", IN_MEMORY, str(path)], repeat)
+        print(row("in-memory timeline (before streaming)", old, mb), flush=True)
+        lines.append(f"  {name} streaming/in-memory: wall {ours['wall_s'] / old['wall_s']:.2f}, peak RSS "
+                     f"{ours['peak_rss_mb'] / old['peak_rss_mb']:.3f}")
     if nsys_ai is None:
         return lines
     exe, env = nsys_ai
@@ -150,9 +193,9 @@ def compare(name: str, path: Path, mb: float, repeat: int, python: str, nsys_ai:
     theirs = {f"device {d}": u for d, u in _UTIL.findall(cold["stdout"])}
     agree = ", ".join(f"{d} {ours['util'].get(d, '?')}% vs {u}%" for d, u in theirs.items())
     for label, other in (("cold", cold), ("warm", warm)):
-        lines.append(f"  {name} vs nsys-ai ({label}): {other['wall_s'] / ours['wall_s']:.1f}x faster, peak RSS "
-                     f"{ours['peak_rss_mb'] / other['peak_rss_mb']:.2f} of nsys-ai's")
-    lines.append(f"  busy share, ours (kernels+copies over the export) vs nsys-ai (kernels over each GPU's span): "
+        lines.append(f"  {name} dam-expert/nsys-ai ({label}): wall {ours['wall_s'] / other['wall_s']:.2f}, peak RSS "
+                     f"{ours['peak_rss_mb'] / other['peak_rss_mb']:.2f}")
+    lines.append(f"  busy share, ours (kernels+copies over the window) vs nsys-ai (kernels over each GPU's span): "
                  f"{agree}")
     drop_cache(path)
     return lines
@@ -168,13 +211,23 @@ def main() -> int:
     parser.add_argument("--no-big", action="store_true", help="skip the synthetic 1 GB export")
     parser.add_argument("--big-size-gb", type=float, default=1.0)
     parser.add_argument("--src", type=Path, default=REAL, help="folder of the real exports")
+    parser.add_argument("--in-memory", action="store_true",
+                        help="also run the in-memory timeline analysis (the reader before it streamed)")
     args = parser.parse_args()
     real = sorted(args.src.glob("*.sqlite")) if args.src.is_dir() else []
     if not real:
         print(f"bench_nsys: the real exports are missing ({args.src})", file=sys.stderr)
         return 2
     python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
-    nsys_ai = None if args.no_nsys_ai else ensure_nsys_ai()
+    nsys_ai: tuple[Path, dict[str, str]] | None = None
+    if args.no_nsys_ai:
+        print("nsys-ai: skipped (--no-nsys-ai)")
+    else:
+        found = ensure_nsys_ai()
+        if isinstance(found, str):
+            print(f"nsys-ai: not installed, skipped: {found}")
+        else:
+            nsys_ai = found
     print(f"cpus {os.cpu_count()}; {'':22s} {'load':>10s} {'process':>10s} {'MB/s':>13s} {'peak RSS':>12s}")
     summary: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:
@@ -183,7 +236,7 @@ def main() -> int:
             shutil.copyfile(src, path)
             mb = path.stat().st_size / 1e6
             print(f"{src.name}: {mb:.2f} MB")
-            summary += compare(src.name, path, mb, args.repeat, python, nsys_ai)
+            summary += compare(src.name, path, mb, args.repeat, python, nsys_ai, args.in_memory)
     if not args.no_big:
         big = BIG
         if not big.exists() or big.stat().st_size < args.big_size_gb * 1e9:
@@ -192,7 +245,7 @@ def main() -> int:
                             str(big)], check=True)
         mb = big.stat().st_size / 1e6
         print(f"{big.name} (synthetic): {mb:.0f} MB")
-        summary += compare(big.name, big, mb, 1, python, nsys_ai)
+        summary += compare(big.name, big, mb, 1, python, nsys_ai, args.in_memory)
     print("\n".join(summary))
     return 0
 

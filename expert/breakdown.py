@@ -1,6 +1,6 @@
 """Where the GPU time of a profiled window goes: the models `dam ingest` and the report carry as `time_breakdown`.
 
-Produced by the trace readers (expert/ingest/timeline.py does the analysis; kineto.py and other readers fill it), kept
+Produced by the trace readers (expert/ingest/timeline/ does the analysis; kineto.py and other readers fill it), kept
 in observation files written by `dam ingest --as json|yaml`, and attached to `Report.time_breakdown`. Every number is
 rounded once when it is made, so JSON round trips are exact. Times in the `window` are microseconds from the first
 event of the trace (the same origin as `--window`, which takes seconds).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from expert.ingest import ingest_result, nsys
 from expert.ingest._source import Source
 from expert.ingest.intervals import total, union
 
-NSYS = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys"
+NSYS = Path(os.environ.get("DAM_SHARED") or Path(__file__).resolve().parents[1].parent / "shared") / "traces" / "nsys"
 ALL = sorted(NSYS.glob("*.sqlite")) if NSYS.is_dir() else []
 pytestmark = pytest.mark.skipif(not ALL, reason=f"the shared real nsys exports are not at {NSYS}")
 

@@ -1,4 +1,4 @@
-"""The format-neutral timeline analysis (expert/ingest/timeline.py) on plain records, as any reader would fill it."""
+"""The format-neutral timeline analysis (expert/ingest/timeline/) on plain records, as any reader would fill it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 import expert
 from expert.ingest.opflops import OpShapes
-from expert.ingest.timeline import Cover, Timeline, _Classifier, analyse, steady_window, step_windows, subtract
+from expert.ingest.timeline import Classifier, Cover, Timeline, analyse, steady_window, step_windows, subtract
 
 CATALOG = expert.default_expert().kb.kernels
 assert CATALOG is not None
@@ -43,7 +43,7 @@ assert CATALOG is not None
 def test_kernel_classes_from_cuda_and_rocm_names(name: str, kind: str, expected: str) -> None:
     tl = Timeline()
     tl.add_gpu(name, 0, 1, device=0, kind=kind)
-    assert _Classifier(CATALOG).of(tl.names, tl.g_name[0], tl.g_kind[0]) == expected
+    assert Classifier(CATALOG).of(tl.names, tl.g_name[0], tl.g_kind[0]) == expected
 
 
 def test_cover_and_subtract() -> None:

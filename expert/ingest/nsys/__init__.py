@@ -7,8 +7,12 @@ Kineto trace, from the same analysis, with the same provenance.
   `RuntimeCall`, `SyncSpan`, `Range`): GPU activities ordered by (device, start) with their launch call joined by
   correlation id inside SQLite; opening a stream, a compressed file or a .nsys-rep (with `nsys` on PATH);
 - `steps`: NVTX ranges as steps (named like steps and repeating, or `--step-range NAME`), DataLoader ranges;
-- `adapter`: one device's records as the `timeline.Timeline` the Kineto reader fills, so `timeline.analyse` (busy
-  share, idle gaps and their causes, kernel classes, top kernels and operators, steady window) runs on them;
+- `host_sweep`, `gpu_sweep`, `analysis_sweep`: one device at a time, its rows swept from SQLite in time order into
+  the shared trace analysis (`timeline.analysis`, `timeline.breakdown`: busy share, idle gaps and their causes, kernel
+  classes, top kernels and operators, steady or step window) from running sums and streamed interval sets, so memory
+  does not grow with the rows; the numbers are those of the in-memory analysis of the same rows;
+- `adapter`: one device's records as the in-memory `timeline.Timeline` the Kineto reader fills (the reference the
+  sweeps are tested against, and the bench's before/after baseline);
 - `cluster`: with several devices, each device as a rank (`rank_trace.RankTrace`) for `ranks.analyse`: NCCL kernels
   as communication, the device the others wait for, sync wait, compute and step-time skew;
 - `analysis`: the facts (`FACTS`), averaged over the devices as the Kineto reader does.

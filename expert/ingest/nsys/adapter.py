@@ -5,8 +5,11 @@ Mapping (nsys -> Timeline): kernels, memcpys and memsets -> GPU activities (host
 pinned from srcKind); CUPTI_ACTIVITY_KIND_RUNTIME -> runtime calls on their host thread (globalTid), matched to the
 activities by correlation id within a process; NVTX ranges -> operators when emit_nvtx names them after an ATen
 operator (`aten::mm, seq = 3, op_id = 5` -> `aten::mm`), else host spans (user annotations, as Kineto's
-user_annotation events); DataLoader `__next__` ranges -> loader spans. A device is built and analysed at a time, so
-memory holds one device's rows in arrays, never Python objects per row.
+user_annotation events); DataLoader `__next__` ranges -> loader spans.
+
+The export's facts come from the streaming sweeps (host_sweep, gpu_sweep, analysis_sweep), which hold no rows; this
+in-memory timeline of the same rows is their reference: tests/test_nsys_stream.py checks that both give the same
+numbers, and bench/bench_nsys.py --in-memory measures it as the before/after baseline.
 """
 
 from __future__ import annotations

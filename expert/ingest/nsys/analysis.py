@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
 from typing import Any
 
 from ...breakdown import TraceWindow
@@ -26,11 +25,13 @@ from .._result import FileResult, JobResult, Measured, Scalar
 from .._source import Progress, Source
 from ..intervals import Interval, overlap, total, union
 from ..rank_trace import RankTrace
-from ..records import GpuActivity
-from ..timeline import Roof, TimelineAnalysis, steady_window, step_windows
-from ..timeline import analyse as analyse_timeline
-from .adapter import device_timeline
-from .cluster import CLUSTER_FACTS, COMM_FACTS, device_rank, job_facts
+from ..timeline.classes import Classifier
+from ..timeline.result import TimelineAnalysis
+from ..timeline.roofline import Roof
+from .analysis_sweep import analyse_device
+from .cluster import CLUSTER_FACTS, COMM_FACTS, job_facts
+from .gpu_sweep import GpuSweep
+from .host_sweep import HostSweep
 from .rows import NsysExport, open_export
 from .schema import (
     COPY_ENUM_T,
@@ -76,6 +77,8 @@ class DeviceResult:
     analysis: TimelineAnalysis | None
     result: FileResult
     rank: RankTrace
+    loader: list[Interval] = field(default_factory=list)
+    """The DataLoader spans of the processes driving the device (input waits in the idle split)."""
 
 
 @dataclass
@@ -295,35 +298,37 @@ class _Analysis:
                     bandwidth_gbs=hw.memory_bandwidth_gbs)
 
     def _analyse_devices(self, steps_by_proc: dict[int, StepList]) -> None:
-        """Stream the chosen devices' activities, one device at a time, through the shared analysis."""
-        stream: Iterator[GpuActivity] = self.x.activities(sorted(self.devices))
-        if self.progress is not None and self.src.size:
-            stream = _reporting(stream, self.progress, self.src.size, int(self.r.stats.get("kernels", 0))
-                                + int(self.r.stats.get("memcpys", 0)) + int(self.r.stats.get("memsets", 0)))
+        """Sweep the chosen devices, one at a time, through the shared analysis (rows streamed, never held)."""
         catalog, roof = self._catalog(), self._roof()
-        for dev, acts in groupby(stream, key=lambda a: a.device):
-            if dev in self.devices:
-                self.per_device[dev] = self._device(dev, acts, steps_by_proc, catalog, roof)
+        cls = Classifier(catalog)
+        acts = sum(int(self.r.stats.get(k, 0)) for k in ("kernels", "memcpys", "memsets"))
+        host = sum(int(self.r.stats.get(k, 0)) for k in ("runtime_calls", "nvtx_events"))
+        tick = _ticker(self.progress, self.src.size or 0, 2 * acts + host)  # two passes over the activities
+        for dev in sorted(self.devices):
+            self.per_device[dev] = self._device(dev, steps_by_proc, catalog, roof, cls, tick)
         done = sorted(self.per_device.items())
         labels = [t.label for _, t in done if t.n_steps] or [t.label for _, t in done]
         self.label = labels[0] if labels else self.label  # the first device's (with steps, when some have them)
         span = sum(total(d.windows) for d in self.per_device.values()) / max(1, len(self.per_device))
         self.r.stats.update(window=self.label, window_s=round(span / 1e6, 6))
 
-    def _device(self, dev: int, acts: Iterator[GpuActivity], steps_by_proc: dict[int, StepList],
-                catalog: KernelCatalog, roof: Roof | None) -> DeviceResult:
+    def _device(self, dev: int, steps_by_proc: dict[int, StepList], catalog: KernelCatalog, roof: Roof | None,
+                cls: Classifier, tick: Callable[[int], None] | None) -> DeviceResult:
         assert self.nvtx is not None
         procs = self.devices.get(dev, set())
-        tl = device_timeline(self.x, dev, acts, procs, self._loader_spans(dev))
-        devices = {dev}
+        loader = self._loader_spans(dev)
+        host = HostSweep(self.x, dev, procs, cls)
+        host.sweep(catalog.analysis.event_free_gap_us / 2, tick)
+        gpu = GpuSweep(self.x, host, dev, catalog, cls, loader, self.kernel_wait_us, tick)
         candidates = [p for p in procs if p in steps_by_proc] or (list(steps_by_proc) if len(steps_by_proc) == 1
                                                                   else [])
+        lst = steps_by_proc[max(candidates, key=lambda p: len(steps_by_proc[p]))] if candidates else []
+        gpu.scan_windows(lst)
         numbered: list[tuple[int, float, float]] = []
         excluded = 0.0
         name = self.nvtx.step_name
         if candidates:
-            lst = steps_by_proc[max(candidates, key=lambda p: len(steps_by_proc[p]))]
-            numbered = [(self.nvtx.numbers[k], a, b) for k, a, b in step_windows(tl, lst, devices)]
+            numbered = [(self.nvtx.numbers[k], a, b) for k, a, b in gpu.step_windows(lst)]
         if numbered:
             windows = [(a, b) for _, a, b in numbered]
             n = len(numbered)
@@ -340,7 +345,7 @@ class _Analysis:
                          "(no NVTX step ranges)")
                 reason = f"the window given ({label})"
             else:
-                steady = steady_window(tl, self.first, self.last, devices, catalog)
+                steady = gpu.steady_window(self.first, self.last)
                 windows, excluded = steady.windows, steady.excluded_us
                 reason = steady.reason.replace("no ProfilerStep spans", "no NVTX step ranges")
                 label = (f"steady state {_fmt_s(windows[0][0] - self.first)}–{_fmt_s(windows[-1][1] - self.first)} "
@@ -349,8 +354,10 @@ class _Analysis:
                                    end_us=round(windows[-1][1] - self.first, 3), reason=reason, steps=n,
                                    excluded_us=round(excluded, 3))
         result = FileResult(path=self.src.label, name=self.src.name, format="nsys")
-        analysis = analyse_timeline(tl, windows, devices, catalog, roof=roof, source=self.src.name,
-                                    window=trace_window, steps=numbered, kernel_wait_us=self.kernel_wait_us)
+        analysis, rank = analyse_device(gpu, windows, roof=roof, source=self.src.name, window=trace_window,
+                                        steps=numbered, rank_steps=[k for k, _, _ in numbered],
+                                        path=f"{self.src.label}:device{dev}", name=f"{self.src.name} device {dev}",
+                                        label=label)
         if analysis is None:
             for fact in GPU_FACTS:
                 result.missing(fact, f"no GPU activity inside {label}")
@@ -360,10 +367,8 @@ class _Analysis:
                 result.missing("pageable_copy_frac", "the host-to-device copies do not say whether host memory was "
                                f"pinned (no srcKind column in {MEMCPY_T})")
         self._window_facts(result, windows, label, n)
-        rank = device_rank(tl, dev, windows, [k for k, _, _ in numbered], path=f"{self.src.label}:device{dev}",
-                           name=f"{self.src.name} device {dev}", label=label)
         self._comm(result, rank, label, n)
-        return DeviceResult(dev, windows, label, n, analysis, result, rank)
+        return DeviceResult(dev, windows, label, n, analysis, result, rank, loader)
 
     def _window_facts(self, result: FileResult, windows: list[Interval], label: str, n: int) -> None:
         """The window's size and, with steps, their spread (as a Kineto trace gives them)."""
@@ -549,13 +554,18 @@ def _combine(parts: list[FileResult], into: FileResult, devices: str) -> None:
                 into.not_derived[fact] = reason
 
 
-def _reporting(stream: Iterator[GpuActivity], progress: Progress, size: int, rows: int) -> Iterator[GpuActivity]:
-    """Pass the activities through, calling progress(bytes, size) in proportion to the rows read."""
-    step = 1 << 16
-    for i, act in enumerate(stream, start=1):
-        if i % step == 0 and rows:
-            progress(min(size, size * i // rows), size)
-        yield act
+def _ticker(progress: Progress | None, size: int, rows: int) -> Callable[[int], None] | None:
+    """A tick(rows done) that calls progress(bytes, size) in proportion to the rows swept (about `rows` in all)."""
+    if progress is None or not size or not rows:
+        return None
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(min(size, size * done // rows), size)
+
+    return tick
 
 
 def _in(windows: list[Interval], t: float) -> bool:

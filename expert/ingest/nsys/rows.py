@@ -50,10 +50,19 @@ class NsysExport(NsysSchema):
                 proc = "globalTid >> 24" if self.has(RUNTIME_T, "globalTid") else "-1"
                 with self.guard("indexing the runtime calls"):
                     self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_launch (c INTEGER NOT NULL, p INTEGER NOT "
-                                      "NULL, s INTEGER, PRIMARY KEY (c, p)) WITHOUT ROWID")
-                    self.conn.execute(f"INSERT OR IGNORE INTO temp.dam_launch SELECT correlationId, {proc}, start "
-                                      f"FROM {RUNTIME_T} WHERE correlationId IS NOT NULL")
+                                      "NULL, s INTEGER, e INTEGER, tid INTEGER, rid INTEGER, PRIMARY KEY (c, p)) "
+                                      "WITHOUT ROWID")
+                    self.conn.execute(f"INSERT OR IGNORE INTO temp.dam_launch SELECT correlationId, {proc}, start, "
+                                      f"\"end\", {self.thread_key(RUNTIME_T, 'globalTid')}, rowid FROM {RUNTIME_T} "
+                                      "WHERE correlationId IS NOT NULL")
         return self._launch_table
+
+    def thread_key(self, table: str, column: str, alias: str = "") -> str:
+        """The SQL of a row's host thread as one integer (its globalTid; -1 when unknown)."""
+        if not self.has(table, column):
+            return "-1"
+        col = f"{alias}.{column}" if alias else column
+        return f"(CASE WHEN {col} >= 0 THEN {col} ELSE -1 END)"
 
     def _launch_join(self, table: str) -> tuple[str, str]:
         """(launch-time expression, LEFT JOIN clause) matching an activity to its runtime call (r.c, r.p, r.s)."""

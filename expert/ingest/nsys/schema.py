@@ -59,6 +59,7 @@ class NsysSchema:
         self.missing_columns: dict[str, list[str]] = {}
         self.meta: dict[str, str] = {}
         self._launch_table: bool | None = None
+        self.named_modules: bool | None = None  # any `nn.Module:` NVTX range (found once, by the host sweep)
         try:
             self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0,
                                         check_same_thread=False)

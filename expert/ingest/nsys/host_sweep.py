@@ -1,0 +1,458 @@
+"""The host side of one device of an export, swept from SQLite in time order: the threads that launch its work,
+the operator (emit_nvtx's `aten::` NVTX range) behind each launch call, the union of host activity on those threads
+(operators, non-blocking runtime calls, NVTX ranges that launch nothing), the union of blocking calls, and what ran
+at given instants (for the host-compute idle gaps). Rows are never held: intervals leave as soon as they are final,
+into temporary SQLite tables (`temp.dam_host`, `temp.dam_sync`, `temp.dam_attr`) the GPU sweep reads back in order.
+
+Semantics follow the in-memory timeline analysis (`timeline.operators.Nesting`, `timeline.windows.host_intervals`):
+a per-thread stack of ranges pushed in (start, -end) order holds exactly the chain `Nesting` walks, so the innermost
+range around a call is the first on the stack that ends after it."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..intervals import Interval, union
+from ..timeline.classes import Classifier
+from ..timeline.streams import UnionStream
+from .schema import KERNEL_T, MEMCPY_T, MEMSET_T, NVTX_T, RUNTIME_T, STRINGS_T
+
+if TYPE_CHECKING:
+    from .rows import NsysExport
+
+OPERATOR = "aten::"
+"""NVTX ranges emit_nvtx names after the operator that ran (the CPU operators of a Kineto trace)."""
+MODULE = "nn.Module: "
+_BATCH = 4096
+
+
+class _Pairs:
+    """Intervals as pairs of doubles."""
+
+    def __init__(self) -> None:
+        self.flat = array("d")
+
+    def append_pair(self, s: float, e: float) -> None:
+        self.flat.append(s)
+        self.flat.append(e)
+
+    def pairs(self) -> Iterator[Interval]:
+        flat = self.flat
+        return ((flat[k], flat[k + 1]) for k in range(0, len(flat), 2))
+
+
+def ids_sql(values: Sequence[int] | set[int]) -> str:
+    return ",".join(str(int(v)) for v in sorted(values)) or "NULL"
+
+
+class HostSweep:
+    """The host rows of the processes `procs` that drive `device` (all processes when the export does not say)."""
+
+    def __init__(self, export: NsysExport, device: int, procs: set[int], cls: Classifier) -> None:
+        self.x, self.device, self.procs, self.cls = export, device, {p for p in procs if p >= 0}, cls
+        self.call_names: dict[int, str] = {}
+        self.blocking_ids: set[int] = set()
+        self.graph_ids: set[int] = set()
+        self.threads: list[int] = []  # launching threads (globalTid), in the timeline's set order once known
+        self.has_runtime = False
+        self.graph_launches = 0
+        self.steady_host: list[Interval] = []
+        self.sync_intervals = 0
+        self.max_nvtx_rowid = 0
+        self._prepare()
+
+    # -- SQL ---------------------------------------------------------------------------------------------------------
+    def _proc_filter(self, table: str, alias: str, column: str) -> str:
+        if not self.procs or not self.x.has(table, column):
+            return ""
+        return f" AND ({alias}.{column} >> 24) IN ({ids_sql(self.procs)})"
+
+    def activity_tables(self) -> Iterator[tuple[int, str]]:
+        for code, table in enumerate((KERNEL_T, MEMCPY_T, MEMSET_T)):
+            if self.x.has(table):
+                yield code, table
+
+    def _prepare(self) -> None:
+        x, conn = self.x, self.x.conn
+        with x.guard("indexing the launch calls"):
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_ml (rid INTEGER PRIMARY KEY, tid INTEGER, s INTEGER)")
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_ls (tid INTEGER, s INTEGER)")
+            conn.execute("CREATE INDEX IF NOT EXISTS temp.dam_ls_ts ON dam_ls (tid, s)")
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_host (s REAL, e REAL)")
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_sync (s REAL, e REAL)")
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_attr (rid INTEGER PRIMARY KEY, op INTEGER, module "
+                         "INTEGER)")
+            for table in ("dam_ml", "dam_ls", "dam_host", "dam_sync", "dam_attr"):
+                conn.execute(f"DELETE FROM temp.{table}")
+            for _, table in self.activity_tables():
+                _, join = x._launch_join(table)
+                if not join:
+                    continue
+                dev = x._col(table, "deviceId", "a", "0")
+                conn.execute(f"INSERT OR IGNORE INTO temp.dam_ml SELECT r.rid, r.tid, r.s FROM {table} a"
+                             f"{join.replace('LEFT JOIN', 'JOIN')} WHERE {dev} = {int(self.device)}")
+            matched = [int(t) for (t,) in conn.execute("SELECT DISTINCT tid FROM temp.dam_ml")]
+            rt = x.has(RUNTIME_T)
+            rt_tid = x.thread_key(RUNTIME_T, "globalTid", "r")
+            rt_where = "1" + self._proc_filter(RUNTIME_T, "r", "globalTid")
+            if rt:
+                self.has_runtime = conn.execute(f"SELECT 1 FROM {RUNTIME_T} r WHERE {rt_where} LIMIT 1").fetchone() \
+                    is not None
+            if matched:
+                conn.execute("INSERT INTO temp.dam_ls SELECT tid, s FROM temp.dam_ml")
+            elif self.has_runtime:  # no call matched: every call counts as a launch (timeline.windows.launch_starts)
+                conn.execute(f"INSERT INTO temp.dam_ls SELECT {rt_tid}, r.start FROM {RUNTIME_T} r WHERE {rt_where}")
+            # the launching threads, as the timeline finds them: those of matched calls, else every thread with
+            # runtime calls, else every thread with NVTX ranges (their order is settled by the sweeps: first launch)
+            if x.has(NVTX_T):
+                self.max_nvtx_rowid = int(conn.execute(f"SELECT max(rowid) FROM {NVTX_T}").fetchone()[0] or 0)
+            if matched:
+                launching = matched
+            elif self.has_runtime:
+                launching = [int(t) for (t,) in conn.execute(f"SELECT {rt_tid} FROM {RUNTIME_T} r WHERE {rt_where} "
+                                                             "GROUP BY 1 ORDER BY min(r.rowid)")]
+            else:
+                nv = self._nvtx()
+                launching = []
+                if nv is not None:
+                    _, join, tid, where = nv
+                    launching = [int(t) for (t,) in conn.execute(f"SELECT {tid} FROM {NVTX_T} n{join} WHERE {where} "
+                                                                 "GROUP BY 1 ORDER BY min(n.start)")]
+            self.threads = list(dict.fromkeys(launching))
+            if rt and x.has(RUNTIME_T, "nameId") and x.has(STRINGS_T):
+                self.call_names = x.strings(f"SELECT DISTINCT nameId FROM {RUNTIME_T}")
+            self.blocking_ids = {i for i, nm in self.call_names.items() if self.cls.blocking.search(nm)}
+            self.graph_ids = {i for i, nm in self.call_names.items() if self.cls.graph.search(nm)}
+            if self.graph_ids:
+                self.graph_launches = int(conn.execute(
+                    f"SELECT count(*) FROM {RUNTIME_T} r WHERE {rt_where} AND r.nameId IN "
+                    f"({ids_sql(self.graph_ids)})").fetchone()[0])
+        conn.commit()
+
+    def _nvtx(self) -> tuple[str, str, str, str] | None:
+        """(name expression, join, thread expression, WHERE) of the NVTX ranges the timeline reads of `procs`."""
+        if not self.x.has(NVTX_T):
+            return None
+        found = self.x._nvtx_name()
+        if found is None:
+            return None
+        name, join = found
+        tid = self.x.thread_key(NVTX_T, "globalTid", "n")
+        where = (f"n.\"end\" IS NOT NULL AND n.\"end\" >= n.start AND {name} IS NOT NULL"
+                 + self._proc_filter(NVTX_T, "n", "globalTid"))
+        return name, join, tid, where
+
+    def _rows(self, *, named: bool = False, near: str = "") -> Iterator[tuple[Any, ...]]:
+        """The NVTX ranges and runtime calls on the launching threads, by (start, ranges first, -end, rowid): (start,
+        end, thread, kind, flag, matched, name, rowid, 0|1). kind: 0 operator, 2 `nn.Module:` range, 3 other range
+        (flag: it contains a launch), 1 runtime call (flag: blocking; matched: it launched work on the device); name
+        (when `named`): the range's name, the call's name id. `near`: a filter keeping the rows around some instant
+        (formatted with the row's start and end columns)."""
+        x = self.x
+        threads = ids_sql(self.threads)
+        exact = -1 not in self.threads  # the threads are known: they imply the processes
+        parts: list[str] = []
+        nv = self._nvtx()
+        if nv is not None:
+            name, join, tid, where = nv
+            if exact and x.has(NVTX_T, "globalTid"):
+                tid, where = "n.globalTid", where.split(" AND (n.globalTid >> 24)")[0]
+            is_op = f"substr(nm, 1, {len(OPERATOR)}) = '{OPERATOR}'"
+            kind = f"CASE WHEN {is_op} THEN 0 WHEN substr(nm, 1, {len(MODULE)}) = '{MODULE}' THEN 2 ELSE 3 END"
+            launches = (f"CASE WHEN {is_op} THEN 0 ELSE EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = th AND "
+                        "l.s >= st AND l.s < en) END")
+            close = near.format(s="n.start", e="n.\"end\"") if near else ""
+            parts.append(f"SELECT st, en, th, {kind}, {launches}, 0, {'nm' if named else 'NULL'}, rw, 0 AS grp FROM "
+                         f"(SELECT n.start AS st, n.\"end\" AS en, {tid} AS th, {name} AS nm, n.rowid AS rw FROM "
+                         f"{NVTX_T} n{join} WHERE {where} AND {tid} IN ({threads}){close})")
+        if x.has(RUNTIME_T):
+            tid = x.thread_key(RUNTIME_T, "globalTid", "r")
+            procs = self._proc_filter(RUNTIME_T, "r", "globalTid")
+            if exact and x.has(RUNTIME_T, "globalTid"):
+                tid, procs = "r.globalTid", ""
+            name_id = "r.nameId" if x.has(RUNTIME_T, "nameId") else "-1"
+            blocking = f"{name_id} IN ({ids_sql(self.blocking_ids)})" if self.blocking_ids else "0"
+            close = near.format(s="r.start", e="r.\"end\"") if near else ""
+            parts.append(f"SELECT r.start, r.\"end\", {tid}, 1, {blocking}, r.rowid IN (SELECT rid FROM temp.dam_ml), "
+                         f"{name_id if named else 'NULL'}, r.rowid, 1 AS grp FROM {RUNTIME_T} r WHERE {tid} IN "
+                         f"({threads}){procs}{close}")
+        if not parts:
+            return iter(())
+        sql = " UNION ALL ".join(parts) + " ORDER BY 1, grp, 2 DESC, 8"
+        with x.guard():
+            return x.conn.execute(sql)
+
+    def _sweep_rows(self) -> Iterator[tuple[int, int, int, int, int]]:
+        """The rows of the first sweep, compact: (start, end, thread, code, rowid) by (start, ranges first, -end,
+        rowid). code: 0 operator; 4 + launches `nn.Module:` range, 6 + launches other range (launches: it contains a
+        launch call); 8 + 2 * blocking + matched a runtime call (matched: it launched work on the device)."""
+        x = self.x
+        threads = ids_sql(self.threads)
+        exact = -1 not in self.threads  # the threads are known: they imply the processes
+        parts: list[str] = []
+        cols = x.tables.get(NVTX_T, set())
+        if x.has(NVTX_T) and ("text" in cols or ("textId" in cols and x.has(STRINGS_T))):
+            tid = "n.globalTid" if exact and "globalTid" in cols else x.thread_key(NVTX_T, "globalTid", "n")
+            procs = "" if exact and "globalTid" in cols else self._proc_filter(NVTX_T, "n", "globalTid")
+            launches = (f"EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = {tid} AND l.s >= n.start AND "
+                        "l.s < n.\"end\")")
+            where = f"n.\"end\" IS NOT NULL AND n.\"end\" >= n.start AND {tid} IN ({threads}){procs}"
+            sources = []
+            if "text" in cols:  # names in the row (emit_nvtx's operators), then names in StringIds
+                sources.append(("n.text", "", "n.text IS NOT NULL"))
+            if "textId" in cols and x.has(STRINGS_T):
+                sources.append(("s.value", f" JOIN {STRINGS_T} s ON s.id = n.textId",
+                                "n.text IS NULL" if "text" in cols else "1"))
+            for name, join, which in sources:
+                code = (f"CASE WHEN substr({name}, 1, {len(OPERATOR)}) = '{OPERATOR}' THEN 0 WHEN substr({name}, 1, "
+                        f"{len(MODULE)}) = '{MODULE}' THEN 4 + {launches} ELSE 6 + {launches} END")
+                parts.append(f"SELECT n.start AS st, n.\"end\" AS en, {tid} AS th, {code} AS code, n.rowid AS rw FROM "
+                             f"{NVTX_T} n{join} WHERE {which} AND {name} IS NOT NULL AND {where}")
+        if x.has(RUNTIME_T):
+            tid = x.thread_key(RUNTIME_T, "globalTid", "r")
+            procs = self._proc_filter(RUNTIME_T, "r", "globalTid")
+            if exact and x.has(RUNTIME_T, "globalTid"):
+                tid, procs = "r.globalTid", ""
+            name_id = "r.nameId" if x.has(RUNTIME_T, "nameId") else "-1"
+            blocking = f"2 * ({name_id} IN ({ids_sql(self.blocking_ids)}))" if self.blocking_ids else "0"
+            parts.append(f"SELECT r.start AS st, r.\"end\" AS en, {tid} AS th, 8 + {blocking} + (r.rowid IN (SELECT "
+                         f"rid FROM temp.dam_ml)) AS code, r.rowid AS rw FROM {RUNTIME_T} r WHERE {tid} IN "
+                         f"({threads}){procs}")
+        if not parts:
+            return iter(())
+        sql = f"SELECT * FROM ({' UNION ALL '.join(parts)}) ORDER BY st, code >> 3, en DESC, rw"
+        with x.guard():
+            return x.conn.execute(sql)
+
+    # -- the first sweep -----------------------------------------------------------------------------------------
+    def sweep(self, steady_slack: float, tick: Callable[[int], None] | None = None) -> None:
+        """Attribute launch calls to operators (temp.dam_attr: call rowid -> operator and module NVTX rowids), write
+        the host-activity union (temp.dam_host) and the union of blocking calls (temp.dam_sync) of the launching
+        threads; keep the host activity merged across gaps up to `steady_slack` (for the steady-state window)."""
+        x = self.x
+        conn = x.conn
+        host_buf: list[Interval] = []
+        sync_buf: list[Interval] = []
+        attr_buf: list[tuple[int, int, int]] = []
+        steady_host, steady_sync_host = _Pairs(), _Pairs()
+
+        def flush() -> None:
+            with x.guard("writing temporary tables"):
+                if host_buf:
+                    conn.executemany("INSERT INTO temp.dam_host VALUES (?, ?)", host_buf)
+                    host_buf.clear()
+                if sync_buf:
+                    conn.executemany("INSERT INTO temp.dam_sync VALUES (?, ?)", sync_buf)
+                    sync_buf.clear()
+                if attr_buf:
+                    conn.executemany("INSERT OR IGNORE INTO temp.dam_attr VALUES (?, ?, ?)", attr_buf)
+                    attr_buf.clear()
+
+        # the steady state's host activity: the host and blocking-call unions, each merged across gaps up to the
+        # slack (filling gaps shorter than an event-free stretch changes no stretch), then their union
+        steady = UnionStream(steady_host.append_pair, slack=steady_slack)
+        steady_sync = UnionStream(steady_sync_host.append_pair, slack=steady_slack)
+
+        def to_sync(s: float, e: float) -> None:
+            sync_buf.append((s, e))
+            steady_sync.add(s, e)
+            self.sync_intervals += 1
+            if len(sync_buf) >= _BATCH:
+                flush()
+
+        sync = UnionStream(to_sync)
+        nan = math.nan
+        hs = he = nan  # the host union's running interval (slack 0, empty ones skipped)
+        op_stacks: dict[int, list[tuple[float, float, int, int]]] = {}  # thread -> (end, start, rowid, module)
+        mod_stacks: dict[int, list[tuple[float, float, int]]] = {}  # thread -> (end, start, rowid)
+        pending: list[tuple[int, int, tuple[float, float, int, int]]] = []  # operators waiting for their module
+        pending_at = -math.inf
+        modules = self._has_modules()
+        batch = _BATCH
+
+        def resolve() -> None:
+            for th, k, entry in pending:
+                stack = mod_stacks.get(th)
+                if not stack:
+                    continue
+                e, s = entry[0], entry[1]
+                for m_end, m_start, m_row in reversed(stack):
+                    if m_start <= s and m_end >= e:
+                        ops = op_stacks[th]
+                        if k < len(ops) and ops[k] is entry:
+                            ops[k] = (e, s, entry[2], m_row)
+                        break
+            pending.clear()
+
+        with x.guard():
+            for n, (start, end, th, code, rowid) in enumerate(self._sweep_rows(), 1):
+                s = start / 1000.0
+                if tick is not None and not n & 65535:
+                    tick(65536)
+                if code >= 8:
+                    if pending:
+                        resolve()
+                    e = s + (end - start) / 1000.0
+                    if code & 2:
+                        sync.add(s, e)
+                    elif e > s:
+                        if hs != hs:
+                            hs, he = s, e
+                        elif s <= he:
+                            if e > he:
+                                he = e
+                        else:
+                            host_buf.append((hs, he))
+                            steady.add(hs, he)
+                            if len(host_buf) >= batch:
+                                flush()
+                            hs, he = s, e
+                    if code & 1:
+                        ops = op_stacks.get(th)
+                        if ops:
+                            for entry in reversed(ops):
+                                if entry[0] >= e:
+                                    attr_buf.append((rowid, entry[2], entry[3]))
+                                    if len(attr_buf) >= batch:
+                                        flush()
+                                    break
+                    continue
+                e = end / 1000.0
+                if pending and s > pending_at:
+                    resolve()
+                if not code & 1 and e > s:  # operators, and ranges that launch nothing, are host activity
+                    if hs != hs:
+                        hs, he = s, e
+                    elif s <= he:
+                        if e > he:
+                            he = e
+                    else:
+                        host_buf.append((hs, he))
+                        steady.add(hs, he)
+                        if len(host_buf) >= batch:
+                            flush()
+                        hs, he = s, e
+                if code == 0:
+                    stack = op_stacks.get(th)
+                    if stack is None:
+                        stack = op_stacks[th] = []
+                    while stack and stack[-1][0] < e:
+                        stack.pop()
+                    entry = (e, s, rowid, -1)
+                    stack.append(entry)
+                    if modules:
+                        pending.append((th, len(stack) - 1, entry))
+                        pending_at = s
+                elif code < 6:
+                    stack_m = mod_stacks.setdefault(th, [])
+                    while stack_m and stack_m[-1][0] < e:
+                        stack_m.pop()
+                    stack_m.append((e, s, rowid))
+        if pending:
+            resolve()
+        if hs == hs:
+            host_buf.append((hs, he))
+            steady.add(hs, he)
+        sync.close()
+        steady.close()
+        steady_sync.close()
+        self.steady_host = union([*steady_host.pairs(), *steady_sync_host.pairs()])
+        flush()
+        conn.commit()
+
+    def _has_modules(self) -> bool:
+        """Whether any NVTX range is named `nn.Module: ...` (once per export)."""
+        found = self.x.named_modules
+        if found is None:
+            cols = self.x.tables.get(NVTX_T, set())
+            checks = []
+            if "text" in cols:
+                checks.append(f"SELECT 1 FROM {NVTX_T} WHERE substr(text, 1, {len(MODULE)}) = '{MODULE}' LIMIT 1")
+            if "textId" in cols and self.x.has(STRINGS_T):
+                checks.append(f"SELECT 1 FROM {STRINGS_T} WHERE substr(value, 1, {len(MODULE)}) = '{MODULE}' LIMIT 1")
+            with self.x.guard():
+                found = any(self.x.conn.execute(sql).fetchone() is not None for sql in checks)
+            self.x.named_modules = found
+        return found
+
+    # -- reading back --------------------------------------------------------------------------------------------
+    def stored(self, table: str) -> Iterator[Interval]:
+        """A temporary interval table in order (written sorted)."""
+        with self.x.guard():
+            yield from self.x.conn.execute(f"SELECT s, e FROM temp.{table} ORDER BY rowid")
+
+    # -- what ran at given instants ------------------------------------------------------------------------------
+    def at_instants(self, mids: Sequence[float]) -> Iterator[tuple[float, str]]:
+        """For each instant (sorted): the innermost operator or NVTX range on a launching thread around it, the one
+        that started last across threads (as `TimelineAnalysis` credits host-compute gaps), else the innermost
+        runtime call, else "runtime calls"; yields (instant, name)."""
+        conn = self.x.conn
+        with self.x.guard("writing temporary tables"):
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_mid (t REAL)")
+            conn.execute("DELETE FROM temp.dam_mid")
+            conn.executemany("INSERT INTO temp.dam_mid VALUES (?)", ((m,) for m in mids))
+            conn.execute("CREATE INDEX IF NOT EXISTS temp.dam_mid_t ON dam_mid (t)")
+            conn.commit()
+        # only rows around some instant can be innermost at one (a superset is harmless: the stacks still hold the
+        # chain of every instant); the test in SQL is widened by 1 ns either side of the microsecond conversion
+        near = (" AND EXISTS (SELECT 1 FROM temp.dam_mid m WHERE m.t >= ({s} - 1) / 1000.0 AND "
+                "m.t <= ({e} + 1) / 1000.0)")
+        ops: dict[int, list[tuple[float, float, str]]] = {}
+        spans: dict[int, list[tuple[float, float, str]]] = {}
+        calls: dict[int, list[tuple[float, float, str]]] = {}
+        order = [th for th in self._set_order()]
+        k = 0
+        names = self.call_names
+
+        def push(stacks: dict[int, list[tuple[float, float, str]]], th: int, s: float, e: float, nm: str) -> None:
+            stack = stacks.setdefault(th, [])
+            while stack and stack[-1][0] < e:
+                stack.pop()
+            stack.append((e, s, nm))
+
+        def innermost(stacks: dict[int, list[tuple[float, float, str]]], th: int,
+                      t: float) -> tuple[float, float, str] | None:
+            for item in reversed(stacks.get(th, ())):
+                if item[0] >= t:
+                    return item
+            return None
+
+        def answer(t: float) -> str:
+            best_start, best_name, found = -math.inf, "", False
+            for th in order:
+                o = innermost(ops, th, t)
+                if o is not None and o[1] > best_start:
+                    best_start, best_name, found = o[1], o[2], True
+                sp = innermost(spans, th, t)
+                if sp is not None and sp[1] > best_start:
+                    best_start, best_name, found = sp[1], sp[2], True
+            if found:
+                return best_name
+            for th in order:
+                c = innermost(calls, th, t)
+                if c is not None:
+                    return c[2]
+            return "runtime calls"
+
+        with self.x.guard():
+            for start, end, th, kind, _, _, name, _, _ in self._rows(named=True, near=near):
+                s = start / 1000.0
+                while k < len(mids) and mids[k] < s:
+                    yield mids[k], answer(mids[k])
+                    k += 1
+                if kind == 0:
+                    push(ops, th, s, end / 1000.0, str(name).split(",", 1)[0])
+                elif kind == 1:
+                    push(calls, th, s, s + (end - start) / 1000.0, names.get(name) or "")
+                else:
+                    push(spans, th, s, end / 1000.0, str(name))
+        while k < len(mids):
+            yield mids[k], answer(mids[k])
+            k += 1
+
+    def _set_order(self) -> list[int]:
+        """The launching threads in the order the analysis visits them (first launch first)."""
+        return list(self.threads)

@@ -1,0 +1,168 @@
+"""What the analysis of one window gives (`TimelineAnalysis`: idle split, kernels, copies, launches, the time
+breakdown) and the standard facts it adds to a FileResult, with provenance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...breakdown import TimeBreakdown
+
+if TYPE_CHECKING:
+    from .._result import FileResult
+
+
+@dataclass
+class DeviceIdle:
+    busy: float = 0.0
+    data: float = 0.0
+    launch: float = 0.0
+    host: float = 0.0
+    sync: float = 0.0
+    unattributed: float = 0.0
+    gpu_wait: float = 0.0
+    hta_host: float = 0.0
+    hta_kernel: float = 0.0
+    hta_other: float = 0.0
+    h2d: float = 0.0
+    comm: float = 0.0
+
+
+@dataclass
+class TimelineAnalysis:
+    """The numbers of one analysed window (shares of the window, averaged over the devices with activity)."""
+
+    span_us: float
+    devices: list[int]
+    activities: int
+    idle: dict[str, float]
+    kernels: int
+    kernel_mean_us: float | None
+    kernel_min_us: float | None
+    kernel_max_us: float | None
+    copies: dict[str, float]
+    has_comm: bool
+    has_runtime: bool
+    launches_matched: float
+    graph_launches: int
+    blocking_calls: int
+    blocking_share: float
+    breakdown: TimeBreakdown
+    facts: dict[str, Any] = field(default_factory=dict)  # the breakdown facts (top class, its ops, top op, ...)
+
+    def _applied(self, r: FileResult, file: str) -> None:
+        """applied_optimizations where the trace shows them: graph launches (cuda_graphs), and GEMM time mostly in
+        16-bit or narrower tensor-core kernels (lower_precision, knowledge_base/kernels.yaml low_precision_gemm)."""
+        applied: list[str] = []
+        how: list[str] = []
+        if self.graph_launches:
+            applied.append("cuda_graphs")
+            how.append(f"{self.graph_launches} cudaGraphLaunch/hipGraphLaunch calls (cuda_graphs)")
+        gemm, low = float(self.facts.get("_gemm_us") or 0.0), float(self.facts.get("_low_precision_gemm_us") or 0.0)
+        min_share = float(self.facts.get("_low_precision_min_share") or 1.0)
+        if gemm > 0 and low / gemm >= min_share:
+            applied.append("lower_precision")
+            how.append(f"{low / gemm:.0%} of GEMM time in bf16/fp16/fp8 tensor-core kernels (lower_precision)")
+        if applied:
+            r.add("applied_optimizations", ", ".join(applied), method="; ".join(how), file=file)
+        else:
+            r.missing("applied_optimizations", "no graph launches, and no GEMM time mostly in 16-bit or narrower "
+                      "tensor-core kernels")
+
+    def add_facts(self, r: FileResult, *, label: str, file: str, n_steps: int) -> None:
+        """The standard facts of a timeline, with provenance (method, window, devices, file), on a FileResult."""
+        idle = self.idle
+        devs = ",".join(map(str, self.devices))
+        common: dict[str, Any] = {"window": label, "devices": devs, "file": file}
+        if n_steps:
+            common["samples"] = n_steps
+        r.add("gpu_util", idle["busy"], method=f"union of {self.activities} kernel/memcpy/memset intervals over the "
+              "window", **common)
+        r.add("gpu_idle_gap_frac", 1.0 - idle["busy"] if idle["busy"] < 1 else 0.0,
+              method="window time with no kernel, memcpy or memset running",
+              idle_data_wait=round(idle["data"], 4), idle_host_wait=round(idle["hta_host"], 4),
+              idle_kernel_wait=round(idle["hta_kernel"], 4), idle_other=round(idle["hta_other"], 4),
+              idle_launch=round(idle["launch"], 4), idle_host_compute=round(idle["host"], 4),
+              idle_sync=round(idle["sync"], 4), idle_unattributed=round(idle["unattributed"], 4),
+              idle_gpu_wait=round(idle["gpu_wait"], 4), **common)
+        if not self.has_runtime or self.launches_matched == 0:
+            reason = ("GPU activities cannot be matched to their launch calls (no runtime events with correlation "
+                      "ids)")
+            r.missing("host_wait_frac", reason)
+        else:
+            r.add("host_wait_frac", idle["hta_host"], method="HTA idle breakdown: gaps whose next activity was "
+                  "launched after the previous one ended, less the part overlapping DataLoader waits",
+                  launches_matched=round(self.launches_matched, 4), **common)
+        split = ("idle gaps split by what the host was doing: DataLoader spans are input; a blocking call "
+                 "(synchronize, free, synchronous copy) in progress when the GPU ran dry, or during the gap, is sync; "
+                 "a gap of at most {t:g} us before a kernel launched after the GPU went idle is launch overhead; a "
+                 "longer one is host compute where operators or launch-free python functions ran on the launching "
+                 "threads, and unattributed where nothing did")
+        t = self.facts.get("_launch_gap_us", 50)
+        method = split.format(t=t)
+        for fact, key in (("launch_overhead_frac", "launch"), ("host_compute_frac", "host"),
+                          ("host_sync_frac", "sync"), ("unattributed_idle_frac", "unattributed")):
+            r.add(fact, min(1.0, max(0.0, idle[key])), method=method, gpu_wait=round(idle["gpu_wait"], 4), **common)
+        if self.facts.get("idle_host_ops"):
+            r.add("idle_host_ops", self.facts["idle_host_ops"], method="the innermost operator or launch-free python "
+                  "function around each stretch of host work inside the host-compute idle gaps, most idle time first",
+                  **common)
+        else:
+            r.missing("idle_host_ops", "no host-compute idle time in the window")
+        if self.kernels:
+            r.add("mean_kernel_us", max(self.kernel_mean_us or 0.0, 1e-3), method=f"mean duration of {self.kernels} "
+                  "kernels", min=self.kernel_min_us, max=self.kernel_max_us, **common)
+            if n_steps:
+                r.add("kernels_per_step", round(self.kernels / n_steps),
+                      method=f"{self.kernels} kernels over {n_steps} steps", **common)
+        else:
+            r.missing("mean_kernel_us", f"no kernels inside {label}")
+            r.missing("kernels_per_step", f"no kernels inside {label}")
+        r.add("trace_kernels", self.kernels, method="kernels starting inside the window", **common)
+        r.add("h2d_copy_frac", idle["h2d"], method="union of host-to-device memcpy intervals over the window", **common)
+        pageable, pinned, unknown = self.copies["pageable"], self.copies["pinned"], self.copies["unknown"]
+        if pageable + pinned > 0:
+            r.add("pageable_copy_frac", pageable / (pageable + pinned), method="Memcpy HtoD (Pageable -> Device) time "
+                  "over all host-to-device copy time", copy_us=round(pageable + pinned, 3), **common)
+        elif unknown > 0:
+            r.missing("pageable_copy_frac", "the host-to-device copies do not say whether host memory was pinned "
+                      "(e.g. ROCm names them Host -> Device)")
+        else:
+            r.missing("pageable_copy_frac", f"no host-to-device copies inside {label}")
+        r.add("comm_frac", idle["comm"], method="NCCL/RCCL kernel time not overlapped by other GPU work"
+              if self.has_comm else "no NCCL/RCCL kernels in the trace", **common)
+        r.add("uses_cuda_graphs", "yes" if self.graph_launches else "no",
+              method=f"{self.graph_launches} cudaGraphLaunch/hipGraphLaunch calls in the trace" if self.graph_launches
+              else "no cudaGraphLaunch/hipGraphLaunch call in the trace", file=file)
+        self._applied(r, file)
+        bd = self.breakdown
+        why = {"window": label, "file": file}
+        if bd.classes:
+            top = bd.classes[0]
+            r.add("top_kernel_class", top.class_, method="kernel class (knowledge_base/kernels.yaml) with the most "
+                  "GPU time", **why)
+            r.add("top_kernel_class_frac", top.share, method=f"{top.class_} GPU time over all GPU activity time "
+                  f"({bd.gpu_time_s:.4g} s)", **why)
+            if self.facts.get("top_class_ops"):
+                r.add("top_kernel_class_ops", self.facts["top_class_ops"], method=f"operators launching most "
+                      f"{top.class_} GPU time (runtime call by correlation id, then the operator that made it)", **why)
+            else:
+                r.missing("top_kernel_class_ops", "the kernels cannot be traced back to operators (no runtime calls "
+                          "or operators in the trace)")
+        if bd.memory_bound_share is not None:
+            r.add("memory_bound_kernel_frac", bd.memory_bound_share, method="GPU time in classes memory-bound by "
+                  "nature (" + ", ".join(c.class_ for c in bd.classes if c.memory_bound_by_nature) + ")", **why)
+        if bd.top_ops:
+            op = bd.top_ops[0]
+            r.add("top_op", op.name, method="operator with the most GPU time (kernels it launched)", **why)
+            r.add("top_op_frac", op.share, method=f"{op.name} GPU time over all GPU activity time", **why)
+            if op.pct_of_roof is not None:
+                r.add("top_op_pct_of_roof", op.pct_of_roof, method=f"{op.name}: achieved over the roofline "
+                      f"({bd.roof.hardware if bd.roof else '?'}, {op.dtype}) from its recorded shapes", **why)
+            else:
+                r.missing("top_op_pct_of_roof", f"{op.name}: no FLOP/byte count from its shapes, or no roof for the "
+                          "hardware and dtype")
+        else:
+            for fact in ("top_op", "top_op_frac", "top_op_pct_of_roof"):
+                r.missing(fact, "the kernels cannot be traced back to operators (no runtime calls or operators)")
+
