@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -100,6 +100,8 @@ class ParallelRead:
     workers: int
     peak_rss: dict[int, int]  # worker pid -> its peak resident size in bytes
     seconds: float
+    worker_cpu_s: float  # CPU time the workers spent on their ranges, all together
+    parent_cpu_s: float  # CPU time of this process (its own ranges, merging, unpickling), all threads
 
 
 def read(src: Source, workers: int, *, progress: Progress | None = None, range_bytes: int | None = None,
@@ -132,6 +134,8 @@ def read(src: Source, workers: int, *, progress: Progress | None = None, range_b
     meta: dict[str, Any] = {}
     read_bytes = len(BOUNDARY) * len(cuts)
     peaks: dict[int, int] = {}
+    worker_cpu = 0.0
+    parent_cpu = time.process_time()
 
     def add(part: _Collected, part_meta: dict[str, Any], n: int) -> None:
         nonlocal read_bytes
@@ -154,13 +158,15 @@ def read(src: Source, workers: int, *, progress: Progress | None = None, range_b
             k += 1
         if k < len(ranges):
             executor = pool.get(src, ranges[k])
-            futures = [executor.submit(_TASK, path, *ranges[j], j == 0, j == last, j) for j in range(k, len(ranges))]
-            for j, future in enumerate(futures, start=k):
-                part, part_meta, n, (pid, peak) = _wait(future, src, ranges[j], done, size, progress)
+            futures = deque(executor.submit(_TASK, path, *ranges[j], j == 0, j == last, j)
+                            for j in range(k, len(ranges)))
+            for j in range(k, len(ranges)):  # in file order; a merged partial is let go at once
+                part, part_meta, n, (pid, peak, cpu) = _wait(futures.popleft(), src, ranges[j], done, size, progress)
                 if part is None:
                     pool.stop()
                     return None
                 peaks[pid] = max(peaks.get(pid, 0), peak)
+                worker_cpu += cpu
                 add(part, part_meta, n)
     except BaseException:
         pool.stop()
@@ -168,10 +174,13 @@ def read(src: Source, workers: int, *, progress: Progress | None = None, range_b
     pool.stop()
     if progress is not None:
         progress(size, size)
-    seconds = time.perf_counter() - start
+    seconds, parent_cpu = time.perf_counter() - start, time.process_time() - parent_cpu
     _log.debug("%s: %d byte ranges read in %.3f s, %d of them by %d workers; peak RSS per worker %s MB", src.label,
-               len(ranges), seconds, len(ranges) - k, len(peaks), ", ".join(f"{p / 1e6:.0f}" for p in peaks.values()))
-    return ParallelRead(merged, meta, read_bytes, len(ranges), len(peaks), peaks, seconds)
+               len(ranges), seconds, len(ranges) - k, len(peaks), ", ".join(f"{p / 1e6:.0f}" for p in peaks.values()),
+               extra={"parallel": {"ranges": len(ranges), "by_workers": len(ranges) - k, "workers": len(peaks),
+                                   "peak_rss_mb": [round(p / 2**20, 1) for p in peaks.values()], "seconds": seconds,
+                                   "worker_cpu_s": worker_cpu, "parent_cpu_s": parent_cpu}})
+    return ParallelRead(merged, meta, read_bytes, len(ranges), len(peaks), peaks, seconds, worker_cpu, parent_cpu)
 
 
 class _Pool:
@@ -268,18 +277,20 @@ class _Range:
 
 
 def read_range(path: str, start: int, end: int, head: bool, tail: bool, slot: int) -> tuple[
-        _Collected | None, dict[str, Any], int, tuple[int, int]]:
+        _Collected | None, dict[str, Any], int, tuple[int, int, float]]:
     """Decode and collect the events of bytes [start, end) of a trace (head: the range starts the document; tail: it
-    ends it). Returns (partial or None when not in libkineto's layout, metadata, bytes read, (pid, peak RSS))."""
+    ends it). Returns (partial or None when not in libkineto's layout, metadata, bytes read, (pid, peak RSS in
+    bytes, CPU seconds spent))."""
+    cpu = time.process_time()
     c = _Collected()
     meta: dict[str, Any] = {}
     with open(path, "rb") as fh, gc_paused():
         try:
             _collect(_fast_batches(cast(IO[bytes], _Range(fh, start, end, slot)), meta, head=head, tail=tail), c)
         except NotFast:
-            return None, {}, 0, (os.getpid(), peak_rss())
+            return None, {}, 0, (os.getpid(), peak_rss(), time.process_time() - cpu)
     n = int(meta.pop("_bytes", 0))
-    return c, meta, n, (os.getpid(), peak_rss())
+    return c, meta, n, (os.getpid(), peak_rss(), time.process_time() - cpu)
 
 
 _TASK: Callable[..., Any] = read_range
