@@ -297,6 +297,19 @@ def test_a_failing_worker_is_a_clear_error_not_a_hang(trace: Path, monkeypatch: 
     assert "--workers 1" in message and "Traceback" not in message
 
 
+def die_at_start(done: Any) -> None:
+    """A worker initializer that dies before the worker takes any range."""
+    os._exit(4)
+
+
+def test_workers_that_cannot_start_leave_the_reading_to_this_process(trace: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_parallel, "_init_worker", die_at_start)
+    got = _within(60, lambda: kineto_parallel.read(Source(trace), 2, range_bytes=4096, parent_reads=False))
+    assert got is not None and got.workers == 0 and got.ranges > 2
+    assert columns(got.collected) == columns(sequential(trace)[0])
+
+
 def test_the_cli_exits_2_when_a_worker_dies(trace: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(kineto_parallel, "_TASK", crash_in_second_range)

@@ -13,7 +13,10 @@ pass's exactly: the same columns in the same order, the same ids and counts, hen
   first would cost the disk space or memory the streaming reader avoids;
 - a range not in libkineto's layout (NotFast in a worker) sends the whole file back to the one-process reader, which
   falls back to ijson as usual, so errors are located the same way;
-- a worker that dies (killed, out of memory) or fails is a clear error naming the byte range, never a hang;
+- workers that cannot start (a script that calls ingest outside `if __name__ == "__main__":`, which they would
+  re-run; no memory) leave the reading to this process: the same result, later;
+- a worker that dies while reading (killed, out of memory) or fails is a clear error naming the byte range, never a
+  hang (tests/test_ingest_parallel.py);
 - how many workers: `workers=` (`dam ingest --workers N`), else the DAM_INGEST_WORKERS environment variable, else the
   CPUs this process may use (bounded by the memory available); 1 reads in this process.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import multiprocessing
 import os
 import threading
 import time
@@ -60,8 +64,8 @@ def worker_count(src: Source, requested: int | None, min_bytes: int | None = Non
     (default PARALLEL_MIN_BYTES); else the request, DAM_INGEST_WORKERS, or the CPUs (bounded by memory)."""
     if requested is None:
         requested = _from_env()
-    if requested == 1 or src.path is None or src.size is None:
-        return 1
+    if requested == 1 or src.path is None or src.size is None or multiprocessing.current_process().daemon:
+        return 1  # (a daemonic process may not start workers)
     if src.size < (PARALLEL_MIN_BYTES if min_bytes is None else min_bytes):
         return 1
     try:
@@ -146,7 +150,12 @@ def read(src: Source, workers: int, *, progress: Progress | None = None, range_b
 
     try:
         k = 0
-        while parent_reads and k < len(ranges) and not pool.ready.is_set():
+        executor: ProcessPoolExecutor | None = None
+        while k < len(ranges):  # ranges are read here while the workers start (or all of them if they cannot)
+            if not parent_reads or pool.ready.is_set():
+                executor = pool.get()
+                if executor is not None:
+                    break
             part, part_meta, n, _ = read_range(path, *ranges[k], k == 0, k == last, k)
             if part is None:
                 pool.stop()
@@ -156,8 +165,7 @@ def read(src: Source, workers: int, *, progress: Progress | None = None, range_b
             if progress is not None:
                 progress(min(sum(done), size), size)
             k += 1
-        if k < len(ranges):
-            executor = pool.get(src, ranges[k])
+        if executor is not None:
             futures = deque(executor.submit(_TASK, path, *ranges[j], j == 0, j == last, j)
                             for j in range(k, len(ranges)))
             for j in range(k, len(ranges)):  # in file order; a merged partial is let go at once
@@ -191,6 +199,7 @@ class _Pool:
         self.ready = threading.Event()
         self._executor: ProcessPoolExecutor | None = None
         self._error: BaseException | None = None
+        self._warned = False
         self._thread = threading.Thread(target=self._start, args=(ctx, workers, done), name="dam-ingest-workers",
                                         daemon=True)
         self._thread.start()
@@ -206,12 +215,15 @@ class _Pool:
         finally:
             self.ready.set()
 
-    def get(self, src: Source, span: tuple[int, int]) -> ProcessPoolExecutor:
-        """The started pool (waiting for it); a failed start is a clear error."""
+    def get(self) -> ProcessPoolExecutor | None:
+        """The started pool (waiting for it), or None when the workers could not start (a daemonic process, a
+        script that calls ingest outside `if __name__ == "__main__":`, no memory): the caller reads in-process."""
         self.ready.wait()
         if self._error is not None or self._executor is None:
-            raise _failed(src, span, "could not start (killed, out of memory, or a script that calls ingest "
-                          "outside `if __name__ == \"__main__\":`?)") from self._error
+            if not self._warned:
+                self._warned = True
+                _log.info("worker processes could not start (%s); reading the trace in this process", self._error)
+            return None
         return self._executor
 
     def stop(self) -> None:
@@ -240,8 +252,7 @@ def _wait(future: Future[Any], src: Source, span: tuple[int, int], done: Any, si
         except (OverflowError, ObservationError):
             raise  # what the one-process reader raises too (kineto.parse words it)
         except BrokenProcessPool as exc:
-            raise _failed(src, span, "stopped unexpectedly (killed, out of memory, or a script that calls ingest "
-                          "outside `if __name__ == \"__main__\":`?)") from exc
+            raise _failed(src, span, "stopped unexpectedly (killed, or out of memory?)") from exc
         except Exception as exc:  # a bug or a resource failure in the worker
             raise _failed(src, span, f"failed: {type(exc).__name__}: {exc}") from exc
 
