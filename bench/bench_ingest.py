@@ -180,7 +180,7 @@ def scaling(python: str, old_root: Path | None, old_limit: int) -> bool:
             for n in sizes:
                 path = scaling_trace(Path(tmp) / f"{kind}_{n}.json", **{kind: n})
                 mb = path.stat().st_size / 1e6
-                ours = run_child([python, "-c", OURS, str(path), "auto"], 2 if n <= 1000 else 1)
+                ours = run_child([python, "-c", OURS, str(path), "auto"], 3)  # best of 3: start-up noise
                 per_unit.append(max(ours["load_s"] - one, 0.0) / (n - 1))
                 line = f"  {n:>10,d} {kind:7s} {mb:9.1f} {ours['load_s']:9.3f} s {per_unit[-1] * 1e6:7.1f} us"
                 if old_root is not None and n <= old_limit:
@@ -189,7 +189,11 @@ def scaling(python: str, old_root: Path | None, old_limit: int) -> bool:
                 elif old_root is not None:
                     line += f" {'(skipped: quadratic)':>22s}"
                 print(line, flush=True)
-            growth = per_unit[-1] / per_unit[1] if per_unit[1] > 0 else 1.0
+            if per_unit[1] <= 0:  # the middle size costs no more than one unit: nothing to compare against
+                print(f"  cost per {kind[:-1]} at {sizes[1]:,} is within start-up noise; at {sizes[-1]:,} "
+                      f"{per_unit[-1] * 1e6:.1f} us")
+                continue
+            growth = per_unit[-1] / per_unit[1]
             good = growth <= 1.5
             flat = flat and good
             print(f"  cost per {kind[:-1]} at {sizes[-1]:,} is {growth:.2f}x that at {sizes[1]:,} "

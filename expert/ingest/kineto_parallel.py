@@ -27,6 +27,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from array import array
@@ -130,7 +131,7 @@ def read(src: Source, workers: int, *, progress: Progress | None = None, range_b
         return None
     bounds = [0, *cuts, size]
     ranges = [(bounds[k] + (len(BOUNDARY) if k else 0), bounds[k + 1]) for k in range(len(bounds) - 1)]
-    path, last = str(src.path), len(ranges) - 1
+    path, last = os.path.abspath(src.path), len(ranges) - 1
     ctx = context()
     done = ctx.Array("q", len(ranges), lock=False)
     pool = _Pool(ctx, min(workers, len(ranges)), done)
@@ -267,6 +268,8 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(done: Any) -> None:
+    """A worker's start: the shared progress slots; Ctrl-C is left to the parent, which ends the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER["done"] = done
 
 
