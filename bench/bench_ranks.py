@@ -27,20 +27,20 @@ HolisticTraceAnalysis), so its dependencies never touch the project's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import big_trace, ensure_hta, measured_main, project_python  # the shared harness, beside this script
+from _harness import run_child as _run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DAM_SHARED") or ROOT.parent / "shared")
 SOURCE = SHARED / "traces" / "hta" / "trace_diff_control_control.json.gz"
 DATA = ROOT / "bench" / "data"
-HTA_VENV = ROOT / "bench" / ".venv-hta"
 
 OURS = """
 import json, sys, time
@@ -80,78 +80,10 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "ranks": ranks}))
 """
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants, summed (worker pools included)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
-
-
-def measure(argv: list[str]) -> None:
-    """Wrapper mode: run argv, then print its output and its peak memory: the largest sum of the resident sizes of
-    the process tree (sampled every 20 ms; with psutil), and getrusage's largest single descendant."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    tree_peak = 0
-    try:
-        import psutil  # noqa: F401 - optional: without it only the largest single process is known
-
-        sampling = True
-    except ImportError:
-        sampling = False
-    while sampling and proc.poll() is None:
-        tree_peak = max(tree_peak, _tree_rss(proc.pid))
-        time.sleep(0.02)
-    stdout, stderr = proc.communicate()
-    wall = time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    last = stdout.strip().splitlines()[-1] if stdout.strip() else "{}"
-    try:
-        data = json.loads(last)
-    except json.JSONDecodeError:
-        data = {}
-    single = peak_kib / 1024
-    data.update(rc=proc.returncode, wall_s=wall, peak_rss_mb=max(single, tree_peak / 2**20), largest_process_mb=single,
-                stderr=stderr[-3000:])
-    print(json.dumps(data))
-
-
 def run_child(argv: list[str], repeat: int) -> dict[str, Any]:
-    """Best (fastest) of `repeat` runs, each in a fresh wrapper process; peak RSS is the largest seen."""
-    best: dict[str, Any] | None = None
-    peak = 0.0
-    for _ in range(repeat):
-        out = subprocess.run([sys.executable, __file__, "--_measure", "--", *argv], capture_output=True, text=True,
-                             check=True)
-        data = json.loads(out.stdout.strip().splitlines()[-1])
-        if data["rc"] != 0:
-            raise SystemExit(f"benchmark child failed ({' '.join(argv[:3])} ...):\n{data['stderr']}")
-        peak = max(peak, data["peak_rss_mb"])
-        if best is None or data["wall_s"] < best["wall_s"]:
-            best = data
-    assert best is not None
-    best["peak_rss_mb"] = peak
-    return best
-
-
-def ensure_hta() -> Path:
-    python = HTA_VENV / "bin" / "python"
-    if not python.exists():
-        print(f"creating {HTA_VENV} (pip install HolisticTraceAnalysis) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "HolisticTraceAnalysis"], check=True)
-    return python
+    """Best (fastest) of `repeat` runs, each in a fresh wrapper process whose peak memory is that of the whole
+    process tree (worker processes included); see bench/_harness.py."""
+    return _run_child(__file__, argv, repeat, tree=True)
 
 
 def ensure_ranks(n: int) -> Path:
@@ -166,14 +98,7 @@ def ensure_ranks(n: int) -> Path:
 
 def ensure_big_ranks(n: int) -> Path:
     """N hard links to the ~1 GB synthetic trace (bench/make_big_trace.py), named rank0.json ... rank{N-1}.json."""
-    big = DATA / "big_trace.json"
-    if not big.is_file():
-        print(f"building {big} (~1 GB) from the real resnet50 traces ...", flush=True)
-        sys.path.insert(0, str(ROOT / "bench"))
-        import make_big_trace  # the real resnet50 traces laid end to end
-
-        make_big_trace.SOURCES = [SHARED / "traces" / "kineto-resnet50" / p.name for p in make_big_trace.SOURCES]
-        make_big_trace.build(big, int(1e9))
+    big = big_trace(1.0)  # the real resnet50 traces laid end to end (bench/make_big_trace.py)
     folder = DATA / f"big-ranks-{n}"
     folder.mkdir(parents=True, exist_ok=True)
     for r in range(n):
@@ -194,8 +119,7 @@ def hta_steps(folder: Path) -> str:
 
 
 def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--_measure":
-        measure(sys.argv[3:])
+    if measured_main():
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
@@ -208,7 +132,7 @@ def main() -> int:
     if not SOURCE.is_file():
         print(f"bench_ranks: the real rank trace is missing ({SOURCE}); set DAM_SHARED", file=sys.stderr)
         return 2
-    python = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").is_dir() else sys.executable
+    python = project_python()
     hta_python = None if args.no_hta else str(ensure_hta())
     env_note = f"cpus {os.cpu_count()}; source {SOURCE.name} ({SOURCE.stat().st_size / 1e6:.1f} MB gzip per rank)"
     print(env_note)

@@ -28,6 +28,7 @@ examples:
   dam diagnose --from trace.json.gz dcgm.txt       ingest and diagnose in one go
   dam ingest traces/                               the rank traces of a multi-GPU job, compared rank by rank
   dam ingest 'run/rank*.json' --workers 4          a glob; 4 processes read the ranks in parallel
+  dam ingest big_trace.json --workers 1            read a large trace in this process only
   dam diagnose --from traces/ allreduce_perf.txt   a job's ranks and an nccl-tests run of its GPUs
 
 A directory or glob of PyTorch profiler traces (one per rank, e.g. tensorboard_trace_handler's output) is grouped
@@ -38,6 +39,9 @@ median rank's node-level facts), in any order the files are given. Several jobs 
 For a profiler trace the table is followed by where the GPU time goes (kernel classes, top kernels and operators with
 their intensity and share of the roofline, why the GPU idles); --as json|yaml writes it as `time_breakdown`, which
 `dam diagnose FILE` carries into the report. Record with record_shapes=True for per-operator FLOPs.
+An uncompressed trace of 100 MB or more is decoded in worker processes, by byte range (the same result as one
+process; a .json.gz is read in one process, since gzip cannot be entered in the middle): --workers 1, or
+DAM_INGEST_WORKERS=1 in the environment, turns that off.
 Several files merge (a trace plus a DCGM log of the same run); when two measure the same fact the trace wins over
 DCGM, and DCGM over nvidia-smi. --format names the INPUT format; --as names the OUTPUT format.
 exit codes: 0 ingested, 2 unreadable or malformed input (the message names the file and line).
@@ -90,7 +94,9 @@ def add_input_options(p: argparse.ArgumentParser, *, format_flag: str = "--forma
     p.add_argument("--job", type=int, metavar="N",
                    help="with the rank traces of several jobs (or captures), which one to read (1 = earliest)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="processes reading rank traces in parallel (default: as many as CPUs and memory allow)")
+                   help="processes reading rank traces, or the byte ranges of one uncompressed trace of 100 MB or "
+                        "more, in parallel (default: $DAM_INGEST_WORKERS, else as many as CPUs and memory allow; "
+                        "1: one process)")
 
 
 def register(sub: Any) -> None:

@@ -90,7 +90,8 @@ def _as_range(value: StepRange | TimeWindow, what: str, *, integer: bool) -> tup
 def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | None, float | None] | None,
               window: tuple[float | None, float | None] | None, samples: tuple[float | None, float | None] | None,
               gpus: Sequence[int] | None, columns: Sequence[str] | None, progress: Progress | None,
-              nvtx_range: str | None = None, jobs: list[JobResult] | None = None) -> FileResult:
+              nvtx_range: str | None = None, jobs: list[JobResult] | None = None,
+              workers: int | None = None) -> FileResult:
     if fmt == "nsys":
         from . import nsys
 
@@ -109,7 +110,8 @@ def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | 
     if fmt == "kineto":
         from . import kineto
 
-        result = kineto.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, progress=progress)
+        result = kineto.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, progress=progress,
+                              workers=workers)
         if samples is not None:
             result.notes.append("--samples applies to telemetry logs; ignored for this trace")
         return result
@@ -154,7 +156,9 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     columns: the --query-gpu field list of an nvidia-smi CSV written with `noheader`.
     progress: called as progress(bytes_read, total_bytes) while large files are read.
     job:     with the traces of several jobs (or captures), which one (1-based, in time order) to read.
-    workers: processes reading rank traces in parallel (default: as many as CPUs and memory allow; 1: in-process).
+    workers: processes reading rank traces in parallel, or the byte ranges of one large uncompressed trace
+    (expert/ingest/kineto_parallel.py; default: as many as CPUs and memory allow, or $DAM_INGEST_WORKERS; 1: in
+    this process).
     job_progress: called as job_progress(job label, bytes_read, total_bytes) while a job's rank files are read.
 
     The traces of a multi-GPU job (PyTorch profiler traces with distributedInfo, or rank numbers in their names) are
@@ -196,7 +200,7 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
                                title="cannot read telemetry")
     export_jobs: list[JobResult] = []  # Nsight Systems exports with several devices (their facts are in the file)
     others = [_read_one(src, fmt, kb, steps=step_numbers, window=time_window, samples=sample_range, gpus=gpus,
-                        columns=columns, progress=progress, nvtx_range=nvtx_step, jobs=export_jobs)
+                        columns=columns, progress=progress, nvtx_range=nvtx_step, jobs=export_jobs, workers=workers)
               for src, fmt in zip(srcs, fmts, strict=True) if not (multi and fmt == "kineto")]
     merged_inputs = ([job_result.result] if job_result is not None else rank_files) + others
     raw, not_derived, merge_notes = merge(merged_inputs)

@@ -17,7 +17,9 @@ opflops.py); this module reads the format, chooses the window and adds what only
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 import zlib
 from bisect import bisect_right
 from collections import Counter
@@ -55,24 +57,38 @@ _NO_GPU = ("CPU-only trace: no kernel, memcpy or memset events "
 # no longer holds a microsecond, so durations vanish; a trace spanning more than a week is not one profiling session.
 _MAX_TS_US = float(2**53)
 _MAX_SPAN_US = 7 * 24 * 3600 * 1e6
+_log = logging.getLogger(__name__)
 
 
 def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None] | None = None,
           window: tuple[float | None, float | None] | None = None, gpus: Sequence[int] | None = None,
           progress: Progress | None = None, kernel_wait_us: float = KERNEL_WAIT_US,
-          engine: str = "auto", breakdown: bool = True) -> FileResult:
+          engine: str = "auto", breakdown: bool = True, workers: int | None = None,
+          parallel_min_bytes: int | None = None) -> FileResult:
     """Read a Kineto trace and derive the facts listed in `FACTS` (and `FileResult.time_breakdown`).
 
     engine: "auto" decodes libkineto's own layout in typed batches (msgspec) and falls back to "ijson" (any JSON
     layout, streamed) when the file is laid out otherwise or is malformed; "ijson" forces the general reader.
     breakdown: False skips the kernel classes, operators and shapes (what bench/bench_ingest.py compares against).
+    workers: processes decoding byte ranges of an uncompressed file of at least `parallel_min_bytes` (default
+    kineto_parallel.PARALLEL_MIN_BYTES, 100 MB) in libkineto's layout; None: $DAM_INGEST_WORKERS or the CPUs; 1: in
+    this process. The result is the same either way (kineto_parallel.py).
     """
     result = FileResult(path=src.label, name=src.name, format="kineto")
     collected: _Collected | None = None
     meta: dict[str, Any] = {}
     read = 0
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         if engine == "auto" and src.path is not None:
+            from . import kineto_parallel
+
+            n = kineto_parallel.worker_count(src, workers, parallel_min_bytes)
+            with gc_paused():
+                parallel = kineto_parallel.read(src, n, progress=progress) if n > 1 else None
+            if parallel is not None:
+                collected, meta, read = parallel.collected, parallel.meta, parallel.bytes
+        if collected is None and engine == "auto" and src.path is not None:
             collected = _Collected()
             try:
                 with src.open(progress) as fh, gc_paused():
@@ -87,6 +103,9 @@ def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None
             result.stats["reader"] = "ijson"
         else:
             result.stats["reader"] = "msgspec batches"
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        _log.debug("%s: events read in %.3f s (%.3f s of CPU in this process)", src.label, seconds, cpu,
+                   extra={"read_s": seconds, "read_cpu_s": cpu})
     except OverflowError as exc:  # an id past 64 bits in the typed arrays (a 2**70 correlation id)
         raise src.problem("an event's correlation id, external id, device or stream number does not fit in 64 bits",
                           hint="ids in a profiler trace are 64-bit integers; the trace is corrupt") from exc

@@ -4,7 +4,6 @@ spans), plus the few Kineto-only counts (ProfilerStep spans, with_flops estimate
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections import Counter
 from collections.abc import Iterable
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ._kineto_stream import step_number
+from ._kineto_stream import Tally, kept_events, step_number
 from .opflops import KNOWN_OPS, OpShapes
 from .timeline import H2D, PAGEABLE, PINNED, Timeline
 
@@ -31,14 +30,9 @@ _GPU_KIND = {_KERNEL: 0, _MEMCPY: 1, _MEMSET: 2}
 
 
 @dataclass
-class _Collected:
-    """What is kept from the event stream: the timeline, and the few Kineto-only facts."""
+class _Collected(Tally):
+    """What is kept from the event stream: the counts, the timeline, and the few Kineto-only facts."""
 
-    first: float = math.inf
-    last: float = -math.inf
-    events: int = 0
-    complete: int = 0
-    malformed: int = 0
     tl: Timeline = field(default_factory=Timeline)
     flops_ts: array[float] = field(default_factory=lambda: array("d"))
     flops: array[float] = field(default_factory=lambda: array("d"))
@@ -58,7 +52,6 @@ def _shapes(dims: bytes, types: bytes, concrete: bytes) -> OpShapes:
 
 def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
     """One pass over the events; keeps only what the analysis needs, in the timeline's columns."""
-    kinds: dict[Any, int] = {}
     tl = c.tl
     steps, loader, loader_iters = c.steps, tl.loader, c.loader_iters
     g_start, g_end, g_corr, g_dev, g_kind, g_flag = tl.g_start, tl.g_end, tl.g_corr, tl.g_dev, tl.g_kind, tl.g_flag
@@ -71,37 +64,7 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
     name_ids = tl._name_ids
     shape_ids = tl._shape_ids
     threads: dict[tuple[Any, Any], int] = {}
-    first, last = c.first, c.last
-    count = complete = malformed = 0
-    for ev in (ev for batch in batches for ev in batch):
-        count += 1
-        if ev.ph != "X":
-            continue
-        cat = ev.cat
-        try:
-            kind = kinds[cat]
-        except KeyError:
-            kind = _CATEGORIES.get(cat.lower(), _OTHER) if isinstance(cat, str) else _OTHER
-            kinds[cat] = kind
-        except TypeError:
-            kind = _OTHER
-        complete += 1
-        if kind == _OTHER:
-            continue
-        ts = ev.ts
-        dur = ev.dur
-        bad_ts = type(ts) is not float and type(ts) is not int
-        if bad_ts or (type(dur) is not float and type(dur) is not int) or dur < 0:
-            malformed += 1
-            continue
-        end = ts + dur
-        if ts < first:
-            first = ts
-        if end > last:
-            last = end
-        name = ev.name
-        if type(name) is not str:
-            name = ""
+    for kind, ev, ts, end, name in kept_events(batches, _CATEGORIES, _OTHER, c):
         args = ev.args
         if kind <= _PYTHON:
             key = (ev.pid, ev.tid)
@@ -208,7 +171,3 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected) -> None:
             nid = name_ids.get(name)
             g_name.append(nid if nid is not None else name_id(name))
             g_ext.append(ext2 if type(ext2) is int else -1)
-    c.first, c.last = first, last
-    c.events += count
-    c.complete += complete
-    c.malformed += malformed

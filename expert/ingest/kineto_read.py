@@ -11,7 +11,7 @@ from typing import IO, Any
 
 import msgspec
 
-from ._kineto_stream import fast_batches
+from ._kineto_stream import Document, Event, fast_batches
 
 _META_KEYS = re.compile(rb'"(deviceProperties|distributedInfo|with_flops)"\s*:\s*')
 _TAP_KEEP = 1 << 20
@@ -80,29 +80,12 @@ class _Args(msgspec.Struct, gc=False):
     concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
 
 
-class _Event(msgspec.Struct, gc=False):
-    """One trace event, reduced to the fields the analysis reads."""
+_Event = Event[_Args]
+"""One trace event, reduced to the fields the analysis reads."""
+_Document = Document[_Args]
+"""A whole (small) trace document, or its head or tail cut at an event boundary."""
 
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    ts: Any = None
-    dur: Any = None
-    pid: Any = None
-    tid: Any = None
-    args: _Args | None = None
-
-
-class _Document(msgspec.Struct):
-    """A whole (small) trace document, or its head or tail cut at an event boundary."""
-
-    traceEvents: list[_Event] = msgspec.field(default_factory=list)
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    with_flops: Any = None
-
-
-_SKIP = _Event()
+_SKIP: _Event = Event()
 
 
 def _raw(value: Any) -> msgspec.Raw:
@@ -120,8 +103,8 @@ def _from_dicts(items: Iterable[Any], batch: int = 8192) -> Iterator[list[_Event
             args = _Args(a.get("correlation"), a.get("device"), a.get("flops"), a.get("stream"),
                             a.get("External id"), a.get("external id"), _raw(a.get("Input Dims")),
                             _raw(a.get("Input type")), _raw(a.get("Concrete Inputs"))) if type(a) is dict else None
-            out.append(_Event("X", ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"),
-                              ev.get("tid"), args))
+            out.append(Event("X", ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"),
+                             ev.get("tid"), args))
         if len(out) >= batch:
             yield out
             out = []
@@ -133,9 +116,11 @@ _AS_LIST = msgspec.json.Decoder(list[_Event])
 _AS_DOC = msgspec.json.Decoder(_Document)
 
 
-def _fast_batches(fh: IO[bytes], meta: dict[str, Any]) -> Iterator[list[_Event]]:
-    """Events of a trace in libkineto's layout, decoded a few megabytes at a time (`_kineto_stream.fast_batches`);
-    the metadata goes into `meta`, the bytes read into `meta["_bytes"]`. Anything unexpected raises NotFast."""
+def _fast_batches(fh: IO[bytes], meta: dict[str, Any], *, head: bool = True,
+                  tail: bool = True) -> Iterator[list[_Event]]:
+    """Events of a trace in libkineto's layout, decoded a few megabytes at a time (`_kineto_stream.fast_batches`;
+    head/tail as there, for one byte range of the file); the metadata goes into `meta`, the bytes read into
+    `meta["_bytes"]`. Anything unexpected raises NotFast."""
 
     def opened(doc: _Document) -> list[_Event]:
         _keep_meta(doc, meta)
@@ -144,7 +129,7 @@ def _fast_batches(fh: IO[bytes], meta: dict[str, Any]) -> Iterator[list[_Event]]
     def counted(n: int) -> None:
         meta["_bytes"] = meta.get("_bytes", 0) + n
 
-    return fast_batches(fh, _AS_LIST, _AS_DOC, opened, counted)
+    return fast_batches(fh, _AS_LIST, _AS_DOC, opened, counted, head=head, tail=tail)
 
 
 def _keep_meta(doc: _Document, meta: dict[str, Any]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import multiprocessing
 import os
 import queue as queue_mod
 import re
@@ -27,6 +26,8 @@ from ..kb.knowledge import KnowledgeBase
 from . import JobProgress, distributed, rank_trace
 from ._result import FileResult
 from ._source import Progress, Source, SourceLike
+from ._workers import context
+from ._workers import mem_available as _mem_available
 from .rank_trace import RankTrace
 
 INPUT_SUFFIXES = (".json", ".json.gz", ".gz", ".csv", ".txt", ".log", ".out", ".prom")
@@ -110,9 +111,9 @@ def _worker_kb() -> KnowledgeBase:
 
 
 def read_one(src: Source, kb: KnowledgeBase, options: dict[str, Any],
-             progress: Callable[[int], None] | None = None) -> tuple[FileResult, RankTrace]:
+             progress: Callable[[int], None] | None = None, workers: int | None = None) -> tuple[FileResult, RankTrace]:
     """Both readings of one rank's trace: the per-file facts and the per-step figures. progress(bytes so far), each
-    reading counting for half of the file."""
+    reading counting for half of the file. workers: for `kineto.parse`'s byte ranges (1 inside a worker process)."""
     from . import kineto
 
     if src.path is None:  # a stream can be read once: spool it to a temporary file (disk, not memory)
@@ -125,12 +126,12 @@ def read_one(src: Source, kb: KnowledgeBase, options: dict[str, Any],
             spool.flush()
             spooled = Source(spool.name)
             spooled.label, spooled.name = src.label, src.name
-            return read_one(spooled, kb, options, progress)
+            return read_one(spooled, kb, options, progress, workers)
     size = src.size or 0
     first: Progress | None = (lambda done, total: progress(done // 2)) if progress else None
     second: Progress | None = (lambda done, total: progress((size + done) // 2)) if progress else None
     result = kineto.parse(src, kb, steps=options.get("steps"), window=options.get("window"),
-                          gpus=options.get("gpus"), progress=first)
+                          gpus=options.get("gpus"), progress=first, workers=workers)
     again = Source(src.path)
     again.label, again.name = src.label, src.name
     trace = rank_trace.read(again, steps=options.get("steps"), window=options.get("window"),
@@ -147,7 +148,7 @@ def _task(path: str, index: int, options: dict[str, Any]) -> tuple[FileResult, R
             last[0] = done
             q.put((index, done))
 
-    out = read_one(Source(path), _worker_kb(), options, report)
+    out = read_one(Source(path), _worker_kb(), options, report, workers=1)  # no pool inside a pool
     if q is not None:
         q.put((index, Path(path).stat().st_size))
     return out
@@ -165,17 +166,6 @@ def _json_size(path: Path) -> int:
     except OSError:
         return size
     return isize if isize >= size else size * 10  # a wrapped ISIZE: the file holds more than 4 GiB
-
-
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def worker_count(paths: Sequence[Path], requested: int | None) -> int:
@@ -196,16 +186,6 @@ def worker_count(paths: Sequence[Path], requested: int | None) -> int:
         per_worker = 150e6 + max(sizes) / 3
         n = min(n, max(1, int(available * 0.6 // per_worker)))
     return n
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    """forkserver where the platform has it (workers fork from a clean server that has imported the readers once),
-    else spawn; never fork, which would copy this process (an Expert, threads, open files) into every worker."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["expert.ingest.rank_reading", "expert.ingest.kineto"])
-        return ctx
-    return multiprocessing.get_context("spawn")
 
 
 def read_all(sources: Sequence[Source], kb: KnowledgeBase, options: dict[str, Any], *, workers: int | None = None,
@@ -235,10 +215,10 @@ def read_all(sources: Sequence[Source], kb: KnowledgeBase, options: dict[str, An
     pooled = [i for i, s in enumerate(sources) if s.path is not None] if n > 1 else []
     for i, src in enumerate(sources):
         if i not in pooled:
-            results[i] = read_one(src, kb, options, functools.partial(advance, i))
+            results[i] = read_one(src, kb, options, functools.partial(advance, i), workers)
             advance(i, sizes[i])
     if pooled:
-        ctx = _context()
+        ctx = context()
         progress_queue = ctx.Queue()
         with ProcessPoolExecutor(max_workers=min(n, len(pooled)), mp_context=ctx, initializer=_init_worker,
                                  initargs=(kb, progress_queue)) as pool:  # a knowledge base pickles in ~1 ms

@@ -33,7 +33,17 @@ from typing import IO, Any, Literal
 
 import msgspec
 
-from ._kineto_stream import NotFast, fast_batches, gc_paused, ijson_prefix, step_number
+from ._kineto_stream import (
+    Document,
+    Event,
+    NotFast,
+    Tally,
+    fast_batches,
+    gc_paused,
+    ijson_prefix,
+    kept_events,
+    step_number,
+)
 from ._source import Progress, Source
 from .distributed import Catalog, catalog
 from .intervals import Interval, intersect, union
@@ -103,30 +113,15 @@ class _Args(msgspec.Struct, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    ts: Any = None
-    dur: Any = None
-    pid: Any = None
-    tid: Any = None
-    args: _Args | None = None
-
-
-class _Document(msgspec.Struct):
-    traceEvents: list[_Event] = msgspec.field(default_factory=list)
-    distributedInfo: Any = None
-    host_name: Any = None
-    baseTimeNanoseconds: Any = None
+_Event = Event[_Args]
+_Document = Document[_Args]
 
 
 _META = ("distributedInfo", "host_name", "baseTimeNanoseconds")
+
+
 @dataclass
-class _Collected:
-    first: float = math.inf
-    last: float = -math.inf
-    events: int = 0
+class _Collected(Tally):
     steps: set[tuple[int, float, float]] = field(default_factory=set)
     r_corr: array[int] = field(default_factory=lambda: array("q"))
     r_ts: array[float] = field(default_factory=lambda: array("d"))
@@ -187,7 +182,7 @@ def _batches_ijson(fh: IO[bytes]) -> Iterator[list[_Event]]:
 
 def _from_dict(ev: Any) -> _Event:
     if type(ev) is not dict:
-        return _Event()
+        return Event()
     a = ev.get("args")
     args = None
     if type(a) is dict:
@@ -197,8 +192,8 @@ def _from_dict(ev: Any) -> _Event:
                      a.get("In msg nelems"), a.get("Out msg nelems"), a.get("Group size"), a.get("dtype"),
                      msgspec.Raw(msgspec.json.encode(dims)) if dims is not None else msgspec.Raw(b""),
                      msgspec.Raw(msgspec.json.encode(types)) if types is not None else msgspec.Raw(b""))
-    return _Event(ev.get("ph"), ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"),
-                  ev.get("tid"), args)
+    return Event(ev.get("ph"), ev.get("cat"), ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"),
+                 ev.get("tid"), args)
 
 
 def _number(x: Any) -> float | None:
@@ -234,35 +229,10 @@ def _span_size(cat: Catalog, args: _Args | None) -> float:
 
 def _collect(batches: Iterable[list[_Event]], c: _Collected, cat: Catalog) -> None:
     """One pass over the events, keeping what the rank figures need."""
-    kinds: dict[Any, int] = {}
     cpu_prefixes = tuple(cat.data.cpu_collective_prefixes)
     comm_ops = tuple(cat.data.cpu_comm_ops)
     comm_re, memory_re, not_compute_re = cat.comm, cat.memory, cat.not_compute
-    count = 0
-    for ev in (ev for batch in batches for ev in batch):
-        count += 1
-        if ev.ph != "X":
-            continue
-        kind_cat = ev.cat
-        try:
-            kind = kinds[kind_cat]
-        except KeyError:
-            kind = _CATEGORIES.get(kind_cat.lower(), _OTHER) if isinstance(kind_cat, str) else _OTHER
-            kinds[kind_cat] = kind
-        except TypeError:
-            kind = _OTHER
-        if kind == _OTHER:
-            continue
-        ts, dur = ev.ts, ev.dur
-        bad_ts = type(ts) is not float and type(ts) is not int
-        if bad_ts or (type(dur) is not float and type(dur) is not int) or dur < 0:
-            continue
-        end = ts + dur
-        if ts < c.first:
-            c.first = ts
-        if end > c.last:
-            c.last = end
-        name = ev.name if type(ev.name) is str else ""
+    for kind, ev, ts, end, name in kept_events(batches, _CATEGORIES, _OTHER, c):
         args = ev.args
         if kind == _RUNTIME:
             corr = args.correlation if args is not None else None
@@ -319,7 +289,6 @@ def _collect(batches: Iterable[list[_Event]], c: _Collected, cat: Catalog) -> No
                 c.o_ts.append(ts)
                 c.o_end.append(end)
                 c.o_tid.append(c.tids.setdefault(ev.tid, len(c.tids)))
-    c.events += count
 
 
 def read(src: Source, *, steps: tuple[int | None, int | None] | None = None,
