@@ -16,18 +16,15 @@ files) are grouped into jobs and compared rank by rank (`ranks`), and nccl-tests
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from functools import lru_cache
+from collections.abc import Sequence
 
 from ..errors import ObservationError, Problem
 from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import Observations, normalise
+from ._kb import default_kb as _default_kb
 from ._result import FileResult, IngestResult, JobResult, Measured
-from ._source import FORMAT_TITLES, FORMATS, Format, Progress, Source, SourceLike, sniff
+from ._source import FORMAT_TITLES, FORMATS, Format, JobProgress, Progress, Source, SourceLike, sniff
 from .merge import merge
-
-JobProgress = Callable[[str, int, "int | None"], None]
-"""Called as progress(job label, bytes read, bytes to read) while the rank files of a job are read."""
 
 StepRange = str | tuple[int | None, int | None] | None
 TimeWindow = str | tuple[float | None, float | None] | None
@@ -48,13 +45,6 @@ __all__ = [
 ]
 
 _RANGE = re.compile(r"^\s*([-+]?[0-9.eE+-]*)\s*(?::\s*([-+]?[0-9.eE+-]*)\s*)?$")
-
-
-@lru_cache(maxsize=1)
-def _default_kb() -> KnowledgeBase:
-    from .._resources import data_dir
-
-    return KnowledgeBase.load(data_dir("knowledge_base"))
 
 
 def parse_range(text: str, what: str, *, integer: bool) -> tuple[float | None, float | None]:

@@ -29,6 +29,13 @@ FORMAT_TITLES: dict[str, str] = {
 Progress = Callable[[int, int | None], None]
 """Called as progress(bytes_read, total_bytes_or_None) while a file is read (bytes as stored, i.e. compressed)."""
 
+# the head of nccl-tests output: its `# nThread N nGpus M` or `# Collective test starting` line (mpirun-tagged or not)
+NCCL_TESTS_START = re.compile(
+    r"^(?:\[\d+,\d+\]<stdout>:)?#\s*(?:nThread\s+\d+\s+nGpus\s+\d+|Collective test starting:)", re.MULTILINE)
+
+JobProgress = Callable[[str, int, "int | None"], None]
+"""Called as progress(job label, bytes read, bytes to read) while the rank files of a job are read."""
+
 SourceLike = str | os.PathLike[str] | IO[bytes] | IO[str]
 
 _SNIFF_BYTES = 64 * 1024
@@ -284,9 +291,7 @@ def sniff(src: Source) -> Format:
             raise src.problem("not UTF-8 text (binary data?)", hint=_WHAT) from exc
         text = head[: exc.start].decode("utf-8")
     stripped = text.lstrip("\ufeff \t\r\n")
-    from .nccl_tests import looks_like
-
-    if looks_like(stripped):  # before JSON: mpirun --tag-output lines start with "[1,0]<stdout>:"
+    if NCCL_TESTS_START.search(stripped):  # before JSON: mpirun --tag-output lines start with "[1,0]<stdout>:"
         return "nccl-tests"
     if stripped[:1] in ("{", "["):
         return "kineto"

@@ -14,7 +14,7 @@ from collections import Counter
 
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
-from ._source import Progress, Source
+from ._source import NCCL_TESTS_START, Progress, Source
 
 FACTS = ("nccl_bus_bandwidth", "hardware")
 _TEST = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -22,15 +22,13 @@ _DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(
                      r"\[[^\]]*\]\s+(.+?)\s*$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
-_START = re.compile(r"^(?:\[\d+,\d+\]<stdout>:)?#\s*(?:nThread\s+\d+\s+nGpus\s+\d+|Collective test starting:)",
-                    re.MULTILINE)
 _HINT = "the text nccl-tests prints (all_reduce_perf -b 8 -e 8G -f 2 -g 1 > allreduce.txt)"
 
 
 def looks_like(text: str) -> bool:
     """Whether the head of a text is nccl-tests output (its `# nThread N nGpus M` or `# Collective test starting`
     line, possibly after NCCL's INFO lines and with mpirun's [rank,0]<stdout>: tags)."""
-    return _START.search(text) is not None
+    return NCCL_TESTS_START.search(text) is not None
 
 
 def parse(src: Source, kb: KnowledgeBase, *, progress: Progress | None = None) -> FileResult:

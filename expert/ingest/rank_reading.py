@@ -23,9 +23,9 @@ from typing import Any
 
 from ..errors import ObservationError, Problem
 from ..kb.knowledge import KnowledgeBase
-from . import JobProgress, distributed, rank_trace
+from . import distributed, rank_trace
 from ._result import FileResult
-from ._source import Progress, Source, SourceLike
+from ._source import JobProgress, Progress, Source, SourceLike
 from ._workers import context
 from ._workers import mem_available as _mem_available
 from .rank_trace import RankTrace
@@ -103,7 +103,7 @@ def _init_worker(kb: KnowledgeBase | None, progress_queue: Any) -> None:
 def _worker_kb() -> KnowledgeBase:
     kb = _WORKER.get("kb")
     if kb is None:
-        from . import _default_kb
+        from ._kb import default_kb as _default_kb
 
         kb = _default_kb()
     assert isinstance(kb, KnowledgeBase)

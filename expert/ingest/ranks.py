@@ -27,8 +27,9 @@ from typing import Any
 
 from ..errors import ObservationError, Problem
 from ..observations.normalise import RankFigures
-from . import JobProgress, distributed
+from . import distributed
 from ._result import FileResult, JobResult, Measured, Scalar
+from ._source import JobProgress
 from .rank_reading import INPUT_SUFFIXES, expand, read_all, worker_count
 from .rank_trace import RankTrace
 

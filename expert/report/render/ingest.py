@@ -56,9 +56,9 @@ def job_table(result: IngestResult) -> Table | None:
 def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | None = None) -> None:
     """Print the ingested facts, the facts that could not be derived (and why), notes and per-file statistics."""
     if kb is None:
-        from ...ingest import _default_kb
+        from ...ingest._kb import default_kb
 
-        kb = _default_kb()
+        kb = default_kb()
     facts = Table(title="Observations", box=box.SIMPLE_HEAVY, title_justify="left")
     facts.add_column("fact", no_wrap=True, style="bold")
     facts.add_column("value", no_wrap=True)
