@@ -17,7 +17,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _default
+from . import _default, _interrupt  # noqa: F401  (_interrupt: Ctrl-C while the `dam` script imports exits 130)
 from ._version import __version__
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 
