@@ -11,13 +11,17 @@ The public names below are imported on first use, so `import expert` stays cheap
 
 from __future__ import annotations
 
+# isort: off
+from . import _interrupt  # noqa: F401  (first: Ctrl-C while the `dam` script imports exits 130, see there)
+
+# isort: on
 import importlib
 import sys
 import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _default, _interrupt  # noqa: F401  (_interrupt: Ctrl-C while the `dam` script imports exits 130)
+from . import _default
 from ._version import __version__
 from .errors import EngineError, ExpertError, KnowledgeBaseError, ObservationError, Problem
 

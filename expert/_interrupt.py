@@ -3,21 +3,20 @@
 The console script imports `expert.commands` (and so this package) before `main()` can catch KeyboardInterrupt, and
 those imports (rich, pydantic, the rules) take a noticeable part of a second. While the process is the `dam` script
 and `main()` has not started, SIGINT is handled here; `main()` restores Python's own handler first thing. A library
-user's process (whose main module is not the `dam` script) is never touched.
+user's process (whose main module is not the `dam` script) is never touched. This module is the first the package
+imports, and imports nothing that Python has not loaded at start-up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
-from typing import Any
 
 _SCRIPTS = frozenset({"dam", "dam.exe", "dam-script.py"})
 
 
-def _interrupted(signum: int, frame: Any) -> None:
+def _interrupted(signum: int, frame: object) -> None:
     os.write(2, b"interrupted\n")
     os._exit(130)
 
@@ -27,8 +26,10 @@ def guard_startup() -> None:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None) or ""
     if os.path.basename(path) in _SCRIPTS and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        with contextlib.suppress(ValueError):  # not the main thread
+        try:  # noqa: SIM105 - contextlib would be one more import before the guard is up
             signal.signal(signal.SIGINT, _interrupted)
+        except ValueError:  # not the main thread
+            pass
 
 
 def end_startup() -> None:
