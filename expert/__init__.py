@@ -11,6 +11,10 @@ The public names below are imported on first use, so `import expert` stays cheap
 
 from __future__ import annotations
 
+# isort: off
+from . import _interrupt  # noqa: F401  (first: Ctrl-C while the `dam` script imports exits 130, see there)
+
+# isort: on
 import importlib
 import sys
 import types

@@ -45,6 +45,10 @@ REFUSED = [
     ("dcgmi_dmon.txt", "GPU 0     98", "GPU ²     98", ["entity", "GPU ²"]),
     ("dcgmi_dmon.txt", "0.812", "1e999", ["SMACT", "not a number"]),
     ("dcgm_exporter.prom", 'DCGM_FI_DEV_GPU_UTIL{gpu="0"', 'DCGM_FI_DEV_GPU_UTIL{gpu="²"', ["label gpu", "'²'"]),
+    # found by tests/test_fuzz_inputs.py: a Unicode digit in a size was a ValueError traceback, an overflowing busbw
+    # "NaN and infinity are not measurements" without the file
+    ("nccl_tests_all_reduce_h100.txt", "    16777216   ", "    ²6777216   ", ["column size", "'²6777216'", ":20:"]),
+    ("nccl_tests_all_reduce_h100.txt", "471.45", "1e309", ["column busbw", "'1e309'", "not a finite number"]),
 ]
 
 
@@ -58,6 +62,14 @@ def test_hostile_values_are_clear_errors(tmp_path: Path, fixture: str, old: str,
     assert path.name in result.stderr
     for needle in needles:
         assert needle in result.stderr, result.stderr
+
+
+def test_a_garbled_nccl_average_is_left_out_not_a_traceback(tmp_path: Path) -> None:
+    """The `# Avg bus bandwidth` line is a summary the expert does not need: "3..0" there used to be a ValueError."""
+    path = _edited(tmp_path, "nccl_tests_all_reduce_h100.txt", "bandwidth    : 307.4969", "bandwidth    : 3..0")
+    result = _dam("ingest", str(path), "--as", "json", cwd=tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert json.loads(result.stdout)["observations"]["nccl_bus_bandwidth"]["value"] == pytest.approx(472.32)
 
 
 def test_a_400_digit_prometheus_timestamp_is_a_clear_error(tmp_path: Path) -> None:

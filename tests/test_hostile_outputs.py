@@ -43,6 +43,8 @@ BAD_RULES = [
     (_rule("{fact: gpu_util, lt: .inf}"), ["team-hostile", "when.fact.lt", "NaN and infinity"]),
     (_rule("{fact: gpu_util, ge: -.inf}"), ["team-hostile", "when.fact.ge", "NaN and infinity"]),
     (_rule("{fact: gpu_util, in: [0.1, .nan]}"), ["team-hostile", "when.fact.in.1", "NaN and infinity"]),
+    (_rule("{fact: batch_size, gt: " + "9" * 400 + "}"), ["team-hostile", "400-digit number", "64-bit float"]),
+    (_rule("{fact: batch_size, in: [1, -" + "9" * 400 + "]}"), ["team-hostile", "400-digit number"]),
     (_rule("{fact: gpu_util, lt: 0.5}", "x {gpu_util:200000000} y"), ["{gpu_util:200000000}", "over 200"]),
     (_rule("{fact: gpu_util, lt: 0.5}", "x {gpu_util:.99999f} y"), ["{gpu_util:.99999f}", "over 200"]),
     (_rule("{fact: gpu_util, lt: 0.5}", "x {gpu_util:>{gpu_util}} y"), ["another placeholder"]),

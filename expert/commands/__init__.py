@@ -54,6 +54,9 @@ def _needed(argv: Sequence[str]) -> Collection[str] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .._interrupt import end_startup
+
+    end_startup()  # from here on Ctrl-C is KeyboardInterrupt, caught below
     try:  # Ctrl-C while the command modules import (rich, pydantic, durable-rules) is a clean exit too
         parser = build_parser(_needed(sys.argv[1:] if argv is None else argv))
         args = parser.parse_args(argv)

@@ -124,8 +124,12 @@ def run(args: argparse.Namespace) -> int:
     origins: dict[str, str] = {}
     raw, description = gather(args, origins)
     if not raw and not getattr(args, "from_files", None):
-        print("dam diagnose: nothing to diagnose; give an observation FILE, --example NAME or --set NAME=VALUE "
-              "(see dam diagnose --help)", file=sys.stderr)
+        from ..errors import printable
+
+        file = getattr(args, "file", None)
+        given = f"{printable(file)} holds no observations" if file else "nothing to diagnose"
+        print(f"dam diagnose: {given}; give an observation FILE (a mapping of fact names to values), --example NAME "
+              "or --set NAME=VALUE (see dam diagnose --help)", file=sys.stderr)
         return 2
     # a trace that gives nothing to judge is diagnosed all the same: a report with no verdict, not an input error
     diagnostician = make_expert(args)

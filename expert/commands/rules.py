@@ -77,10 +77,26 @@ def _load(extra: list[str]) -> tuple[Any, Any, list[Any], list[Path]]:
     from ..rules.ruleset import RuleSet
     from ..rules.testing import load_rule_tests
 
+    _check_rules_dirs(extra)
     dirs = [data_dir("rules"), *(Path(d) for d in extra)]
     kb = KnowledgeBase.load(data_dir("knowledge_base"))
     ruleset = RuleSet.load(dirs, kb)
     return kb, ruleset, load_rule_tests(dirs), dirs
+
+
+def _check_rules_dirs(extra: list[str]) -> None:
+    """A --rules-dir that is a directory without a single rule file is a mistake (a typo, the wrong folder), not an
+    empty team: say so rather than run with the built-in rules only. (Files and missing paths: the loader says.)"""
+    from ..errors import KnowledgeBaseError, Problem
+    from ..rules.ruleset import rule_file_paths
+
+    for raw in extra:
+        path = Path(raw)
+        if path.is_dir() and not rule_file_paths(path):
+            raise KnowledgeBaseError([Problem(f"--rules-dir {raw}", "a directory without rule files (no *.yaml in "
+                                              "it or below it, outside tests/)",
+                                              "give the directory that holds the team's rule files")],
+                                     title="the rules cannot be loaded")
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -179,18 +195,29 @@ def run_lint(args: argparse.Namespace) -> int:
 
 def _test_files(paths: list[str]) -> list[tuple[Path, Any]]:
     from .._yaml import load_yaml, validate
-    from ..errors import KnowledgeBaseError, Problem
+    from ..errors import KnowledgeBaseError, Problem, not_a_file
     from ..rules.testing import RuleTestFile
 
+    accepted = "give a rule test file (*.test.yaml) or a directory holding some (in it or in its tests/)"
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            files += sorted({*path.glob("*.test.yaml"), *(path / "tests").glob("*.test.yaml")})
-        elif path.is_file():
-            files.append(path)
+        what = not_a_file(path)
+        if what == "a directory":
+            found = sorted({*path.glob("*.test.yaml"), *(path / "tests").glob("*.test.yaml")})
+            if not found:
+                raise KnowledgeBaseError([Problem(raw, "a directory without rule tests (no *.test.yaml in it or in "
+                                                  "its tests/)", accepted)], title="cannot run the rule tests")
+            files += found
+        elif what is not None:
+            raise KnowledgeBaseError([Problem(raw, "no such file or directory" if what == "no such file" else
+                                              f"{what}, not a rule test file", accepted)],
+                                     title="cannot run the rule tests")
+        elif not path.name.endswith(".test.yaml"):
+            raise KnowledgeBaseError([Problem(raw, "not a rule test file (rule test files end in .test.yaml)",
+                                              accepted)], title="cannot run the rule tests")
         else:
-            raise KnowledgeBaseError([Problem(raw, "no such file or directory")], title="cannot run the rule tests")
+            files.append(path)
     return [(p, validate(RuleTestFile, load_yaml(p), p)) for p in files]
 
 
@@ -199,10 +226,11 @@ def run_test(args: argparse.Namespace) -> int:
 
     from ..rules.testing import load_rule_tests, rules_of_test_files, run_suite, status
 
+    _check_rules_dirs(args.rules_dir)
+    test_files = _test_files(args.paths) if args.paths else []
     expert_ = expert.Expert(extra_rules_dirs=args.rules_dir, engine=args.engine)
     ruleset = expert_.ruleset
     if args.paths:
-        test_files = _test_files(args.paths)
         named = {c.rule for _, tf in test_files for c in tf.cases if c.rule in ruleset.rules}
         scope: list[str] | None = sorted(set(rules_of_test_files(test_files, ruleset)) | named)
     else:

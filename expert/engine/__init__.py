@@ -22,13 +22,7 @@ def make_engine(ruleset: RuleSet, name: EngineName = "auto") -> Engine:
 
     ok, why = durable.available()
     if ok:
-        try:
-            return durable.DurableEngine(ruleset)
-        except durable.TooLarge as exc:
-            if name == "durable":
-                raise durable.TooLarge(f"{exc}; use the pure engine (engine='pure', --engine pure)") from None
-            warnings.warn(f"{exc}; using the pure-Python engine", RuntimeWarning, stacklevel=2)
-            return PureEngine(ruleset)
+        return durable.DurableEngine(ruleset)
     if name == "durable":
         from ..errors import EngineError
 

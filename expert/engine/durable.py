@@ -17,12 +17,15 @@ Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/
   22 two-way ``any``s take 14 GB -> a membership test of more than ``MAX_IN_VALUES`` values, and any fact-only
   sub-condition whose expansion exceeds ``MAX_PATTERN_BRANCHES``, is evaluated here and handed to the engine as a
   0/1 flag in the observation fact (``_Expr``);
-* a ruleset of about 256 rules or more segfaults or fails (error 108, 303) -> more than ``MAX_DURABLE_RULES`` compiled
-  rules is refused with ``TooLarge`` before durable-rules sees it, and ``make_engine("auto")`` uses the pure engine.
+* a ruleset of about 256 rules or more segfaults or fails (error 108, 303) -> a rule set compiling to more than
+  ``MAX_DURABLE_RULES`` rules is split into several rulesets run as one (``DurableEngine``), and a rule whose finding
+  alternatives exceed ``MAX_RULE_BRANCHES`` (a product of ``any``s over findings) is evaluated in Python in its
+  stratum instead of being expanded.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import math
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EngineError
-from ..rules.logic import compare, facts_used, finding_branches
+from ..rules.logic import NnfFold, compare, facts_used, finding_branches, findings_used
 from ..rules.ruleset import RuleSet
 from .base import EngineResult, Value
 
@@ -74,10 +77,8 @@ def durable_number(value: float | int) -> float | int:
 MAX_IN_VALUES = 16  # a longer in/not_in list is one set test here, not an $or of equalities in the engine
 MAX_PATTERN_BRANCHES = 64  # a fact-only sub-condition that durable-rules would expand into more paths is a flag
 MAX_DURABLE_RULES = 200  # compiled rules (rule branches) per ruleset; durable-rules fails from about 256
-
-
-class TooLarge(EngineError):
-    """The rule set compiles to more durable-rules rules than the engine survives (use the pure engine)."""
+MAX_RULE_BRANCHES = 64  # a rule whose finding alternatives exceed this is evaluated in Python, not compiled
+MAX_GROUP_WIDTH = 56  # tests one observation fact may match at once per group; durable-rules fails (303) past 63
 
 
 def _const(value: Any) -> Any:
@@ -95,6 +96,7 @@ class _Expr:
     pattern: dict[str, Any]
     size: int
     test: Predicate
+    width: int = 1  # how many of its alpha nodes one fact can match at once (equalities on one fact: one)
 
 
 class _Compiler:
@@ -107,7 +109,7 @@ class _Compiler:
     def flag(self, test: Predicate) -> _Expr:
         name = f"__c{len(self.flags)}"
         self.flags.append((name, test))
-        return _Expr({name: 1}, 1, test)
+        return _Expr({name: 1}, 1, test, 1)
 
     def leaf(self, fact: str, op: str, constant: Any) -> _Expr:
         def test(facts: Mapping[str, Any]) -> bool:
@@ -122,18 +124,20 @@ class _Compiler:
                 return self.flag(lambda f: f.get(fact) is not None and f.get(fact) in members)
             return self.flag(lambda f: f.get(fact) is not None and f.get(fact) not in members)
         pattern = _leaf(fact, op, constant)
-        return _Expr(pattern, len(constant) if op == "in" else 1, test)
+        return _Expr(pattern, len(constant) if op == "in" else 1, test, 1)
 
     def conj(self, parts: list[_Expr]) -> _Expr:
         size = math.prod(p.size for p in parts)
         tests = [p.test for p in parts]
-        expr = _Expr(_and([p.pattern for p in parts]), size, lambda f: all(t(f) for t in tests))
+        expr = _Expr(_and([p.pattern for p in parts]), size, lambda f: all(t(f) for t in tests),
+                     math.prod(p.width for p in parts))
         return self.flag(expr.test) if size > MAX_PATTERN_BRANCHES else expr
 
     def disj(self, parts: list[_Expr]) -> _Expr:
         size = sum(p.size for p in parts)
         tests = [p.test for p in parts]
-        expr = _Expr(_or([p.pattern for p in parts]), size, lambda f: any(t(f) for t in tests))
+        expr = _Expr(_or([p.pattern for p in parts]), size, lambda f: any(t(f) for t in tests),
+                     sum(p.width for p in parts))
         return self.flag(expr.test) if size > MAX_PATTERN_BRANCHES else expr
 
 
@@ -169,10 +173,19 @@ class _Host:
     """The part of durable-rules' Python host this engine uses, over the C extension directly: assert a fact, run
     the actions it (and the facts they assert) make ready, delete a session. Unlike ``durable.engine.Host`` it starts
     no timer threads, builds no closures (so a run leaves no reference cycles) and hands the session state back to
-    the engine as the JSON string it came as."""
+    the engine as the JSON string it came as.
 
-    def __init__(self, name: str, definition: dict[str, dict[str, Any]], actions: dict[str, _Action]) -> None:
+    One host holds one ruleset, a chunk of the rule set: ``consumes`` are the findings its rules read (a finding an
+    action concludes goes back into this host only if it is one of them), ``phases`` the strata its negating rules
+    wait for. ``delivered`` (per run) holds the findings this host's session has been given."""
+
+    def __init__(self, name: str, definition: dict[str, dict[str, Any]], actions: dict[str, _Action],
+                 consumes: frozenset[str] = frozenset(), phases: frozenset[int] = frozenset(),
+                 groups: list[tuple[int, frozenset[str]]] | None = None) -> None:
         self._actions = actions
+        self.definition, self.consumes, self.phases = definition, consumes, phases
+        self.groups = groups or []
+        self.delivered: set[str] = set()
         self._handle = _dr.create_ruleset(name, json.dumps(definition, ensure_ascii=False))
 
     def _assert(self, fact: dict[str, Any]) -> int | None:
@@ -185,6 +198,8 @@ class _Host:
 
     def assert_fact(self, fact: dict[str, Any]) -> None:
         """Assert a fact, then run every action it makes ready, in the engine's order, to quiescence."""
+        if fact.get("t") == "finding":
+            self.delivered.add(fact["id"])
         state_handle = self._assert(fact)
         if state_handle is None:
             return
@@ -197,7 +212,8 @@ class _Host:
             for action_name, matched in message.items():
                 action = self._actions.get(action_name)
                 back = action(matched) if action is not None else None
-                if back is not None:
+                if back is not None and back["id"] in self.consumes and back["id"] not in self.delivered:
+                    self.delivered.add(back["id"])
                     self._assert({**back, "sid": sid})
                 break
             _dr.update_state(self._handle, state)
@@ -218,22 +234,25 @@ class _Host:
 
 @dataclass
 class _Run:
+    facts: Mapping[str, Value]
     result: EngineResult = field(default_factory=EngineResult)
     errors: list[str] = field(default_factory=list)
+    queue: collections.deque[tuple[str, str]] = field(default_factory=collections.deque)  # (finding, rule) to pass on
 
 
 _LIVE: weakref.WeakSet[DurableEngine] = weakref.WeakSet()
 
 
-def _free_ruleset(host: _Host, pid: int) -> None:
-    """Free the C ruleset of a host no engine uses any more (not in a forked child: the parent owns it)."""
+def _free_rulesets(hosts: list[_Host], pid: int) -> None:
+    """Free the C rulesets of hosts no engine uses any more (not in a forked child: the parent owns them)."""
     if pid == os.getpid():
-        host.free()
+        for host in hosts:
+            host.free()
 
 
 def _after_fork_in_child() -> None:
     """A fork copies the engine's lock as it was: held, when another thread was running a diagnosis, and never
-    released in the child (the deadlock of issue 22). The child gets fresh locks, and rebuilds its host on first use
+    released in the child (the deadlock of issue 22). The child gets fresh locks, and rebuilds its hosts on first use
     (the copied C state may hold that thread's half-finished session)."""
     for engine in list(_LIVE):
         engine._lock = threading.Lock()
@@ -244,9 +263,59 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class _Count(NnfFold[tuple[bool, int]]):
+    """How many alternatives `finding_branches` would give a condition (an upper bound), without building them."""
+
+    def leaf(self, fact: str, op: str, constant: Any) -> tuple[bool, int]:
+        return True, 1
+
+    def found(self, finding: str, positive: bool) -> tuple[bool, int]:
+        return False, 1
+
+    def conj(self, parts: list[tuple[bool, int]]) -> tuple[bool, int]:
+        return all(p[0] for p in parts), math.prod(p[1] for p in parts)
+
+    def disj(self, parts: list[tuple[bool, int]]) -> tuple[bool, int]:
+        return (True, 1) if all(p[0] for p in parts) else (False, sum(p[1] for p in parts))
+
+
+@dataclass
+class _Branch:
+    """One compiled alternative of a rule: its durable-rules name, the patterns besides the observation fact, the
+    observation fact's tests, how many of them one fact can match at once, what it reads and the stratum it awaits."""
+
+    name: str
+    joins: list[dict[str, Any]]
+    obs: list[dict[str, Any]]
+    width: int
+    facts: frozenset[str]
+    reads: frozenset[str]
+    gate: int | None
+
+
+@dataclass
+class _Plan:
+    """One durable-rules ruleset: its definition, the findings its rules read, the strata its negating rules await,
+    and its observation groups: (group number, the facts and flags the group's rules read)."""
+
+    definition: dict[str, Any]
+    consumes: frozenset[str]
+    phases: frozenset[int]
+    groups: list[tuple[int, frozenset[str]]]
+
+
 class DurableEngine:
     """Runs a RuleSet on durable-rules. Thread-safe: runs are serialised (the C engine never releases the GIL).
-    Fork-safe: a child process gets fresh locks and its own host."""
+    Fork-safe: a child process gets fresh locks and its own hosts.
+
+    durable-rules has two limits a large rule set meets: about 256 rules per ruleset (segfault, error 108), and 64
+    alpha nodes one fact may match at once (error 303: sixty-odd rules testing one fact with different thresholds
+    all true). So the compiled rules are cut into rulesets of at most MAX_DURABLE_RULES (chunks), and within a
+    ruleset into observation groups of at most MAX_GROUP_WIDTH matchable tests: each group's rules match their own
+    observation fact (``g``), asserted with just the facts they read. The chunks run as one: every finding a chunk
+    concludes is passed to the chunks whose rules read it, and the phase fact of stratum n reaches any chunk only
+    once every chunk has settled the strata below n, so negation sees the same complete lower strata as in one
+    ruleset. A rule whose finding alternatives exceed MAX_RULE_BRANCHES is evaluated in Python, in its stratum."""
 
     name = "durable-rules"
 
@@ -259,50 +328,107 @@ class DurableEngine:
         self._max_stratum = ruleset.max_stratum
         # only facts some rule reads go into the engine (fewer keys to serialise and parse per run)
         self._read = frozenset(name for lr in ruleset.rules.values() for name in facts_used(lr.condition))
-        self._ruleset_name = f"dam_{uuid.uuid4().hex}"
         self._compiler = _Compiler()
-        definition, actions = self._compile(ruleset)
-        if len(definition) - 2 > MAX_DURABLE_RULES:
-            raise TooLarge(f"the rules compile to {len(definition) - 2} durable-rules rules, more than the "
-                           f"{MAX_DURABLE_RULES} durable-rules 2.0.28 survives (it fails from about 256)")
+        self._actions: dict[str, _Action] = {}
+        self._python: list[tuple[str, int, Any, str | None, tuple[str, ...]]] = []
+        self._plans = self._chunk(self._compile(ruleset))
         self._flags = tuple(self._compiler.flags)
-        self._definition, self._actions = definition, actions
         self._forked = False
-        self._host = _Host(self._ruleset_name, definition, actions)
+        self._hosts = self._build()
         _LIVE.add(self)
-        # free the C ruleset with the engine; the actions hold the engine weakly, so the host does not keep it alive
-        self._finalizer = weakref.finalize(self, _free_ruleset, self._host, os.getpid())
 
-    def _compile(self, ruleset: RuleSet) -> tuple[dict[str, Any], dict[str, _Action]]:
+    # ---- building ---------------------------------------------------------------------------------------------------
+    def _compile(self, ruleset: RuleSet) -> list[list[_Branch]]:
+        """Each rule's branches, in (stratum, id) order; a rule evaluated in Python has none."""
         consumed = ruleset.consumed_findings()
-        definition: dict[str, Any] = {
-            # accepts every fact so no assert is ever "not handled"; the second pattern never matches
-            "zz_sink": {"all": [{"a0": {"$ex": {"t": 1}}}, {"a1": {"t": "__never__"}}]},
-            # runs an action (none: nothing to do) in every session as soon as the observations arrive, so
-            # delete_state is safe
-            "zz_done": {"all": [{"d": {"t": "obs"}}]},
-        }
-        actions: dict[str, _Action] = {}
-        for lr in sorted(ruleset.rules.values(), key=lambda r: r.id):
+        compiled: list[list[_Branch]] = []
+        compiler = self._compiler
+        for lr in sorted(ruleset.rules.values(), key=lambda r: (r.stratum, r.id)):
             finding = lr.rule.then.finding.id if lr.rule.then.finding else None
+            if _Count().fold(lr.condition)[1] > MAX_RULE_BRANCHES:
+                pos, neg = findings_used(lr.condition)
+                self._python.append((lr.id, lr.stratum, lr.evaluator, finding, tuple(sorted(pos | neg))))
+                continue
             action = self._action(lr.id, finding, assert_back=finding in consumed)
-            compiler = self._compiler
-            for k, branch in enumerate(finding_branches(lr.condition, compiler.leaf, compiler.conj, compiler.disj)):
-                patterns: list[dict[str, Any]] = []
-                if lr.stratum > 0 and branch.neg:
-                    patterns.append({"ph": {"$and": [{"t": "phase"}, {"n": lr.stratum}]}})
+            before = len(compiler.flags)
+            alternatives = finding_branches(lr.condition, compiler.leaf, compiler.conj, compiler.disj)
+            branches: list[_Branch] = []
+            for k, branch in enumerate(alternatives):
+                joins: list[dict[str, Any]] = []
+                gate = lr.stratum if lr.stratum > 0 and branch.neg else None
+                if gate is not None:
+                    joins.append({"ph": {"$and": [{"t": "phase"}, {"n": gate}]}})
                 facts = list(branch.facts)
                 if math.prod(e.size for e in facts) > MAX_PATTERN_BRANCHES:
                     facts = [compiler.conj(facts)]  # one flag for the whole fact-only part of the branch
-                obs = [{"t": "obs"}, *(e.pattern for e in facts)]
-                patterns.append({"o": {"$and": obs}})
                 for j, fid in enumerate(branch.pos):
-                    patterns.append({f"f{j}": {"$and": [{"t": "finding"}, {"id": fid}]}})
+                    joins.append({f"f{j}": {"$and": [{"t": "finding"}, {"id": fid}]}})
                 for j, fid in enumerate(branch.neg):
-                    patterns.append({f"n{j}$not": {"$and": [{"t": "finding"}, {"id": fid}]}})
-                definition[f"{lr.id}#{k}"] = {"all": patterns}
-                actions[f"{lr.id}#{k}"] = action
-        return definition, actions
+                    joins.append({f"n{j}$not": {"$and": [{"t": "finding"}, {"id": fid}]}})
+                branches.append(_Branch(f"{lr.id}#{k}", joins, [e.pattern for e in facts],
+                                        math.prod(e.width for e in facts), frozenset(),
+                                        frozenset(branch.pos) | frozenset(branch.neg), gate))
+                self._actions[f"{lr.id}#{k}"] = action
+            reads = frozenset(facts_used(lr.condition)) | {name for name, _ in compiler.flags[before:]}
+            for b in branches:
+                b.facts = reads
+            compiled.append(branches)
+        return compiled
+
+    @staticmethod
+    def _chunk(compiled: list[list[_Branch]]) -> list[_Plan]:
+        """The compiled rules in chunks of at most MAX_DURABLE_RULES, a rule's branches kept together where they
+        fit, and each chunk in observation groups of at most MAX_GROUP_WIDTH matchable tests."""
+        chunks: list[list[_Branch]] = [[]]
+        for branches in compiled:
+            if len(chunks[-1]) + len(branches) > MAX_DURABLE_RULES and chunks[-1]:
+                chunks.append([])
+            for branch in branches:
+                if len(chunks[-1]) >= MAX_DURABLE_RULES:
+                    chunks.append([])
+                chunks[-1].append(branch)
+        plans: list[_Plan] = []
+        group = 0
+        for chunk in chunks:
+            definition: dict[str, Any] = {
+                # accepts every fact so no assert is ever "not handled"; the second pattern never matches
+                "zz_sink": {"all": [{"a0": {"$ex": {"t": 1}}}, {"a1": {"t": "__never__"}}]},
+                # runs an action (none: nothing to do) in every session as soon as its first observation fact
+                # arrives, so delete_state is safe
+                "zz_done": {"all": [{"d": {"$and": [{"t": "obs"}, {"g": group + 1}]}}]},
+            }
+            groups: list[tuple[int, set[str]]] = []
+            width = MAX_GROUP_WIDTH + 1
+            for branch in chunk:
+                if width + branch.width > MAX_GROUP_WIDTH:  # a new observation group (a wide branch gets its own)
+                    group += 1
+                    groups.append((group, set()))
+                    width = 0
+                width += branch.width
+                groups[-1][1].update(branch.facts)
+                gated = 1 if branch.gate is not None else 0  # the phase pattern first, then the observation
+                obs = {"o": {"$and": [{"t": "obs"}, {"g": group}, *branch.obs]}}
+                definition[branch.name] = {"all": [*branch.joins[:gated], obs, *branch.joins[gated:]]}
+            plans.append(_Plan(definition, frozenset(f for b in chunk for f in b.reads),
+                               frozenset(b.gate for b in chunk if b.gate is not None),
+                               [(g, frozenset(reads)) for g, reads in groups]))
+        return plans
+
+    def _build(self) -> list[_Host]:
+        """A host per chunk, freed with the engine (the actions hold the engine weakly, so hosts do not keep it)."""
+        hosts = [_Host(f"dam_{uuid.uuid4().hex}", plan.definition, self._actions, plan.consumes, plan.phases,
+                       plan.groups) for plan in self._plans]
+        self._consumers: dict[str, list[_Host]] = {}
+        for host in hosts:
+            for fid in host.consumes:
+                self._consumers.setdefault(fid, []).append(host)
+        self._finalizer = weakref.finalize(self, _free_rulesets, hosts, os.getpid())
+        return hosts
+
+    @property
+    def chunks(self) -> int:
+        """How many durable-rules rulesets the rule set was split into."""
+        return len(self._hosts)
 
     def _action(self, rule_id: str, finding: str | None, assert_back: bool) -> _Action:
         engine = weakref.ref(self)
@@ -316,50 +442,87 @@ class DurableEngine:
                 if rule_id in run.result.matched:
                     return None  # a rule fires once, whichever branch or finding fact matched first
                 matched = sorted(fact["id"] for alias, fact in m.items() if alias.startswith("f") and "id" in fact)
-                run.result.fired.append(rule_id)
-                run.result.matched[rule_id] = matched
-                if finding is None:
-                    return None
-                new = finding not in run.result.findings
-                run.result.findings.add(finding)
-                if new and assert_back:  # only findings some rule reads go back into the engine
-                    return {"t": "finding", "id": finding, "by": rule_id}
+                return _conclude(run, rule_id, matched, finding, assert_back)
             except Exception as exc:  # keep it, so the run can re-raise it after the session is deleted
                 run.errors.append(f"{rule_id}: {type(exc).__name__}: {exc}")
             return None
 
         return action
 
+    # ---- running ----------------------------------------------------------------------------------------------------
+    def _drain(self, run: _Run, sid: str) -> None:
+        """Pass every finding concluded so far to the chunks that read it and have not had it, to quiescence."""
+        while run.queue:
+            fid, by = run.queue.popleft()
+            for host in self._consumers.get(fid, ()):
+                if fid not in host.delivered:
+                    host.assert_fact({"t": "finding", "id": fid, "by": by, "sid": sid})
+
+    def _settle(self, run: _Run, sid: str, stratum: int) -> None:
+        """Drain, then evaluate the Python-side rules up to this stratum, until neither concludes anything new."""
+        while True:
+            self._drain(run, sid)
+            fired = False
+            for rule_id, rule_stratum, evaluator, finding, uses in self._python:
+                if rule_stratum > stratum or rule_id in run.result.matched:
+                    continue
+                if evaluator(run.facts, run.result.findings, None, False) == "true":
+                    _conclude(run, rule_id, [f for f in uses if f in run.result.findings], finding, True)
+                    fired = True
+            if not fired and not run.queue:
+                return
+
     def run(self, facts: Mapping[str, Value]) -> EngineResult:
-        payload: dict[str, Any] = {"t": "obs"}
+        values: dict[str, Any] = {}
         read = self._read
         for name, value in facts.items():
             if name in read:
-                payload[name] = value if isinstance(value, str) else durable_number(value)
+                values[name] = value if isinstance(value, str) else durable_number(value)
         for flag, test in self._flags:  # the sub-conditions durable-rules could not build, evaluated here
-            payload[flag] = 1 if test(facts) else 0
+            values[flag] = 1 if test(facts) else 0
         with self._lock:
-            if self._forked:  # first run in a forked child: a host of its own, without the parent's sessions
-                self._ruleset_name = f"dam_{uuid.uuid4().hex}"
-                self._host = _Host(self._ruleset_name, self._definition, self._actions)
-                self._finalizer = weakref.finalize(self, _free_ruleset, self._host, os.getpid())
+            if self._forked:  # first run in a forked child: hosts of its own, without the parent's sessions
+                self._hosts = self._build()
                 self._forked = False
             sid = f"s{next(self._sids)}"
-            run = _Run()
+            run = _Run(facts)
             self._current = run
-            created = False
+            created: list[_Host] = []
             try:
-                payload["sid"] = sid
-                self._host.assert_fact(payload)
-                created = True
+                for host in self._hosts:
+                    host.delivered = set()
+                    for group, reads in host.groups:
+                        payload = {name: values[name] for name in reads if name in values}
+                        host.assert_fact({**payload, "t": "obs", "g": group, "sid": sid})
+                        if not created or created[-1] is not host:
+                            created.append(host)
+                self._settle(run, sid, 0)
                 for stratum in range(1, self._max_stratum + 1):
-                    self._host.assert_fact({"t": "phase", "n": stratum, "sid": sid})
+                    for host in self._hosts:
+                        if stratum in host.phases:
+                            host.assert_fact({"t": "phase", "n": stratum, "sid": sid})
+                    self._settle(run, sid, stratum)
             except Exception as exc:
                 raise EngineError(f"durable-rules failed: {type(exc).__name__}: {exc}") from exc
             finally:
                 self._current = None
-                if created:  # the obs fact made the session and fired zz_done, so deleting is safe
-                    self._host.delete_state(sid)
+                for host in created:  # an obs fact made the session and fired zz_done, so deleting is safe
+                    host.delete_state(sid)
         if run.errors:
             raise EngineError("a rule action failed: " + "; ".join(run.errors))
         return run.result
+
+
+def _conclude(run: _Run, rule_id: str, matched: list[str], finding: str | None,
+              assert_back: bool) -> dict[str, Any] | None:
+    """Record a rule firing; a finding new to the run, that some rule reads, is queued for the other chunks and
+    returned to be asserted back into the firing one."""
+    run.result.fired.append(rule_id)
+    run.result.matched[rule_id] = matched
+    if finding is None or finding in run.result.findings:
+        return None
+    run.result.findings.add(finding)
+    if not assert_back:  # only findings some rule reads go back into the engine
+        return None
+    run.queue.append((finding, rule_id))
+    return {"t": "finding", "id": finding, "by": rule_id}

@@ -31,7 +31,7 @@ Progress = Callable[[int, int | None], None]
 
 # the head of nccl-tests output: its `# nThread N nGpus M` or `# Collective test starting` line (mpirun-tagged or not)
 NCCL_TESTS_START = re.compile(
-    r"^(?:\[\d+,\d+\]<stdout>:)?#\s*(?:nThread\s+\d+\s+nGpus\s+\d+|Collective test starting:)", re.MULTILINE)
+    r"^(?:\[\d+,\d+\]<stdout>:)?#\s*(?:nThread\s+\d+\s+nGpus\s+\d+|Collective test starting:)", re.MULTILINE | re.ASCII)
 
 JobProgress = Callable[[str, int, "int | None"], None]
 """Called as progress(job label, bytes read, bytes to read) while the rank files of a job are read."""

@@ -14,13 +14,15 @@ from collections import Counter
 
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
-from ._source import NCCL_TESTS_START, Progress, Source
+from ._source import NCCL_TESTS_START, Progress, Source, ascii_float
 
 FACTS = ("nccl_bus_bandwidth", "hardware")
 _TEST = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
-                     r"\[[^\]]*\]\s+(.+?)\s*$")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+# re.ASCII: `\d` would match "²" and other Unicode digits that int() refuses (issue 22)
+_DEVICE = re.compile(r"^#\s*Rank\s+(\d{1,9})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
+                     r"\[[^\]]*\]\s+(.+?)\s*$", re.ASCII)
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)", re.ASCII)
+_SIZE = re.compile(r"[0-9]{1,19}", re.ASCII)  # a message size in bytes, as nccl-tests prints it
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # mpirun --tag-output
 _HINT = "the text nccl-tests prints (all_reduce_perf -b 8 -e 8G -f 2 -g 1 > allreduce.txt)"
 
@@ -55,7 +57,7 @@ def parse(src: Source, kb: KnowledgeBase, *, progress: Progress | None = None) -
                 hosts.add(m.group(2))
                 devices[m.group(3)] += 1
             elif m := _AVG.match(text):
-                average = float(m.group(1))
+                average = ascii_float(m.group(1))
             else:
                 tokens = text.lstrip("#").split()
                 if "size" in tokens and "busbw" in tokens:
@@ -67,7 +69,10 @@ def parse(src: Source, kb: KnowledgeBase, *, progress: Progress | None = None) -
                                   line=number, hint=_HINT)
             continue
         tokens = text.split()
-        if not tokens[0].isdigit():
+        if not _SIZE.fullmatch(tokens[0]):
+            if tokens[0][:1].isdigit():  # "²16777216": a digit to str.isdigit(), not to int() (issue 22)
+                raise src.problem(f"column size: {tokens[0]!r} is not a size in bytes (ASCII digits)", line=number,
+                                  hint=_HINT)
             continue  # a warning or message NCCL printed between the rows
         if len(tokens) != len(columns):
             raise src.problem(f"expected {len(columns)} columns ({' '.join(columns)}), found {len(tokens)}",
@@ -77,11 +82,12 @@ def parse(src: Source, kb: KnowledgeBase, *, progress: Progress | None = None) -
                 continue
             placement = "out-of-place" if k == columns.index("busbw") else "in-place"
             time_k = k - 2 if k >= 2 and columns[k - 2] == "time" else None
-            try:
-                busbw = float(tokens[k])
-                elapsed = float(tokens[time_k]) if time_k is not None else float("nan")
-            except ValueError:
-                raise src.problem(f"column busbw: {tokens[k]!r} is not a number", line=number, hint=_HINT) from None
+            value = ascii_float(tokens[k])
+            if value is None:
+                raise src.problem(f"column busbw: {tokens[k]!r} is not a finite number", line=number,
+                                  hint=_HINT)
+            busbw = value
+            elapsed = (ascii_float(tokens[time_k]) if time_k is not None else None) or float("nan")
             rows.append((int(tokens[0]), busbw, number, elapsed, placement))
     if columns is None:
         raise src.problem("no nccl-tests table (a `# size count type ... time algbw busbw` header and its rows)",

@@ -16,7 +16,7 @@ import os
 import queue as queue_mod
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -220,24 +220,39 @@ def read_all(sources: Sequence[Source], kb: KnowledgeBase, options: dict[str, An
     if pooled:
         ctx = context()
         progress_queue = ctx.Queue()
-        with ProcessPoolExecutor(max_workers=min(n, len(pooled)), mp_context=ctx, initializer=_init_worker,
-                                 initargs=(kb, progress_queue)) as pool:  # a knowledge base pickles in ~1 ms
-            futures: dict[Future[tuple[FileResult, RankTrace]], int] = {
-                pool.submit(_task, str(sources[i].path), i, options): i for i in pooled}
+        pool: ProcessPoolExecutor | None = None
+        futures: dict[Future[tuple[FileResult, RankTrace]], int] = {}
+        try:
+            pool = ProcessPoolExecutor(max_workers=min(n, len(pooled)), mp_context=ctx, initializer=_init_worker,
+                                       initargs=(kb, progress_queue))  # a knowledge base pickles in ~1 ms
+            futures = {pool.submit(_task, str(sources[i].path), i, options): i for i in pooled}
             pending = set(futures)
-            try:
-                while pending:
-                    finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-                    _drain(progress_queue, advance)
-                    for future in finished:
-                        results[futures[future]] = future.result()
-            except BaseException:
-                for future in pending:
-                    future.cancel()
-                raise
-            _drain(progress_queue, advance)
+            while pending:
+                finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                _drain(progress_queue, advance)
+                for future in finished:
+                    results[futures[future]] = future.result()
+        except BaseException:
+            if pool is not None:  # Ctrl-C or a failure: stop the workers now, not after the files they read
+                _stop(pool, futures)
+            raise
+        pool.shutdown()
+        _drain(progress_queue, advance)
         progress_queue.close()
     return [r for r in results if r is not None]
+
+
+def _stop(pool: ProcessPoolExecutor, futures: Collection[Future[Any]]) -> None:
+    """Cancel what has not started and end the worker processes at once (Ctrl-C must end the command within a
+    second, issue 22; a worker mid-way through a large trace would otherwise finish it first)."""
+    for future in futures:
+        future.cancel()
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API ends running workers
+    for process in processes:
+        process.kill()  # SIGKILL: a worker still starting up would print a traceback on its way out of SIGTERM
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=1)
 
 
 def _drain(progress_queue: Any, advance: Callable[[int, int], None]) -> None:

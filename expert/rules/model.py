@@ -104,6 +104,11 @@ class FactTest(_Node):
     def _one_op(self) -> FactTest:
         if not self.ops() and self.known is None:
             raise ValueError(f"a test of {self.fact!r} needs an operator: one of {', '.join(OPS)} or known")
+        for op, constant in self.ops():  # facts are floats: a constant beyond one can never be compared
+            for value in constant if isinstance(constant, list) else [constant]:
+                if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**1023:
+                    raise ValueError(f"{op}: a {len(str(abs(value)))}-digit number is beyond a 64-bit float "
+                                     f"(about 1.8e308), which facts are compared as (accepted: a finite number)")
         return self
 
     def ops(self) -> list[tuple[str, Any]]:

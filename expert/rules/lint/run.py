@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..._resources import data_dir
 from ..._yaml import short_location, validation_errors
-from ...errors import KnowledgeBaseError, Problem
+from ...errors import KnowledgeBaseError, Problem, not_a_file
 from ...kb.knowledge import KnowledgeBase
 from ..model import RuleFile
 from ..ruleset import RuleSet, rule_file_paths
@@ -83,16 +83,26 @@ def _targets(paths: Sequence[Path]) -> tuple[list[Path], set[Path]]:
     """(rules directories, resolved target files) for the paths given on the command line."""
     dirs: list[Path] = []
     targets: set[Path] = set()
+    accepted = "give a rules directory, a rule file (*.yaml) or a rule test file (tests/*.test.yaml)"
     for path in paths:
-        if not path.exists():
-            raise KnowledgeBaseError([Problem(str(path), "no such file or directory")],
-                                     title="cannot lint")
+        what = not_a_file(path)
+        if what is not None and what != "a directory":
+            raise KnowledgeBaseError([Problem(str(path), "no such file or directory" if what == "no such file"
+                                              else f"{what}, not a rule file", accepted)], title="cannot lint")
         if path.is_dir():
             folder = path
-            targets |= {p.resolve() for p in rule_file_paths(path)}
-            targets |= {p.resolve() for p in (path / "tests").glob("*.test.yaml")}
+            found = {p.resolve() for p in rule_file_paths(path)}
+            found |= {p.resolve() for p in (path / "tests").glob("*.test.yaml")}
+            if not found:
+                raise KnowledgeBaseError([Problem(str(path), "a directory without rule files (no *.yaml in it or "
+                                                  "below it, no tests/*.test.yaml)", accepted)], title="cannot lint")
+            targets |= found
             if (path / WAIVER_FILE).is_file():
                 targets.add((path / WAIVER_FILE).resolve())
+        elif path.suffix != ".yaml":
+            kind = f"a {path.suffix} file" if path.suffix else "a file without a suffix"
+            raise KnowledgeBaseError([Problem(str(path), f"{kind}, not a rule file",
+                                              accepted)], title="cannot lint")
         else:
             folder = path.parent.parent if path.parent.name == "tests" else path.parent
             targets.add(path.resolve())

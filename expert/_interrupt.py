@@ -1,0 +1,41 @@
+"""Ctrl-C while the `dam` command starts: one line and exit 130, never a traceback from half-imported modules.
+
+The console script imports `expert.commands` (and so this package) before `main()` can catch KeyboardInterrupt, and
+those imports (rich, pydantic, the rules) take a noticeable part of a second. While the process is the `dam` script
+and `main()` has not started, SIGINT is handled here; `main()` restores Python's own handler first thing. A library
+user's process (whose main module is not the `dam` script) is never touched. This module is the first the package
+imports, and imports nothing that Python has not loaded at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_SCRIPTS = frozenset({"dam", "dam.exe", "dam-script.py"})
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    os.write(2, b"interrupted\n")
+    os._exit(130)
+
+
+def guard_startup() -> None:
+    """Exit 130 with one line on SIGINT until `main()` starts, if this process is the `dam` console script."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or ""
+    if os.path.basename(path) in _SCRIPTS and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        try:  # noqa: SIM105 - contextlib would be one more import before the guard is up
+            signal.signal(signal.SIGINT, _interrupted)
+        except ValueError:  # not the main thread
+            pass
+
+
+def end_startup() -> None:
+    """Give SIGINT back to Python (KeyboardInterrupt), once `main()` can catch it."""
+    if signal.getsignal(signal.SIGINT) is _interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+guard_startup()

@@ -1,0 +1,103 @@
+"""Ctrl-C ends any command within a second (issue 22): exit 130 and one line, `interrupted`, never a traceback —
+also while the `dam` script is still importing the library (rich, pydantic, the rules) and while a large rule set
+is compiled for durable-rules. SIGINT is sent at delays from 0.02 s to 1 s after start to the same console script
+pip writes (`from expert.commands import main`). A signal that lands before the script's first line (Python's own
+start-up, the script's `import re`) is Python's: then no frame of this project may be in the traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DELAYS = [0.02, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0]
+
+SCRIPT = f"""#!{sys.executable}
+import re
+import sys
+from expert.commands import main
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def dam(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bin") / "dam"
+    path.write_text(SCRIPT)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="module")
+def big_rules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_durable_scale import generate
+
+    directory = tmp_path_factory.mktemp("rules")
+    (directory / "gen.yaml").write_text(generate(1000))
+    return directory
+
+
+def _interrupt(command: list[str], delay: float) -> tuple[int, str, float]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    time.sleep(delay)
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{command[1:]} ignored SIGINT at {delay} s")
+    return proc.returncode, err, time.perf_counter() - sent
+
+
+COMMANDS = {
+    "diagnose": ["diagnose", "--example", "data_starved_training"],
+    "ingest": ["ingest", "tests/fixtures/telemetry/kineto_two_steps.json"],
+    "rules-lint": ["rules", "lint"],
+}
+
+
+def _check(rc: int, err: str, elapsed: float, what: str) -> None:
+    assert elapsed < 1.5, f"{what}: took {elapsed:.2f} s to stop"
+    if rc == 0:
+        return  # it finished before the signal came
+    if rc == 130:
+        assert err.endswith("interrupted\n") and "Traceback" not in err, f"{what}: {err[-800:]}"
+        return
+    # only Python's own start-up, before the script's first line, may end otherwise (killed by SIGINT)
+    assert rc in (-signal.SIGINT, 1), f"{what}: exit {rc}: {err[-800:]}"
+    assert str(REPO / "expert") not in err and "expert/" not in err, f"{what}: traceback from the project: {err}"
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("delay", DELAYS)
+def test_ctrl_c_exits_130_with_one_line(dam: Path, command: str, delay: float) -> None:
+    rc, err, elapsed = _interrupt([str(dam), *COMMANDS[command]], delay)
+    _check(rc, err, elapsed, f"{command} at {delay} s")
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.6, 1.0])
+def test_ctrl_c_during_a_large_durable_build(dam: Path, big_rules: Path, delay: float) -> None:
+    rc, err, elapsed = _interrupt([str(dam), "diagnose", "--rules-dir", str(big_rules), "--engine", "durable",
+                                   "--set", "gpu_util=5%", "--set", "mfu=0.4", "--format", "json"], delay)
+    _check(rc, err, elapsed, f"durable build at {delay} s")
+
+
+def test_a_library_user_keeps_keyboard_interrupt() -> None:
+    """Importing expert from another program leaves SIGINT to Python (KeyboardInterrupt), whatever it imports."""
+    code = ("import signal, expert, expert.commands; "
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler; print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.stdout.strip() == "ok", result.stderr
