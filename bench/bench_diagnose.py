@@ -133,6 +133,7 @@ def stages(items: list[dict[str, Any]]) -> None:
     for name in ("durable", "pure"):
         exp = expert.Expert(engine=name)  # type: ignore[arg-type]
         kb, rs = exp.kb, exp.ruleset
+        memo = getattr(exp, "_derive_memo", None)  # what diagnose derives with (the hardware/dtype results kept)
         for obs in items[:200]:
             exp.diagnose(obs)
         totals = dict.fromkeys(("normalise", "derive", "engine", "build", "provenance", "evaluations", "to_json"), 0.0)
@@ -142,7 +143,7 @@ def stages(items: list[dict[str, Any]]) -> None:
                 t0 = time.perf_counter()
                 obs = normalise(kb, raw)
                 t1 = time.perf_counter()
-                derived = derive(obs.values(), kb)
+                derived = derive(obs.values(), kb, memo=memo)
                 facts = {**obs.values(), **{n: d.value for n, d in derived.items()}}
                 t2 = time.perf_counter()
                 result = exp.engine.run(facts)
@@ -210,7 +211,7 @@ def provenance_in_build(exp: expert.Expert, items: list[dict[str, Any]]) -> floa
     try:
         for raw in items:
             obs = normalise(exp.kb, raw)
-            derived = derive(obs.values(), exp.kb)
+            derived = derive(obs.values(), exp.kb, memo=getattr(exp, "_derive_memo", None))
             facts = {**obs.values(), **{k: d.value for k, d in derived.items()}}
             result = exp.engine.run(facts)
             build.build_report(exp.kb, exp.ruleset, exp.engine.name, obs, derived, result)

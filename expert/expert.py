@@ -8,7 +8,7 @@ from typing import Any
 
 from ._resources import data_dir
 from .breakdown import TimeBreakdown
-from .derive.graph import derive
+from .derive.graph import DeriveMemo, derive
 from .diagnosis.build import build_report
 from .engine import EngineName, make_engine
 from .kb.custom import ExtraHardware, extra_hardware_specs
@@ -46,6 +46,7 @@ class Expert:
             self.kb = self.kb.with_hardware(specs, where)
         self.ruleset = RuleSet.load(dirs, self.kb)
         self.engine = make_engine(self.ruleset, engine)
+        self._derive_memo = DeriveMemo()  # the derived values that depend on hardware and dtype alone
 
     @property
     def engine_name(self) -> str:
@@ -62,7 +63,7 @@ class Expert:
         time_breakdown: where the GPU time went (`IngestResult.time_breakdown` of the trace the observations came
         from); it is carried into `Report.time_breakdown` for the report's "where the time goes" section."""
         obs = normalise(self.kb, observations)
-        derived = derive(obs.values(), self.kb)
+        derived = derive(obs.values(), self.kb, memo=self._derive_memo)
         facts = {**obs.values(), **{name: d.value for name, d in derived.items()}}
         result = self.engine.run(facts)
         report = build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result)

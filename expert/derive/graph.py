@@ -6,7 +6,7 @@ still apply given what is known (`could_apply`, read from its declared gate).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._weakcache import PerObject
@@ -14,8 +14,41 @@ from ..kb.knowledge import KnowledgeBase
 from ..rules.evaluate import Evaluator, compile_condition
 from ..rules.logic import facts_used
 from ..rules.model import Condition
+from .derivation import Result
 from .formulas import DerivedValue, Facts, Value, check_consistency
 from .registry import DERIVATIONS, Derivation
+
+STATIC_FACTS = frozenset({"hardware", "dtype"})
+"""The facts that name the part and the number format: a derivation that reads only these (or only what other such
+derivations give) comes out the same for every job on that part in that format, so its result can be kept."""
+
+_MEMO_MAX = 4096  # entries per memo: one per (derivation, hardware, dtype) seen; past this nothing more is kept
+_ABSENT = object()
+
+# one derivation as the walk reads it: output, needs, gate, compute, the unit of its output, formula, source, the
+# derivation (for its recorded inputs), and, where its result depends on the part and the format alone, its index and
+# the facts its result depends on (the memo's key)
+_Step = tuple[str, frozenset[str], "Evaluator | None", Callable[[Facts, KnowledgeBase], Result], "str | None", str,
+              str, Derivation, "tuple[int, tuple[str, ...]] | None"]
+
+
+class DeriveMemo:
+    """What the derivations that depend only on hardware and dtype gave, kept between walks by its owner (an Expert
+    keeps one, for its own knowledge base). Thread-safe: entries are only added, each a whole value."""
+
+    def __init__(self) -> None:
+        # the knowledge base and its entries, replaced as one tuple (so no thread sees one with the other's entries)
+        self._bound: tuple[KnowledgeBase, dict[tuple[int, tuple[object, ...]], Result | None]] | None = None
+
+    def entries(self, kb: KnowledgeBase) -> dict[tuple[int, tuple[object, ...]], Result | None]:
+        """The entries for `kb` (emptied when the memo is first used with another knowledge base)."""
+        bound = self._bound
+        if bound is None or bound[0] is not kb:
+            bound = self._bound = (kb, {})
+        return bound[1]
+
+    def __len__(self) -> int:
+        return len(self._bound[1]) if self._bound is not None else 0
 
 
 @dataclass
@@ -25,6 +58,7 @@ class _Bound:
     steps: tuple[tuple[Derivation, Evaluator | None], ...]  # every derivation in order, with its compiled gate
     gates: dict[int, tuple[Condition, Evaluator]]  # id(derivation) -> its gate's condition, compiled
     reads: dict[int, frozenset[str]]  # id(derivation) -> every fact it reads
+    plan: tuple[_Step, ...] = ()  # the steps as the walk reads them
     askable_inputs: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -99,7 +133,32 @@ class DerivationGraph:
                 tested = facts_used(condition)
             steps.append((d, evaluator))
             reads[id(d)] = frozenset((*d.inputs, *d.optional, *(s for _, s in d.substitutes), *tested))
-        return _Bound(tuple(steps), gates, reads)
+        return _Bound(tuple(steps), gates, reads, self._plan(kb, steps, reads))
+
+    def _plan(self, kb: KnowledgeBase, steps: list[tuple[Derivation, Evaluator | None]],
+              reads: dict[int, frozenset[str]]) -> tuple[_Step, ...]:
+        """The steps as tuples, each marked with its memo key where its result depends on hardware and dtype alone:
+        everything it reads is one of STATIC_FACTS or an output whose every derivation is such a one. The key holds
+        the values of everything it reads, so a kept result is only ever reused for the same inputs."""
+        static: set[str] = set(STATIC_FACTS)
+        grew = True
+        while grew:  # the least fixed point: an output joins once all its derivations read static facts only
+            grew = False
+            for d, _ in steps:
+                if d.output not in static and all(reads[id(p)] <= static for p in self.producers(d.output)):
+                    static.add(d.output)
+                    grew = True
+        plan: list[_Step] = []
+        for index, (d, gate) in enumerate(steps):
+            keyed = reads[id(d)] <= static
+            spec = kb.facts.get(d.output)
+            plan.append((d.output, d.needs, gate, d.compute, spec.unit if spec else None, d.formula, d.source, d,
+                         (index, tuple(sorted(reads[id(d)]))) if keyed else None))
+        return tuple(plan)
+
+    def memoised(self, kb: KnowledgeBase) -> list[Derivation]:
+        """The derivations whose results a `DeriveMemo` keeps (they depend on hardware and dtype alone)."""
+        return [step[7] for step in self._bound(kb).plan if step[8] is not None]
 
     def gate(self, d: Derivation, kb: KnowledgeBase) -> Condition | None:
         """The condition under which `d` applies, written for this knowledge base (None: it always applies)."""
@@ -118,37 +177,55 @@ class DerivationGraph:
 
     # walking --------------------------------------------------------------------------------------------------------
 
-    def derive(self, observed: Facts, kb: KnowledgeBase, *, check: bool = True) -> dict[str, DerivedValue]:
+    def derive(self, observed: Facts, kb: KnowledgeBase, *, check: bool = True,
+               memo: DeriveMemo | None = None) -> dict[str, DerivedValue]:
         """Apply every derivation whose inputs are known and whose gate holds, in order; observed facts are never
         overwritten. With `check` (the default) contradictory observations are refused first (`check_consistency`).
-        """
+        `memo` keeps the results that depend on hardware and dtype alone between calls (same values either way)."""
         if check:
             check_consistency(observed)
         out: dict[str, DerivedValue] = {}
-        self._walk(observed, kb, out)
+        self._walk(observed, kb, out, memo)
         return out
 
-    def values(self, observed: Facts, kb: KnowledgeBase) -> dict[str, Value]:
+    def values(self, observed: Facts, kb: KnowledgeBase, *, memo: DeriveMemo | None = None) -> dict[str, Value]:
         """The observed facts with every value `derive` would add (unchecked, without the provenance records):
         what a what-if probe needs."""
-        return self._walk(observed, kb, None)
+        return self._walk(observed, kb, None, memo)
 
-    def _walk(self, observed: Facts, kb: KnowledgeBase, records: dict[str, DerivedValue] | None) -> dict[str, Value]:
+    def _walk(self, observed: Facts, kb: KnowledgeBase, records: dict[str, DerivedValue] | None,
+              memo: DeriveMemo | None = None) -> dict[str, Value]:
         """The one pass over the derivations: the facts it ends with; each derived value's record into `records`."""
         facts: dict[str, Value] = dict(observed)
-        for d, gate in self._bound(kb).steps:
-            if d.output in facts or not facts.keys() >= d.needs:
+        kept = memo.entries(kb) if memo is not None else None
+        known = facts.keys()
+        result: Result | None
+        for output, needs, gate, compute, unit, formula, source, d, keyed in self._bound(kb).plan:
+            if output in facts or not known >= needs:
                 continue
-            if gate is not None and gate(facts, (), None, False) != "true":
-                continue
-            result = d.compute(facts, kb)
-            if records is not None:
-                spec = kb.facts.get(d.output)
-                records[d.output] = DerivedValue(
-                    name=d.output, value=result.value, unit=spec.unit if spec else None, formula=d.formula,
-                    inputs=d.recorded_inputs(facts), constants=result.constants, source=d.source, note=result.note,
-                )
-            facts[d.output] = result.value
+            if keyed is not None and kept is not None:
+                key = (keyed[0], tuple([facts.get(name, _ABSENT) for name in keyed[1]]))
+                if key in kept:
+                    result = kept[key]
+                else:
+                    result = compute(facts, kb) if gate is None or gate(facts, (), None, False) == "true" else None
+                    if len(kept) < _MEMO_MAX:
+                        kept[key] = result
+                if result is None:
+                    continue
+                constants = dict(result.constants)  # each record its own dict, as without the memo
+            else:
+                if gate is not None and gate(facts, (), None, False) != "true":
+                    continue
+                result = compute(facts, kb)
+                constants = result.constants
+            if records is not None:  # the inputs as `Derivation.recorded_inputs` records them, inline
+                used = {name: facts[name] for name in d.inputs}
+                if d.optional:
+                    used.update({name: facts[name] for name in d.optional if name in facts})
+                records[output] = DerivedValue(output, result.value, formula, used, source, unit, constants,
+                                               result.note)
+            facts[output] = result.value
         return facts
 
     def askable_inputs(self, name: str, kb: KnowledgeBase) -> list[str]:
@@ -198,9 +275,10 @@ class DerivationGraph:
 GRAPH = DerivationGraph(DERIVATIONS)
 
 
-def derive(observed: Facts, kb: KnowledgeBase, *, check: bool = True) -> dict[str, DerivedValue]:
+def derive(observed: Facts, kb: KnowledgeBase, *, check: bool = True,
+           memo: DeriveMemo | None = None) -> dict[str, DerivedValue]:
     """`DerivationGraph.derive` over the registry's derivations."""
-    return GRAPH.derive(observed, kb, check=check)
+    return GRAPH.derive(observed, kb, check=check, memo=memo)
 
 
 def askable_inputs(name: str, kb: KnowledgeBase) -> list[str]:

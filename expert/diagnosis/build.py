@@ -126,7 +126,8 @@ def build_report(
     facts: dict[str, Value] = {**observations.values(), **{n: d.value for n, d in derived.items()}}
     parts = _parts(ruleset)
     fired_ids = set(result.fired)
-    fired = [lr for lr in ruleset.by_stratum if lr.id in fired_ids]
+    position, loaded = parts.position, parts.loaded  # the fired rules in (stratum, id) order, without a full scan
+    fired = [loaded[i] for i in sorted(position[rule_id] for rule_id in fired_ids if rule_id in position)]
     ctx = Basis(kb, ruleset, facts, result.findings, observations, derived, fired, fired_ids, parts.of)
 
     decision = decide(ruleset, result.fired, result.findings, facts)

@@ -242,22 +242,55 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
 
 
 def _raw_items(raw: Mapping[str, Any] | Observations) -> list[tuple[str, object, str, dict[str, Any]]]:
-    """(name, raw value, source, detail) for every entry, without forcing values into a type yet."""
+    """(name, raw value, source, detail) for every entry, without forcing values into a type yet. Reads the shapes
+    `_as_fields` accepts straight into the tuples (a later entry whose name is the same string wins, in the first one's
+    place), without building the model's field dicts first."""
     if isinstance(raw, Observations):
         return [(name, o.value, o.source, dict(o.detail)) for name, o in raw.facts.items()]
     if not isinstance(raw, Mapping):
         raise ObservationError([Problem("observations",
                                         f"expected a mapping of fact -> value, got {type(raw).__name__}")])
-    fields = _as_fields(raw)["facts"]
-    items: list[tuple[str, object, str, dict[str, Any]]] = []
-    for name, entry in fields.items():
-        if isinstance(entry, Observation):
-            items.append((name, entry.value, entry.source, dict(entry.detail)))
+    items: dict[str, tuple[str, object, str, dict[str, Any]]] = {}
+    if "facts" in raw and set(raw) <= {"facts", "ranks"} and isinstance(raw.get("facts"), Mapping):
+        for name, entry in raw["facts"].items():
+            items[name] = _entry(name, entry)
+        return list(items.values())
+    for key, value in raw.items():
+        name = key if type(key) is str else str(key)
+        if isinstance(value, Observation):
+            items[name] = (name, value.value, value.source, dict(value.detail))
+        elif isinstance(value, Mapping) and "value" in value:
+            items[name] = _entry(name, value)
         else:
-            detail = entry.get("detail", {})
-            detail = detail if isinstance(detail, dict) else {}
-            items.append((name, entry.get("value"), str(entry.get("source", "user")), detail))
-    return items
+            items[name] = (name, value, "user", {})
+    return list(items.values())
+
+
+def _entry(name: str, entry: Any) -> tuple[str, object, str, dict[str, Any]]:
+    """One entry of the model's `facts` field: an Observation or a {value, source, detail} mapping."""
+    if isinstance(entry, Observation):
+        return (name, entry.value, entry.source, dict(entry.detail))
+    detail = entry.get("detail", {})
+    detail = detail if isinstance(detail, dict) else {}
+    return (name, entry.get("value"), str(entry.get("source", "user")), detail)
+
+
+_OBSERVATION_FIELDS = ("value", "source", "detail")
+
+
+def _observation(value: Value, source: str, detail: dict[str, Any]) -> Observation:
+    """`Observation.model_construct(value=..., source=..., detail=...)` for a checked value, without its generic
+    per-field loop: the same instance state (fields in declaration order, all three marked as set)."""
+    obs = _new(Observation)
+    _set(obs, "__dict__", {"value": value, "source": source, "detail": detail})
+    _set(obs, "__pydantic_fields_set__", set(_OBSERVATION_FIELDS))
+    _set(obs, "__pydantic_extra__", None)
+    _set(obs, "__pydantic_private__", None)
+    return obs
+
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 def _hardware_choice(kb: KnowledgeBase, raw: str) -> dict[str, str]:
@@ -292,15 +325,21 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
         except ValueError as exc:
             problems.append(Problem(name, str(exc), f"accepted: {spec.range_text()}"))
             continue
-        clean_detail = {k: v for k, v in detail.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        clean_detail = {k: v for k, v in detail.items()
+                        if isinstance(v, (int, float, str)) and not isinstance(v, bool)} if detail else {}
         if spec.type == "hardware" and isinstance(value_in, str):
             clean_detail.update(_hardware_choice(kb, value_in))
         # value and detail were just checked and converted above, so the model is built without validating again
-        clean[name] = Observation.model_construct(value=value, source=source, detail=clean_detail)
+        clean[name] = _observation(value, source, clean_detail)
     if problems:
         raise ObservationError(problems, title="some observations are not valid")
     ranks = list(raw.ranks) if isinstance(raw, Observations) else []
-    return Observations.model_construct(facts=clean, ranks=ranks)
+    found = _new(Observations)  # as Observations.model_construct(facts=clean, ranks=ranks) builds it
+    _set(found, "__dict__", {"facts": clean, "ranks": ranks})
+    _set(found, "__pydantic_fields_set__", {"facts", "ranks"})
+    _set(found, "__pydantic_extra__", None)
+    _set(found, "__pydantic_private__", None)
+    return found
 
 
 def format_value(spec: FactSpec | None, value: object) -> str:
