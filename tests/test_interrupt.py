@@ -101,3 +101,40 @@ def test_a_library_user_keeps_keyboard_interrupt() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def _interrupt_group(command: list[str], delay: float) -> tuple[int, str, float, bool]:
+    """Like a terminal's Ctrl-C: SIGINT to the whole process group (the command and its worker processes)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+                            start_new_session=True)
+    time.sleep(delay)
+    sent = time.perf_counter()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{command[1:]} ignored SIGINT at {delay} s")
+    elapsed = time.perf_counter() - sent
+    deadline = time.monotonic() + 3
+    while True:  # the workers (and the fork server) end with the command
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return proc.returncode, err, elapsed, True
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.returncode, err, elapsed, False
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.8, 1.3, 2.0, 3.0])
+def test_ctrl_c_while_rank_workers_start_and_read(dam: Path, gloo_job: Path, delay: float) -> None:
+    """The terminal's SIGINT reaches the workers too: while they start (importing the readers) or read, none of them
+    prints a traceback, the command exits 130 with one line, and no worker outlives it."""
+    rc, err, elapsed, ended = _interrupt_group([str(dam), "ingest", str(gloo_job), "--workers", "2"], delay)
+    _check(rc, err, elapsed, f"rank ingest at {delay} s")
+    assert "Traceback" not in err, err[-1500:]
+    assert ended, "a worker process outlived the command"

@@ -26,7 +26,7 @@ from ..kb.knowledge import KnowledgeBase
 from . import distributed, rank_trace
 from ._result import FileResult
 from ._source import JobProgress, Progress, Source, SourceLike
-from ._workers import context
+from ._workers import context, holding_ctrl_c
 from ._workers import mem_available as _mem_available
 from .rank_trace import RankTrace
 
@@ -223,9 +223,10 @@ def read_all(sources: Sequence[Source], kb: KnowledgeBase, options: dict[str, An
         pool: ProcessPoolExecutor | None = None
         futures: dict[Future[tuple[FileResult, RankTrace]], int] = {}
         try:
-            pool = ProcessPoolExecutor(max_workers=min(n, len(pooled)), mp_context=ctx, initializer=_init_worker,
-                                       initargs=(kb, progress_queue))  # a knowledge base pickles in ~1 ms
-            futures = {pool.submit(_task, str(sources[i].path), i, options): i for i in pooled}
+            with holding_ctrl_c():  # submit() starts the workers
+                pool = ProcessPoolExecutor(max_workers=min(n, len(pooled)), mp_context=ctx,
+                                           initializer=_init_worker, initargs=(kb, progress_queue))  # kb: ~1 ms
+                futures = {pool.submit(_task, str(sources[i].path), i, options): i for i in pooled}
             pending = set(futures)
             while pending:
                 finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
