@@ -8,9 +8,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kineto_builder import Trace
+from kineto_builder import H100, Trace
 
 import expert
 from expert import ObservationError, Report
@@ -167,8 +168,11 @@ def test_unknown_optimizations_are_a_clear_error(raw: object, needle: str) -> No
     assert "applied_optimizations" in text and needle in text
 
 
-def _gemm_trace(path: Path, kernel: str, graphs: bool = False) -> Path:
-    t = Trace()
+A100 = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "numSms": 108}
+
+
+def _gemm_trace(path: Path, kernel: str, graphs: bool = False, device: dict[str, Any] | None = H100) -> Path:
+    t = Trace(device)
     ts = 0.0
     for s in range(4):
         start = ts
@@ -182,23 +186,58 @@ def _gemm_trace(path: Path, kernel: str, graphs: bool = False) -> Path:
     return t.write(path)
 
 
-@pytest.mark.parametrize(("kernel", "graphs", "applied"), [
-    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", False, "lower_precision"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", True, "lower_precision, cuda_graphs"),
-    ("volta_h884gemm_64x64_ldg8_nn", False, "lower_precision"),
-    ("ampere_sgemm_128x64_nn", True, "cuda_graphs"),
+# lower_precision is applied only when the kernels run in the narrowest dense format the part has (issue 12: "already
+# bf16 -> lower precision means fp8 only where the hardware has it"): bf16 on an A100 (no fp8) yes, on an H100 no
+@pytest.mark.parametrize(("kernel", "graphs", "device", "applied"), [
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", False, A100, "lower_precision"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", True, H100, "cuda_graphs"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", True, H100, "cuda_graphs"),
+    ("sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128", False, H100, "lower_precision"),
+    ("sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128", True, H100, "lower_precision, cuda_graphs"),
+    ("volta_h884gemm_64x64_ldg8_nn", False, A100, "lower_precision"),
+    ("ampere_sgemm_128x64_nn", True, A100, "cuda_graphs"),
 ])
-def test_ingestion_fills_applied_optimizations(tmp_path: Path, kernel: str, graphs: bool, applied: str) -> None:
-    result = ingest_result(_gemm_trace(tmp_path / "t.json", kernel, graphs))
+def test_ingestion_fills_applied_optimizations(tmp_path: Path, kernel: str, graphs: bool, device: dict[str, Any],
+                                               applied: str) -> None:
+    result = ingest_result(_gemm_trace(tmp_path / "t.json", kernel, graphs, device))
     observed = result.observations.facts["applied_optimizations"]
     assert expert.diagnose(result.observations).observations["applied_optimizations"].value == \
         ", ".join(o for o in expert.default_expert().kb.optimizations if o in applied.split(", "))
     assert observed.detail.get("method")
 
 
+@pytest.mark.parametrize(("kernel", "device", "why"), [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", H100, "h100-sxm also has fp8"),
+    ("volta_h884gemm_64x64_ldg8_nn", H100, "h100-sxm also has fp8"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", None, "the hardware is unknown"),
+])
+def test_16_bit_gemms_leave_lower_precision_open_where_fp8_exists_or_the_part_is_unknown(
+        tmp_path: Path, kernel: str, device: dict[str, Any] | None, why: str) -> None:
+    result = ingest_result(_gemm_trace(tmp_path / "t.json", kernel, device=device))
+    assert "applied_optimizations" not in result.observations.facts
+    reason = result.files[0].not_derived["applied_optimizations"]
+    assert why in reason and "lower_precision not marked" in reason
+
+
 def test_fp32_gemms_without_graphs_fill_nothing(tmp_path: Path) -> None:
     result = ingest_result(_gemm_trace(tmp_path / "t.json", "ampere_sgemm_128x64_nn"))
     assert "applied_optimizations" not in result.observations.facts
+
+
+@pytest.mark.parametrize(("kernel", "device", "outcome"), [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", H100, "recommended"),  # bf16 -> fp8 still open
+    ("sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128", H100, "applied"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn", A100, "applied"),
+])
+def test_diagnose_from_a_trace_recommends_fp8_only_where_it_is_open(tmp_path: Path, kernel: str,
+                                                                   device: dict[str, Any], outcome: str) -> None:
+    result = ingest_result(_gemm_trace(tmp_path / "t.json", kernel, device=device))
+    facts = {name: m.value for name, m in result.observations.facts.items()}
+    report = expert.diagnose({**facts, "dtype": "fp8" if "e4m3" in kernel else "bf16", "mfu": 0.6})
+    assert report.bottleneck == "compute"
+    ids = {"recommended": [r.id for r in report.recommended], "applied": [a.id for a in report.applied]}
+    assert "lower_precision" in ids[outcome]
+    assert "lower_precision" not in ids["applied" if outcome == "recommended" else "recommended"]
 
 
 # ---- item 8: lower precision that exists, the effort order, gains from the report's terms --------------------------

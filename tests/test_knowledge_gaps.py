@@ -387,3 +387,100 @@ def test_scenario(facts: dict[str, Any], verdict: str | None, recommended: set[s
         _, table = EXPERT.ruleset.tables.get(verdict, (None, None))
         if table is not None:
             assert not got & {w.id for w in table.wasted}
+
+
+# ---- issue 12 knowledge gaps (last review): an idle timeline is starvation evidence; a KV cache estimated above HBM
+# votes capacity; a bf16 trace on a part with fp8 leaves lower precision open ----------------------------------------
+# (name, facts, verdict, its strength, candidates that must be ranked, must be wasted, facts asked for)
+
+STARVE_SCENARIOS: list[tuple[str, dict[str, Any], str | None, str | None, set[str], set[str], set[str]]] = [
+    # pegged host, batch 1, 10 µs kernels, the trace's timeline 60 % empty, no gpu_util and no data wait: the idle
+    # share says "busy < 80 %" from the other side (seed screening signal 1) -> launch overhead, not input
+    ("idle-trace-launch-overhead", {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16",
+                                    "host_cpu_util": 1.0, "batch_size": 1, "mean_kernel_us": 10,
+                                    "gpu_idle_gap_frac": 0.6},
+     "latency", "likely", {"latency"}, {"more_dataloader_workers"}, set()),
+    # the same with a measured data wait of 50 ms per 100 ms step (I/O overhead 50 % > 10 %) -> input
+    ("idle-trace-data-wait", {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16",
+                              "host_cpu_util": 1.0, "batch_size": 1, "mean_kernel_us": 10, "gpu_idle_gap_frac": 0.6,
+                              "data_wait_s": 0.05, "step_time_s": 0.1},
+     "input", "confirmed", {"input"}, {"more_dataloader_workers"}, set()),
+    # pegged host and a 45 %-idle timeline, nothing else: input or launch overhead, both ranked, the wait asked for
+    ("idle-trace-cause-open", {"workload": "training", "host_cpu_util": 0.98, "gpu_idle_gap_frac": 0.45},
+     None, None, {"input", "latency"}, set(), {"data_wait_s"}),
+    # 99 % utilization against 60 % idle gaps stays conflicting evidence: named, and the verdict at most likely
+    ("busy-util-idle-trace-pegged-host", {"workload": "training", "gpu_util": 0.99, "gpu_idle_gap_frac": 0.6,
+                                          "host_cpu_util": 1.0, "batch_size": 1, "mean_kernel_us": 10},
+     "latency", "likely", {"latency"}, set(), set()),
+    # Llama-2-13B on one A100-80GB, 32 sequences at 4,096 tokens: 2 x 40 x 40 x 128 x 4096 x 2 B = 3.36 GB a
+    # sequence, 107.4 GB for 32, + 26 GB of bf16 weights = 133.4 GB, 1.67x the 80 GB -> capacity, from an estimate
+    ("kv-cache-exceeds-hbm-estimate", {"workload": "inference", "phase": "decode", "hardware": "a100-sxm-80gb",
+                                       "dtype": "bf16", "num_gpus": 1, "model_params": 13e9, "batch_size": 32,
+                                       "num_layers": 40, "num_kv_heads": 40, "head_dim": 128, "context_len": 4096},
+     "capacity", "likely", {"capacity"}, {"more_peak_flops", "more_memory_bandwidth", "batching"},
+     {"kv_cache_usage"}),
+    # the same with 12 preemptions a minute measured: the estimate and the engine agree -> confirmed
+    ("kv-cache-exceeds-hbm-preempting", {"workload": "inference", "phase": "decode", "hardware": "a100-sxm-80gb",
+                                         "dtype": "bf16", "num_gpus": 1, "model_params": 13e9, "batch_size": 32,
+                                         "num_layers": 40, "num_kv_heads": 40, "head_dim": 128,
+                                         "context_len": 4096, "preemptions": 12},
+     "capacity", "confirmed", {"capacity"}, {"more_peak_flops", "tensor_cores", "better_kernels"}, set()),
+]
+
+
+@pytest.mark.parametrize(("facts", "verdict", "strength", "candidates", "wasted", "asked"),
+                         [s[1:] for s in STARVE_SCENARIOS], ids=[s[0] for s in STARVE_SCENARIOS])
+def test_starvation_and_capacity_scenario(facts: dict[str, Any], verdict: str | None, strength: str | None,
+                                          candidates: set[str], wasted: set[str], asked: set[str]) -> None:
+    report = _diagnose(facts)
+    assert report.bottleneck == verdict, [(c.regime, c.strength) for c in report.candidates]
+    if verdict is not None:
+        assert next(c.strength for c in report.candidates if c.regime == verdict) == strength
+    assert candidates <= {c.regime for c in report.candidates}
+    assert wasted <= {w.id for w in report.wasted}
+    assert not {r.id for r in report.recommended} & {w.id for w in report.wasted}
+    assert asked <= {m.fact for m in report.next_measurements}, [m.fact for m in report.next_measurements]
+    if "gpu_util" in facts and "gpu_idle_gap_frac" in facts:
+        assert report.conflicts and all(c.strength != "confirmed" for c in report.candidates)
+
+
+def test_a_kv_cache_measured_with_room_overrules_the_estimate() -> None:
+    """The 13B/A100 batch above, with the engine reporting its cache half used: it holds what it runs."""
+    report = _diagnose({**STARVE_SCENARIOS[4][1], "kv_cache_usage": 0.5})
+    assert "capacity" not in {c.regime for c in report.candidates}
+
+
+@pytest.mark.parametrize(("device", "kernel", "dtype", "lower_precision"), [
+    # bf16 GEMMs on an H100: fp8 (1,979 TFLOP/s dense, 2x bf16) is still open -> recommended
+    ({"id": 0, "name": "NVIDIA H100 80GB HBM3"}, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "bf16",
+     "recommended"),
+    # bf16 GEMMs on an A100: no fp8 on the part, the trace shows lower precision applied
+    ({"id": 0, "name": "NVIDIA A100-SXM4-80GB"}, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn",
+     "bf16", "applied"),
+    # fp8 GEMMs on an H100: the narrowest format the part has -> applied
+    ({"id": 0, "name": "NVIDIA H100 80GB HBM3"}, "sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128",
+     "fp8", "applied"),
+])
+def test_a_trace_marks_lower_precision_only_at_the_narrowest_format(tmp_path: Any, device: dict[str, Any],
+                                                                    kernel: str, dtype: str,
+                                                                    lower_precision: str) -> None:
+    from kineto_builder import Trace
+
+    from expert.ingest import ingest_result
+
+    t = Trace(device)
+    ts = 0.0
+    for s in range(4):
+        start, corr = ts, t.runtime("cudaLaunchKernel", ts, 8)
+        for k in range(20):
+            t.kernel(kernel, ts + 10 + 401 * k, 400, corr)
+        ts += 10 + 401 * 20 + 30
+        t.step(s + 1, start, ts - start)
+    result = ingest_result(t.write(tmp_path / "t.json"))
+    facts = {name: m.value for name, m in result.observations.facts.items()}
+    report = _diagnose({**facts, "dtype": dtype, "mfu": 0.6})
+    assert report.bottleneck == "compute"
+    applied = {a.id for a in report.applied}
+    recommended = {r.id for r in report.recommended}
+    assert ("lower_precision" in applied) == (lower_precision == "applied")
+    assert ("lower_precision" in recommended) == (lower_precision == "recommended")

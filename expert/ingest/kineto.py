@@ -286,7 +286,7 @@ class _Analysis:
                 for fact in _GPU_FACTS:
                     r.missing(fact, f"no GPU activity inside {label}")
             else:
-                analysis.add_facts(r, label=label, file=self.src.label, n_steps=n_steps)
+                analysis.add_facts(r, label=label, file=self.src.label, n_steps=n_steps, kb=self.kb)
                 self._syncs(analysis)
                 if breakdown:
                     r.time_breakdown = analysis.breakdown

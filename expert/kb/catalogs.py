@@ -460,6 +460,8 @@ class LowPrecisionGemm(_Strict):
     rationale: str
     patterns: list[str] = Field(min_length=1)
     min_share: float = Field(gt=0, le=1)
+    # the format (a units.yaml dtype) each matching kernel computes in: the first entry whose patterns match wins
+    formats: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class KernelCatalog(_Strict):

@@ -362,7 +362,7 @@ class _Analysis:
             for fact in GPU_FACTS:
                 result.missing(fact, f"no GPU activity inside {label}")
         else:
-            analysis.add_facts(result, label=label, file=self.src.label, n_steps=n)
+            analysis.add_facts(result, label=label, file=self.src.label, n_steps=n, kb=self.kb)
             if "pageable_copy_frac" in result.not_derived and analysis.copies["unknown"] > 0:
                 result.missing("pageable_copy_frac", "the host-to-device copies do not say whether host memory was "
                                f"pinned (no srcKind column in {MEMCPY_T})")

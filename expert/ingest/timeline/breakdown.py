@@ -21,18 +21,23 @@ if TYPE_CHECKING:
     from ...kb.knowledge import KernelCatalog
 
 
-def _gemm_precision(names: list[str], cls: Classifier, per_kernel: dict[int, list[float]]) -> tuple[float, float]:
-    """GEMM kernel time, and the part of it in kernels named as 16-bit or narrower tensor-core math
-    (knowledge_base/kernels.yaml `low_precision_gemm`)."""
+def _gemm_precision(names: list[str], cls: Classifier,
+                    per_kernel: dict[int, list[float]]) -> tuple[float, float, dict[str, float]]:
+    """GEMM kernel time, the part of it in kernels named as 16-bit or narrower tensor-core math, and that part by the
+    format the names spell (knowledge_base/kernels.yaml `low_precision_gemm`, its `formats`)."""
     low = cls.low_precision
     gemm = lowp = 0.0
+    by_format: dict[str, float] = {}
     for nm, (t, _, kind) in per_kernel.items():
         if cls.of(names, nm, int(kind)) != "gemm":
             continue
         gemm += t
         if low is not None and low.search(names[nm]):
             lowp += t
-    return gemm, lowp
+            fmt = next((f for f, rx in cls.low_formats if rx.search(names[nm])), None)
+            if fmt is not None:
+                by_format[fmt] = by_format.get(fmt, 0.0) + t
+    return gemm, lowp, by_format
 
 
 def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | None, in_w: list[int],
@@ -214,7 +219,8 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
         flops_coverage=sig6(coverage / launched) if launched else None, notes=notes)
     facts: dict[str, Any] = {"window_flops": totals.flops, "window_bytes": totals.bytes,
                              "dtype": totals.dominant_dtype() if totals.flops > 0 else None}
-    facts["_gemm_us"], facts["_low_precision_gemm_us"] = _gemm_precision(kernel_names, cls, per_kernel)
+    facts["_gemm_us"], facts["_low_precision_gemm_us"], facts["_gemm_format_us"] = _gemm_precision(
+        kernel_names, cls, per_kernel)
     if cat.low_precision_gemm is not None:
         facts["_low_precision_min_share"] = cat.low_precision_gemm.min_share
     if class_list:

@@ -26,6 +26,8 @@ class Classifier:
         self.launch = re.compile("|".join(f"(?:{p})" for p in catalog.calls.launch.patterns))
         low = catalog.low_precision_gemm
         self.low_precision = re.compile("|".join(f"(?:{p})" for p in low.patterns), re.IGNORECASE) if low else None
+        self.low_formats = [(fmt, re.compile("|".join(f"(?:{p})" for p in pats), re.IGNORECASE))
+                            for fmt, pats in (low.formats if low else {}).items() if pats]
         self._cache: dict[tuple[int, int], str] = {}
 
     def of(self, names: list[str], name: int, kind: int) -> str:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...breakdown import TimeBreakdown
+from ...kb.knowledge import KnowledgeBase
+from .._kb import default_kb
 
 if TYPE_CHECKING:
     from .._result import FileResult
@@ -50,27 +52,57 @@ class TimelineAnalysis:
     breakdown: TimeBreakdown
     facts: dict[str, Any] = field(default_factory=dict)  # the breakdown facts (top class, its ops, top op, ...)
 
-    def _applied(self, r: FileResult, file: str) -> None:
+    def _applied(self, r: FileResult, file: str, kb: KnowledgeBase) -> None:
         """applied_optimizations where the trace shows them: graph launches (cuda_graphs), and GEMM time mostly in
-        16-bit or narrower tensor-core kernels (lower_precision, knowledge_base/kernels.yaml low_precision_gemm)."""
+        tensor-core kernels of the narrowest dense format the hardware has (lower_precision: see `_precision`)."""
         applied: list[str] = []
         how: list[str] = []
         if self.graph_launches:
             applied.append("cuda_graphs")
             how.append(f"{self.graph_launches} cudaGraphLaunch/hipGraphLaunch calls (cuda_graphs)")
-        gemm, low = float(self.facts.get("_gemm_us") or 0.0), float(self.facts.get("_low_precision_gemm_us") or 0.0)
-        min_share = float(self.facts.get("_low_precision_min_share") or 1.0)
-        if gemm > 0 and low / gemm >= min_share:
+        precision, said = self._precision(r, kb)
+        if precision:
             applied.append("lower_precision")
-            how.append(f"{low / gemm:.0%} of GEMM time in bf16/fp16/fp8 tensor-core kernels (lower_precision)")
+        if said:
+            how.append(said)
         if applied:
             r.add("applied_optimizations", ", ".join(applied), method="; ".join(how), file=file)
         else:
-            r.missing("applied_optimizations", "no graph launches, and no GEMM time mostly in 16-bit or narrower "
-                      "tensor-core kernels")
+            r.missing("applied_optimizations", "; ".join(how) if how else "no graph launches, and no GEMM time "
+                      "mostly in 16-bit or narrower tensor-core kernels")
 
-    def add_facts(self, r: FileResult, *, label: str, file: str, n_steps: int) -> None:
-        """The standard facts of a timeline, with provenance (method, window, devices, file), on a FileResult."""
+    def _precision(self, r: FileResult, kb: KnowledgeBase) -> tuple[bool, str]:
+        """Whether the trace shows lower precision already applied, and why (empty when it shows no lower precision).
+
+        GEMM time mostly in 16-bit or narrower tensor-core kernels (knowledge_base/kernels.yaml `low_precision_gemm`)
+        counts only when the format holding most of it is the narrowest the hardware has: none of the formats
+        units.yaml `lower` lists for it is in the part's peak_tflops (the rule derive/gain_bounds.py applies to the
+        dtype fact). bf16 on an A100 (no fp8) is applied; bf16 on an H100 is not, fp8 is still open; fp8 is. Without
+        the hardware, or a format the kernel names spell, nothing is marked, and the reason says so."""
+        gemm, low = float(self.facts.get("_gemm_us") or 0.0), float(self.facts.get("_low_precision_gemm_us") or 0.0)
+        min_share = float(self.facts.get("_low_precision_min_share") or 1.0)
+        if not (gemm > 0 and low / gemm >= min_share):
+            return False, ""
+        seen = f"{low / gemm:.0%} of GEMM time in 16-bit or narrower tensor-core kernels"
+        formats: dict[str, float] = self.facts.get("_gemm_format_us") or {}
+        if not formats:
+            return False, f"{seen}, in a format the kernel names do not spell: lower_precision not marked"
+        fmt = max(formats, key=lambda f: formats[f])
+        seen = f"{seen}, mostly {fmt} ({formats[fmt] / gemm:.0%})"
+        m = r.measured.get("hardware")
+        hw = kb.hardware.get(str(m.value)) if m is not None else None
+        if hw is None:
+            return False, (f"{seen}; the hardware is unknown, so whether it has a narrower format is too: "
+                           "lower_precision not marked (give --set hardware=ID)")
+        spec = kb.units.dtypes.get(fmt)
+        target = next((d for d in (spec.lower if spec else []) if d in hw.peak_tflops), None)
+        if target is not None:
+            return False, f"{seen}; {hw.id} also has {target}: lower_precision not marked ({target} is still open)"
+        return True, f"{seen}, the narrowest dense format {hw.id} has (lower_precision)"
+
+    def add_facts(self, r: FileResult, *, label: str, file: str, n_steps: int, kb: KnowledgeBase | None = None) -> None:
+        """The standard facts of a timeline, with provenance (method, window, devices, file), on a FileResult; `kb`
+        (the bundled one when None) holds the hardware the trace's `hardware` fact names."""
         idle = self.idle
         devs = ",".join(map(str, self.devices))
         common: dict[str, Any] = {"window": label, "devices": devs, "file": file}
@@ -134,7 +166,7 @@ class TimelineAnalysis:
         r.add("uses_cuda_graphs", "yes" if self.graph_launches else "no",
               method=f"{self.graph_launches} cudaGraphLaunch/hipGraphLaunch calls in the trace" if self.graph_launches
               else "no cudaGraphLaunch/hipGraphLaunch call in the trace", file=file)
-        self._applied(r, file)
+        self._applied(r, file, kb if kb is not None else default_kb())
         bd = self.breakdown
         why = {"window": label, "file": file}
         if bd.classes:
