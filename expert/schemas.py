@@ -28,7 +28,7 @@ from .kb.knowledge import (
     UnitTable,
 )
 from .observations.file import ObservationFile
-from .report.model import Report
+from .report.model import UNEXPLAINED_TERM, Report
 from .rules.lint import WaiverFile
 from .rules.model import RuleFile
 from .rules.references import knowledge_value_names
@@ -92,6 +92,11 @@ def _refine_rules(schema: JsonSchema, kb: KnowledgeBase) -> None:
     defs["BottleneckVote"]["properties"]["regime"] = _enum(regimes)
 
 
+def _refine_report(schema: JsonSchema, kb: KnowledgeBase) -> None:
+    terms = schema["$defs"]["IronLawTerm"]["properties"]
+    terms["term"] = {"enum": [*kb.regimes.iron_law_terms(), UNEXPLAINED_TERM], **terms["term"]}
+
+
 def _refine_tests(schema: JsonSchema, kb: KnowledgeBase) -> None:
     schema["$defs"]["RuleTestCase"]["properties"]["facts"] = _facts_object(kb)
 
@@ -113,7 +118,7 @@ SCHEMAS: dict[str, SchemaSpec] = {
     "observations": SchemaSpec(ObservationFile, "An observation file for `dam diagnose FILE`: {description, "
                                "observations} or a flat mapping of fact: value.", refine=_refine_observations),
     "report": SchemaSpec(Report, "A diagnosis report, as `dam diagnose --format json` writes it.",
-                         mode="serialization"),
+                         mode="serialization", refine=_refine_report),
     "facts": SchemaSpec(FactCatalog, "knowledge_base/facts.yaml: the fact vocabulary."),
     "hardware": SchemaSpec(HardwareCatalog, "knowledge_base/hardware.yaml: accelerators with dense peaks."),
     "optimizations": SchemaSpec(OptimizationCatalog, "knowledge_base/optimizations.yaml: the optimization catalog."),

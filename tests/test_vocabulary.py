@@ -27,7 +27,8 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_a_new_dtype_needs_yaml_only(tmp_path: Path) -> None:
     kb_dir = _kb_copy(tmp_path)
-    _edit(kb_dir / "units.yaml", "  int8: {bytes: 1}", "  int8: {bytes: 1}\n  fp4: {bytes: 0.5}")
+    int8 = "  int8: {bytes: 1, torch_types: [signed char]}"
+    _edit(kb_dir / "units.yaml", int8, int8 + "\n  fp4: {bytes: 0.5}")
     _edit(kb_dir / "facts.yaml", "choices: [fp32, tf32, bf16, fp16, fp8, int8]",
           "choices: [fp32, tf32, bf16, fp16, fp8, int8, fp4]")
     hardware = (kb_dir / "hardware.yaml").read_text()

@@ -129,8 +129,9 @@ class RuleNeed(_Model):
     tests: list[str]  # every comparison of the rule with its current state ("gpu_util 0.97 > 0.95 (holds)")
 
 
-class Why(_Model):
-    """The MYCIN-style answer to "why do you ask?"."""
+class WhyAsk(_Model):
+    """The MYCIN-style answer to "why do you ask?" (`Consultation.why`); not the explanation's why-chain of a
+    conclusion (`expert.report.explain.Why`)."""
 
     fact: str
     question: str

@@ -16,7 +16,7 @@ from ..rules.evaluate import LeafTrace, evaluate
 from ..rules.logic import facts_used
 from ..rules.ruleset import LoadedRule
 from . import combined
-from .models import Effect, Question, RuleNeed, Turn, Why
+from .models import Effect, Question, RuleNeed, Turn, WhyAsk
 from .planner import Index, Plan, Probe, State, weigh
 from .tools import AVAILABLE_TOOLS, tool_offer
 
@@ -105,8 +105,8 @@ def combined_question(ix: Index, state: State, plan: Plan, question: CombinedQue
     })
 
 
-def why_combined(question: CombinedQuestion, parts: list[Why], state: State, plan: Plan) -> Why:
-    """"Why" for a combined question: its members' reasons (`parts`, in member order) together."""
+def why_combined(question: CombinedQuestion, parts: list[WhyAsk], state: State, plan: Plan) -> WhyAsk:
+    """Why a combined question is asked: its members' reasons (`parts`, in member order) together."""
     rules: dict[str, RuleNeed] = {}
     for part in parts:
         for need in part.rules:
@@ -114,25 +114,25 @@ def why_combined(question: CombinedQuestion, parts: list[Why], state: State, pla
     worth = [name for name in question.facts if plan.scores.get(name) and state.askable_open(name)]
     goal = (f"Its answer can still change the verdict or the recommendations (through {', '.join(worth)})."
             if worth else parts[0].goal)
-    return Why(fact=question.id, question=question.question, goal=goal, hypotheses=parts[0].hypotheses,
+    return WhyAsk(fact=question.id, question=question.question, goal=goal, hypotheses=parts[0].hypotheses,
                rules=list(rules.values())[:_WHY_RULES], via=list(dict.fromkeys(v for p in parts for v in p.via)),
                known=parts[0].known, effects=[e for p in parts for e in p.effects][:8])
 
 
-def why_tools(ix: Index, state: State, plan: Plan, answered: Turn | None) -> Why:
-    """"Why" for the tools question (`answered`: its answer in force, if any)."""
+def why_tools(ix: Index, state: State, plan: Plan, answered: Turn | None) -> WhyAsk:
+    """Why the tools question is asked (`answered`: its answer in force, if any)."""
     offer = tool_offer(ix, plan)
     tools = ix.kb.tools.tools
     wording = ix.kb.tools.consultation.available_tools
     goal = (wording.goal_answered.format(answer=answered.value or "unknown") if answered is not None
             else wording.goal)
     known = {name: format_value(ix.kb.facts.get(name), value) for name, value in state.answers.items()}
-    return Why(fact=AVAILABLE_TOOLS, question=wording.question, goal=goal, hypotheses=hypotheses(ix, state),
+    return WhyAsk(fact=AVAILABLE_TOOLS, question=wording.question, goal=goal, hypotheses=hypotheses(ix, state),
                rules=[], known=known,
                tools=[f"{t} ({tools[t].name}): {', '.join(facts)}" for t, facts in offer.items()])
 
 
-def why_fact(ix: Index, state: State, plan: Plan, fact: str, spec: FactSpec) -> Why:
+def why_fact(ix: Index, state: State, plan: Plan, fact: str, spec: FactSpec) -> WhyAsk:
     """Why a fact is (or would be) asked: the hypotheses, the rules that need it, what each answer would mean."""
     via = _via(ix, fact)
     through = {fact} | {line.split(" = ", 1)[0] for line in via}
@@ -163,7 +163,7 @@ def why_fact(ix: Index, state: State, plan: Plan, fact: str, spec: FactSpec) -> 
         goal = "Its answer can still change the verdict or the recommendations."
     else:
         goal = "No answer to it can change the verdict or the recommendations now."
-    return Why(fact=fact, question=spec.question or spec.description, goal=goal,
+    return WhyAsk(fact=fact, question=spec.question or spec.description, goal=goal,
                hypotheses=hypotheses(ix, state), rules=needs, via=via, known=known, effects=effects[:8],
                measure=_measure(ix, fact))
 

@@ -12,7 +12,7 @@ Once the kind of job is settled, one multiple-choice question asks which tools t
 (`expert.consult.tools`); facts an expert asks for in one breath are asked as one combined question
 (`expert.consult.questions`, `expert.consult.combined`).
 
-The class never prints: `Question`, `Why`, `Status` and `Turn` (`expert.consult.models`) are pydantic models with a
+The class never prints: `Question`, `WhyAsk`, `Status` and `Turn` (`expert.consult.models`) are pydantic models with a
 `text()` for front ends.
 """
 
@@ -31,7 +31,7 @@ from ..kb.knowledge import CombinedQuestion, FactSpec
 from ..observations.normalise import Observation, Observations, convert, format_value, is_unknown
 from ..report.model import Report
 from . import combined
-from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, Why, _Scalar
+from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, WhyAsk, _Scalar
 from .planner import Plan, State, analysis, choose, index
 from .questions import (
     combined_for,
@@ -326,7 +326,7 @@ class Consultation:
 
     # explaining -------------------------------------------------------------------------------------------------------
 
-    def why(self, fact: str | None = None) -> Why:
+    def why(self, fact: str | None = None) -> WhyAsk:
         """Why a fact is (or would be) asked: the hypotheses, the rules that need it, what each answer would mean."""
         if fact is None:
             pending = self._pending or self.next_question()
@@ -526,5 +526,16 @@ def play(answers: Mapping[str, Any], expert: Expert | None = None, *, max_questi
     return consultation
 
 
-__all__ = ["AVAILABLE_TOOLS", "Consultation", "Effect", "Question", "RuleNeed", "SessionFile", "Status", "Turn", "Why",
-           "answer_from", "play", "tools_for"]
+def __getattr__(name: str) -> Any:
+    """`Why`, the old name of `WhyAsk` (deprecated: the explanation's why-chain is `expert.report.explain.Why`)."""
+    if name == "Why":
+        import warnings
+
+        warnings.warn("expert.consult.session.Why is deprecated: use WhyAsk (the answer to \"why do you ask?\")",
+                      DeprecationWarning, stacklevel=2)
+        return WhyAsk
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["AVAILABLE_TOOLS", "Consultation", "Effect", "Question", "RuleNeed", "SessionFile", "Status", "Turn",
+           "WhyAsk", "answer_from", "play", "tools_for"]

@@ -19,6 +19,7 @@ from ..engine.base import EngineResult
 from ..kb.knowledge import KnowledgeBase, Scorecard
 from ..observations.normalise import Observations, applied_optimizations
 from ..report.model import (
+    UNEXPLAINED_TERM,
     Applied,
     AxisScore,
     Candidate,
@@ -540,13 +541,14 @@ def _iron_law(kb: KnowledgeBase, facts: Mapping[str, Value],
         value = facts.get(name) if name else None
         return float(value) if isinstance(value, (int, float)) else None
 
-    terms = [IronLawTerm(term=term, label=spec.label, seconds=num(spec.seconds), share=num(spec.share))  # type: ignore[arg-type]
-             for term, spec in kb.regimes.terms.items() if spec.seconds]
+    specs = kb.regimes.terms
+    terms = [IronLawTerm(term=term, label=specs[term].label, seconds=num(specs[term].seconds),
+                         share=num(specs[term].share)) for term in kb.regimes.iron_law_terms()]
     step = num("step_time_s")
     known = [t.seconds for t in terms if t.seconds is not None]
     if step is not None and step > 0 and known:
         rest = max(0.0, step - sum(known))
-        terms.append(IronLawTerm(term="unexplained", label=kb.regimes.unexplained_label, seconds=rest,
+        terms.append(IronLawTerm(term=UNEXPLAINED_TERM, label=kb.regimes.unexplained_label, seconds=rest,
                                  share=rest / step))
     efficiency, efficiency_source = _efficiency(facts, derived or {})
     return IronLaw(step_time_s=step, terms=terms, sequential_s=num("t_sequential_s"),

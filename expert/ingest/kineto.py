@@ -281,7 +281,7 @@ class _Analysis:
         else:
             analysis = analyse(tl, windows, devices or None, self._catalog(), roof=self._roof(),
                                source=self.src.name, window=trace_window, steps=numbered,
-                               kernel_wait_us=self.kernel_wait_us)
+                               kernel_wait_us=self.kernel_wait_us, torch_types=self.kb.units.torch_types())
             if analysis is None:
                 for fact in _GPU_FACTS:
                     r.missing(fact, f"no GPU activity inside {label}")
@@ -392,7 +392,7 @@ class _Analysis:
                 r.add("bytes_moved", moved / self.n_steps, method=shapes + ", per step", samples=self.n_steps,
                       **common)
             dtype = facts.get("dtype")
-            if dtype in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8"):
+            if dtype in self.kb.units.dtypes:  # a compute format (units.yaml `dtypes`), not an index or mask type
                 r.add("dtype", dtype, method="dtype of the operators with the most FLOPs (Input type)", **common)
             else:
                 r.missing("dtype", f"the operators with the most FLOPs compute in {dtype or 'an unknown type'}")

@@ -35,18 +35,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
-DTYPES: dict[str, tuple[str, int]] = {
-    "float": ("fp32", 4), "double": ("fp64", 8), "c10::Half": ("fp16", 2), "c10::BFloat16": ("bf16", 2),
-    "long int": ("int64", 8), "long": ("int64", 8), "int": ("int32", 4), "short int": ("int16", 2),
-    "signed char": ("int8", 1), "unsigned char": ("uint8", 1), "bool": ("bool", 1),
-    "c10::complex<float>": ("complex64", 8), "c10::complex<double>": ("complex128", 16),
-    "c10::complex<c10::Half>": ("complex32", 4), "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1),
-    "c10::Float8_e4m3fnuz": ("fp8", 1), "c10::Float8_e5m2fnuz": ("fp8", 1), "c10::Float8_e8m0fnu": ("fp8", 1),
-}
-"""Kineto `Input type` spellings of tensor dtypes: (dtype, bytes per element)."""
+from ..kb.catalogs import TorchTypes
+
+
+@lru_cache(maxsize=1)
+def bundled_torch_types() -> TorchTypes:
+    """The bundled knowledge base's profiler `Input type` spellings (units.yaml `dtypes` and `element_types`), for
+    shapes costed without a knowledge base of their own."""
+    from ._kb import default_kb
+
+    return default_kb().units.torch_types()
+
 
 Shape = tuple[int, ...]
 
@@ -58,6 +61,11 @@ class OpShapes:
     dims: tuple[Any, ...]  # a shape (tuple of ints) per tensor input; a tuple of shapes for a TensorList; () else
     types: tuple[str, ...]
     concrete: tuple[str, ...] | None = None  # Kineto's Concrete Inputs ("[1, 1]", "True", "0.125", "" for tensors)
+    # the element types by spelling (UnitTable.torch_types(); OpCostModel binds its own); None: the bundled ones
+    torch_types: TorchTypes | None = field(default=None, compare=False, repr=False)
+
+    def _types(self) -> TorchTypes:
+        return self.torch_types if self.torch_types is not None else bundled_torch_types()
 
     @classmethod
     def of(cls, dims: Sequence[Any], types: Sequence[Any], concrete: Sequence[Any] | None = None) -> OpShapes:
@@ -73,16 +81,19 @@ class OpShapes:
 
     def tensor(self, i: int) -> Shape | None:
         """The shape of input i if it is a tensor (a 0-dim tensor is ()), else None."""
-        if i >= len(self.types) or self.types[i] not in DTYPES or i >= len(self.dims):
+        if i >= len(self.types) or self.types[i] not in self._types() or i >= len(self.dims):
             return None
         d = self.dims[i]
         return d if all(isinstance(x, int) for x in d) else None
 
-    def esize(self, i: int) -> int:
-        return DTYPES[self.types[i]][1] if i < len(self.types) and self.types[i] in DTYPES else 0
+    def esize(self, i: int) -> int | float:
+        """Bytes per element of input i (0 when its type is not a known tensor element type)."""
+        known = self._types().get(self.types[i]) if i < len(self.types) else None
+        return known[1] if known is not None else 0
 
     def dtype(self, i: int) -> str | None:
-        return DTYPES[self.types[i]][0] if i < len(self.types) and self.types[i] in DTYPES else None
+        known = self._types().get(self.types[i]) if i < len(self.types) else None
+        return known[0] if known is not None else None
 
     def nbytes(self, i: int) -> float:
         shape = self.tensor(i)
@@ -267,14 +278,22 @@ def _out_size(n_in: int, k: int, s: int, p: int, d: int) -> int:
 class OpCostModel:
     """Costs operators from their shapes; `learn` first from every signature of the trace (see the module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, torch_types: TorchTypes | None = None) -> None:
+        """`torch_types`: the element types by profiler spelling, from the knowledge base the reader was given
+        (`kb.units.torch_types()`); None: the bundled knowledge base's."""
         self._conv_out: dict[tuple[Shape, Shape], Shape | None] = {}
+        self.torch_types = torch_types if torch_types is not None else bundled_torch_types()
+
+    def _bind(self, shapes: OpShapes) -> OpShapes:
+        """The shapes, reading their element types from this model's table."""
+        return shapes if shapes.torch_types is self.torch_types else replace(shapes, torch_types=self.torch_types)
 
     def learn(self, name: str, shapes: OpShapes) -> None:
         """Remember the output shape of a convolution that a backward op reveals (grad_output has its shape)."""
         spec = _CONV_BACKWARD.get(name)
         if spec is None:
             return
+        shapes = self._bind(shapes)
         g, i, w = (shapes.tensor(k) for k in spec[:3])
         if g is None or i is None or w is None or not i:
             return
@@ -290,6 +309,7 @@ class OpCostModel:
         `children`: the names of the operators inside this call that launched its kernels, when known; a
         convolution backward whose gradient mask is not recorded takes it from them (cuDNN's backward_input and
         backward_weight calls)."""
+        shapes = self._bind(shapes)
         try:
             fn = _TABLE.get(name)
             if fn is not None:

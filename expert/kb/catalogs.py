@@ -397,7 +397,13 @@ class RegimeCatalog(_Strict):
     def _precedence_complete(self) -> RegimeCatalog:
         if sorted(self.precedence) != sorted(self.regimes):
             raise ValueError("`precedence` must list every regime exactly once")
+        if "unexplained" in self.terms:
+            raise ValueError("`unexplained` is the iron-law table's last line (unexplained_label), not a term")
         return self
+
+    def iron_law_terms(self) -> list[Term]:
+        """The terms of the iron law, in file order: those with seconds of their own."""
+        return [term for term, spec in self.terms.items() if spec.seconds]
 
 
 KernelActivity = Literal["kernel", "memcpy", "memset"]
@@ -489,16 +495,48 @@ class Dimension(_Strict):
 
 
 class DtypeSpec(_Strict):
-    """A numeric format: bytes per element."""
+    """A numeric format: bytes per element, and how PyTorch's profiler spells its tensors' element type."""
 
     bytes: int | float = Field(gt=0)  # fractional for sub-byte formats (fp4: 0.5)
     lower: list[str] = []  # the narrower formats lower precision moves to, preferred first (units.yaml header)
+    torch_types: list[str] = []  # the profiler's `Input type` spellings of tensors in this format (units.yaml header)
+
+
+class ElementTypeSpec(_Strict):
+    """A tensor element type that is no compute format (indices, masks, fp64, complex): bytes per element."""
+
+    bytes: int | float = Field(gt=0)
+    torch_types: list[str] = Field(min_length=1)
+
+
+TorchTypes = dict[str, tuple[str, int | float]]
+"""PyTorch profiler `Input type` spelling -> (element type, bytes per element)."""
 
 
 class UnitTable(_Strict):
     schema_version: int = 1
     dimensions: dict[str, Dimension]
     dtypes: dict[str, DtypeSpec]
+    element_types: dict[str, ElementTypeSpec] = {}
+
+    @model_validator(mode="after")
+    def _types_distinct(self) -> UnitTable:
+        both = set(self.dtypes) & set(self.element_types)
+        if both:
+            raise ValueError(f"{', '.join(sorted(both))}: in both `dtypes` and `element_types`")
+        seen: dict[str, str] = {}
+        for name, spec in self._element_specs():
+            for spelling in spec.torch_types:
+                if seen.setdefault(spelling, name) != name:
+                    raise ValueError(f"torch type {spelling!r} is listed for both {seen[spelling]} and {name}")
+        return self
+
+    def _element_specs(self) -> list[tuple[str, DtypeSpec | ElementTypeSpec]]:
+        return [*self.dtypes.items(), *self.element_types.items()]
+
+    def torch_types(self) -> TorchTypes:
+        """Every profiler `Input type` spelling of a tensor element type: (its dtype or element type, bytes)."""
+        return {spelling: (name, spec.bytes) for name, spec in self._element_specs() for spelling in spec.torch_types}
 
 
 # ---- device-memory model of a training step (knowledge_base/memory.yaml) -------------------------------------------

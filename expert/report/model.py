@@ -202,9 +202,15 @@ class ScoreRow:
     bands: str
 
 
+UNEXPLAINED_TERM = "unexplained"
+"""The iron-law table's last line: the part of the measured step no known term accounts for."""
+
+
 @dataclass
 class IronLawTerm:
-    term: Literal["input", "data", "compute", "latency", "unexplained"]
+    # an iron-law term of knowledge_base/regimes.yaml `terms` (RegimeCatalog.iron_law_terms()), or UNEXPLAINED_TERM;
+    # the report schema lists them from the knowledge base (expert/schemas.py)
+    term: str
     label: str
     seconds: float | None
     share: float | None

@@ -22,6 +22,7 @@ from .roofline import Roof, sig6
 from .windows import host_intervals, launching_threads
 
 if TYPE_CHECKING:
+    from ...kb.catalogs import TorchTypes
     from ...kb.knowledge import KernelCatalog
 
 _NAN = math.nan
@@ -100,16 +101,19 @@ def split_gap(acc: DeviceIdle, a: float, b: float, at: float, has_next: bool, sh
 
 def analyse(tl: Timeline, windows: list[Interval], devices: set[int] | None, catalog: KernelCatalog, *,
             roof: Roof | None = None, source: str = "", window: TraceWindow | None = None,
-            steps: Sequence[tuple[int, float, float]] = (), kernel_wait_us: float = 0.03) -> TimelineAnalysis | None:
+            steps: Sequence[tuple[int, float, float]] = (), kernel_wait_us: float = 0.03,
+            torch_types: TorchTypes | None = None) -> TimelineAnalysis | None:
     """Analyse the GPU activity of `devices` (None: all) inside `windows` (sorted, disjoint); None when no device has
-    any activity there. `steps` (number, start, end) are the step windows, for the per-step times."""
-    return _Analyzer(tl, windows, devices, catalog, roof, kernel_wait_us).run(source, window, steps)
+    any activity there. `steps` (number, start, end) are the step windows, for the per-step times; `torch_types` the
+    element types of operator inputs (`kb.units.torch_types()`; None: the bundled knowledge base's)."""
+    return _Analyzer(tl, windows, devices, catalog, roof, kernel_wait_us, torch_types).run(source, window, steps)
 
 
 class _Analyzer:
     def __init__(self, tl: Timeline, windows: list[Interval], devices: set[int] | None, catalog: KernelCatalog,
-                 roof: Roof | None, kernel_wait_us: float) -> None:
+                 roof: Roof | None, kernel_wait_us: float, torch_types: TorchTypes | None = None) -> None:
         self.tl, self.windows, self.devices, self.catalog, self.roof = tl, windows, devices, catalog, roof
+        self.torch_types = torch_types
         self.kernel_wait_us = kernel_wait_us
         self.cls = Classifier(catalog)
         self.span = total(windows)
@@ -171,7 +175,7 @@ class _Analyzer:
         blocked = Cover(intersect_all(union_columns(tl.r_start, tl.r_end, blocking_in), wl)).total
         matched = sum(1 for x in tl.launch if x == x)
         time_breakdown, facts = breakdown(tl, self.cls, self.catalog, self.roof, in_w, classes, source, window, steps,
-                                          sorted(used), graph_launches)
+                                          sorted(used), graph_launches, self.torch_types)
         facts["_launch_gap_us"] = launch_gap
         time_breakdown.host_during_idle, facts["idle_host_ops"] = self._host_during_idle(host_w, threads)
         time_breakdown.idle = idle_shares(idle)

@@ -18,6 +18,7 @@ from .operators import Nesting, OpIndex
 from .roofline import Roof, RoofAcc, sig6
 
 if TYPE_CHECKING:
+    from ...kb.catalogs import TorchTypes
     from ...kb.knowledge import KernelCatalog
 
 
@@ -42,11 +43,13 @@ def _gemm_precision(names: list[str], cls: Classifier,
 
 def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | None, in_w: list[int],
               classes: list[str], source: str, window: TraceWindow | None, steps: Sequence[tuple[int, float, float]],
-              devices: list[int], graph_launches: int) -> tuple[TimeBreakdown, dict[str, Any]]:
+              devices: list[int], graph_launches: int,
+              torch_types: TorchTypes | None = None) -> tuple[TimeBreakdown, dict[str, Any]]:
     """The TimeBreakdown of the activities `in_w` (their `classes`), and the facts behind top_class_ops and the
-    applied optimizations."""
+    applied optimizations. `torch_types`: the element types of operator inputs (the knowledge base's
+    `units.torch_types()`; None: the bundled ones)."""
     names = tl.names
-    model, sig_names, costs = _op_costs(tl)
+    model, sig_names, costs = _op_costs(tl, torch_types)
     ops = OpIndex(tl, costs)
     gpu_total = sum(tl.g_end[i] - tl.g_start[i] for i in in_w)
     per_class: dict[str, list[float]] = {}
@@ -240,8 +243,8 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
     return bd, facts
 
 
-def _op_costs(tl: Timeline) -> tuple[OpCostModel, list[str], list[OpCost | None]]:
-    model = OpCostModel()
+def _op_costs(tl: Timeline, torch_types: TorchTypes | None) -> tuple[OpCostModel, list[str], list[OpCost | None]]:
+    model = OpCostModel(torch_types)
     sig_names = [""] * len(tl.shapes)
     for i in range(len(tl.o_shape)):
         sid = tl.o_shape[i]
