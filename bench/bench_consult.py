@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
 from expert._resources import data_dir, examples_dir  # noqa: E402
-from expert.consult.planner import fact_regions, index  # noqa: E402
+from expert.consult.planner import fact_regions  # noqa: E402
+from expert.consult.rule_index import index  # noqa: E402
 from expert.consult.session import Consultation, answer_from  # noqa: E402
 from expert.derive.graph import GRAPH  # noqa: E402
 from expert.diagnosis.decide import decide  # noqa: E402

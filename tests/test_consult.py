@@ -13,7 +13,7 @@ from strategies import observations
 
 import expert
 from expert._resources import data_dir, examples_dir
-from expert.consult.planner import index
+from expert.consult.rule_index import index
 from expert.consult.session import AVAILABLE_TOOLS, Consultation, play
 from expert.consult.session import answer_from as scripted_answer
 from expert.errors import ObservationError

@@ -10,7 +10,8 @@ import pytest
 
 import expert
 from expert._resources import examples_dir
-from expert.consult.planner import State, analysis, decision_on, fact_regions, index, make_plan, what_if
+from expert.consult.planner import State, analysis, fact_regions, make_plan, what_if
+from expert.consult.rule_index import decision_on, index
 from expert.consult.session import Consultation, play
 from expert.derive.graph import GRAPH
 from expert.observations.file import read_observation_file

@@ -17,7 +17,8 @@ from ..rules.logic import facts_used
 from ..rules.ruleset import LoadedRule
 from . import combined
 from .models import Effect, Question, RuleNeed, Turn, WhyAsk
-from .planner import Index, Plan, Probe, State, weigh
+from .planner import Plan, Probe, State, weigh
+from .rule_index import Index
 from .tools import AVAILABLE_TOOLS, tool_offer
 
 Value = int | float | str

@@ -32,7 +32,7 @@ from ..observations.normalise import Observation, Observations, convert, format_
 from ..report.model import Report
 from . import combined
 from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, WhyAsk, _Scalar
-from .planner import Plan, State, analysis, choose, index
+from .planner import Plan, State, analysis, choose
 from .questions import (
     combined_for,
     combined_question,
@@ -44,6 +44,7 @@ from .questions import (
     why_stopped,
     why_tools,
 )
+from .rule_index import index
 from .tools import AVAILABLE_TOOLS, parse_tools, tool_offer, tools_due, tools_for, tools_question
 
 Value = int | float | str

@@ -12,7 +12,8 @@ from ..errors import ObservationError, Problem
 from ..expert import Expert
 from ..observations.normalise import is_unknown
 from .models import Question
-from .planner import Index, Plan, State, index
+from .planner import Plan, State
+from .rule_index import Index, index
 
 AVAILABLE_TOOLS = "available_tools"  # the one question that is not a fact: which tools the user can run
 _ALL_WORDS = frozenset({"all", "every", "everything"})

@@ -1,0 +1,181 @@
+"""The consultation's static index of the rules, one per Expert: which rules test which facts, which findings feed
+which rules, which rules decide, the conflict readings, the combined questions, and the rules a what-if re-runs
+(`_DeltaRules`: only those its changed facts reach). `decision_on` is the diagnosis's own `decide` on a set of facts.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from .._weakcache import PerObject
+from ..diagnosis.decide import Decision, decide
+from ..engine.pure import PureEngine
+from ..expert import Expert
+from ..kb.knowledge import CombinedQuestion, KnowledgeBase
+from ..rules.logic import conjunctions, fact_tests, facts_used, findings_used
+from ..rules.ruleset import LoadedRule
+
+Value = int | float | str
+
+
+# ---- static index of the rules (one per Expert) --------------------------------------------------------------------
+
+
+class Index:
+    """What the question planner needs from the rules and the vocabulary, computed once per Expert."""
+
+    def __init__(self, expert: Expert) -> None:
+        self.kb: KnowledgeBase = expert.kb
+        self.ruleset = expert.ruleset
+        self.rules: list[LoadedRule] = sorted(expert.ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
+        self.engine = PureEngine(expert.ruleset)
+        # what-if decisions by the observed facts they were asked on, shared by every turn of every session on this
+        # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
+        self.what_ifs: dict[tuple[frozenset[tuple[str, type, Value]], frozenset[str]], Decision] = {}
+        self.regions: dict[str, list[tuple[str, Value]]] = {}  # fact -> its regions (`fact_regions`)
+        self.local = threading.local()  # per-thread session states (`analysis`)
+        self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
+        self.order = {name: i for i, name in enumerate(self.kb.facts)}
+        self.tests: dict[str, list[tuple[str, Any]]] = {}
+        self.readers: dict[str, list[str]] = {}  # fact -> rules testing it
+        for lr in self.rules:
+            for node in fact_tests(lr.condition):
+                ops = self.tests.setdefault(node.fact, [])
+                for op_const in node.ops():
+                    if op_const not in ops:
+                        ops.append(op_const)
+            for fact in facts_used(lr.condition):
+                self.readers.setdefault(fact, []).append(lr.id)
+        self.finding_readers: dict[str, list[LoadedRule]] = {}  # finding -> rules whose condition refers to it
+        for lr in self.rules:
+            pos, neg = findings_used(lr.condition)
+            for finding in pos | neg:
+                self.finding_readers.setdefault(finding, []).append(lr)
+        self.producers = expert.ruleset.producers
+        self.delta = _DeltaRules(self)
+        # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding thin evidence
+        # decide too; a conflict is checked between the answers given, never a reason to ask for a second reading
+        capping = {cap.finding for cap in self.kb.regimes.evidence_caps if not cap.conflict}
+        direct = {lr.id for lr in self.rules if decisive(lr)
+                  or (lr.rule.then.finding is not None and lr.rule.then.finding.id in capping)}
+        relevant = set(direct)
+        changed = True
+        while changed:  # a rule matters when its finding feeds a rule that matters
+            changed = False
+            for lr in self.rules:
+                if lr.id not in relevant:
+                    continue
+                pos, neg = findings_used(lr.condition)
+                for finding in pos | neg:
+                    for producer in self.producers.get(finding, []):
+                        if producer not in relevant:
+                            relevant.add(producer)
+                            changed = True
+        self.decisive = direct
+        self.relevant = relevant
+        # conflict caps: a rule concluding one matters once the user has given one of the readings it checks (the
+        # consultation then asks for the other when it could withhold the verdict, never for a pair from scratch);
+        # the context (hardware, dtype) and the durations that shares divide by (step_time_s) are not such readings
+        # (only the conflicts that withhold the verdict: a cap at the verdict's strength leaves the answer standing)
+        regimes = self.kb.regimes
+        conflicts = {cap.finding: cap.conflict for cap in regimes.evidence_caps if cap.conflict
+                     and regimes.strengths[cap.max_strength] < regimes.strengths[regimes.verdict_min_strength]}
+        self.conflict_readings: dict[str, frozenset[str]] = {
+            lr.id: frozenset(f for f in conflicts[lr.rule.then.finding.id]
+                             if self.kb.facts[f].askable and not self.kb.facts[f].ask_first
+                             and self.kb.facts[f].dimension != "time")
+            for lr in self.rules if lr.rule.then.finding is not None and lr.rule.then.finding.id in conflicts}
+        self.conjoined: dict[str, set[str]] = {}  # fact -> facts tested in the same `all` of some rule
+        for lr in self.rules:
+            for conjunction in conjunctions(lr.condition):
+                together = {t.fact for t in fact_tests(conjunction)}
+                for name in together:
+                    self.conjoined.setdefault(name, set()).update(together - {name})
+        self.question_of: dict[str, CombinedQuestion] = {
+            name: q for q in self.kb.questions.values() for name in q.facts}
+        self.tool_of: dict[str, str] = {}
+        for name, spec in self.kb.facts.items():
+            m = self.kb.tools.measurements.get(spec.measure or name)
+            if spec.askable and m is not None:
+                self.tool_of[name] = m.tool
+
+
+_Rule = tuple[str, Any, str | None, frozenset[str]]  # (id, compiled condition, finding it concludes, findings it reads)
+
+
+class _DeltaRules:
+    """The rules as a what-if re-runs them: a what-if changes a few facts, and only the rules that read one of them,
+    or a finding such a rule concludes (transitively), can change their outcome; the others keep the outcome of the
+    state's own run. `reach[fact]` is that set of rules for one fact."""
+
+    def __init__(self, ix: Index) -> None:
+        by_stratum: dict[int, list[_Rule]] = {}
+        self.concludes: dict[str, str | None] = {}
+        for lr in sorted(ix.rules, key=lambda r: (r.stratum, r.id)):  # the pure engine's order
+            pos, _ = findings_used(lr.condition)
+            finding = lr.rule.then.finding.id if lr.rule.then.finding else None
+            by_stratum.setdefault(lr.stratum, []).append((lr.id, lr.evaluator, finding, frozenset(pos)))
+            self.concludes[lr.id] = finding
+        self.strata = [by_stratum[s] for s in sorted(by_stratum)]
+        readers_of_finding: dict[str, set[str]] = {
+            name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
+        self.reach: dict[str, frozenset[str]] = {}
+        for fact, fact_readers in ix.readers.items():
+            seen = set(fact_readers)
+            todo = list(fact_readers)
+            while todo:
+                concluded = self.concludes[todo.pop()]
+                for rule in readers_of_finding.get(concluded, ()) if concluded else ():
+                    if rule not in seen:
+                        seen.add(rule)
+                        todo.append(rule)
+            self.reach[fact] = frozenset(seen)
+
+    def run(self, base_facts: Mapping[str, Value], base: Decision,
+            facts: Mapping[str, Value]) -> tuple[list[str], set[str]] | None:
+        """(fired, findings) of the pure engine on `facts`, from the run on `base_facts` (which gave `base`): only
+        the rules the changed facts reach are evaluated again, stratum by stratum to a fixpoint, as the pure engine
+        does. None when no fact changed."""
+        changed = [k for k in facts.keys() | base_facts.keys() if facts.get(k) != base_facts.get(k)]
+        if not changed:
+            return None
+        empty: frozenset[str] = frozenset()
+        affected = empty.union(*(self.reach.get(k, empty) for k in changed))
+        fired = [r for r in base.fired if r not in affected]
+        findings = {f for r in fired if (f := self.concludes[r]) is not None}
+        if not affected:
+            return fired, findings
+        for stratum in self.strata:
+            pending = [r for r in stratum if r[0] in affected]
+            done: set[str] = set()
+            while pending:
+                new: set[str] = set()
+                for rule_id, evaluator, finding, _ in pending:
+                    if evaluator(facts, findings, None, False) != "true":
+                        continue
+                    fired.append(rule_id)
+                    done.add(rule_id)
+                    if finding is not None and finding not in findings:
+                        findings.add(finding)
+                        new.add(finding)
+                if not new:
+                    break
+                pending = [r for r in stratum if r[0] in affected and r[0] not in done and not new.isdisjoint(r[3])]
+        return fired, findings
+
+
+def decisive(lr: LoadedRule) -> bool:
+    then = lr.rule.then
+    return bool(then.bottleneck or then.recommend or then.waste)
+
+
+index: PerObject[Expert, Index] = PerObject(Index)  # one index per Expert: `index(expert)`
+
+
+def decision_on(ix: Index, facts: Mapping[str, Value]) -> Decision:
+    """What the user cares about on these facts (verdict, recommended set, scorecard bands, fired rules): the
+    diagnosis's own `decide`, without building a Report."""
+    result = ix.engine.run(facts)
+    return decide(ix.ruleset, result.fired, result.findings, facts)
