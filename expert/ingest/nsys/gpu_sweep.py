@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..intervals import Interval, union
 from ..timeline.classes import Classifier
-from ..timeline.cover import intersect_all
 from ..timeline.model import H2D, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, PAGEABLE, PINNED
 from ..timeline.streams import (
     UnionStream,
 )
-from ..timeline.windows import SteadyWindow, fmt_s
+from ..timeline.windows import SteadyWindow, fmt_s, window_without_quiet_stretches
 from .host_sweep import HostSweep
 from .rows import _copy_info, _copy_kind_map
 from .schema import COPY_ENUM_T, CUPTI_MEM_KINDS, KERNEL_T, MEM_ENUM_T, MEMCPY_T, NVTX_T, RUNTIME_T, STRINGS_T, quote
@@ -236,27 +235,7 @@ class GpuSweep:
             parts.append(f"no steady tail after first-call warm-up ({sc.distinct} distinct kernels, the last new one "
                          f"{tail} kernels before the end), so the warm-up is kept")
         busy = union([*sc.busy_slack, *self.host.steady_host, *self.loader])
-        inside = intersect_all(busy, [(start, g1)])
-        windows: list[Interval] = []
-        excluded = 0.0
-        gaps = 0
-        cur = seg_start = start
-        for s, e in inside:
-            if s - cur >= settings.event_free_gap_us:
-                if cur > seg_start:
-                    windows.append((seg_start, cur))
-                excluded += s - cur
-                gaps += 1
-                seg_start = s
-            cur = max(cur, e)
-        if g1 > seg_start:
-            windows.append((seg_start, g1))
-        if gaps:
-            parts.append(f"{gaps} stretch{'es' if gaps > 1 else ''} with no event at all left out ({fmt_s(excluded)}, "
-                         f"each >= {settings.event_free_gap_us / 1e3:g} ms)")
-        parts.append(f"to the last GPU activity at {fmt_s(g1 - first_us)}")
-        reason = "no ProfilerStep spans: steady-state window " + "; ".join(parts)
-        return SteadyWindow(windows or [(start, g1)], reason, excluded)
+        return window_without_quiet_stretches(busy, start, g1, first_us, parts, settings.event_free_gap_us)
 
     def _longest_call_before(self, g0: float) -> tuple[str, float] | None:
         """The longest runtime call (first of equals, in table order) starting before the first GPU activity."""

@@ -95,27 +95,7 @@ def steady_window(tl: Timeline, first_us: float, last_us: float, devices: set[in
     slack = settings.event_free_gap_us / 2  # gaps shorter than this cannot be an event-free stretch
     host = host_intervals(tl, launching_threads(tl), launch_free_spans=True, slack=slack)
     busy = union([*union_columns(tl.g_start, tl.g_end, acts, slack=slack), *host, *tl.loader])
-    inside = intersect_all(busy, [(start, g1)])
-    windows: list[Interval] = []
-    excluded = 0.0
-    gaps = 0
-    cur = seg_start = start
-    for s, e in inside:
-        if s - cur >= settings.event_free_gap_us:
-            if cur > seg_start:
-                windows.append((seg_start, cur))
-            excluded += s - cur
-            gaps += 1
-            seg_start = s
-        cur = max(cur, e)
-    if g1 > seg_start:
-        windows.append((seg_start, g1))
-    if gaps:
-        parts.append(f"{gaps} stretch{'es' if gaps > 1 else ''} with no event at all left out ({fmt_s(excluded)}, "
-                     f"each >= {settings.event_free_gap_us / 1e3:g} ms)")
-    parts.append(f"to the last GPU activity at {fmt_s(g1 - first_us)}")
-    reason = "no ProfilerStep spans: steady-state window " + "; ".join(parts)
-    return SteadyWindow(windows or [(start, g1)], reason, excluded)
+    return window_without_quiet_stretches(busy, start, g1, first_us, parts, settings.event_free_gap_us)
 
 
 def launching_threads(tl: Timeline) -> set[int]:
@@ -166,3 +146,30 @@ def host_intervals(tl: Timeline, threads: set[int], *, launch_free_spans: bool,
         out = union([*out, *union_columns(tl.s_start, tl.s_end, keep, tl.s_thread, slack)])
     return out
 
+
+def window_without_quiet_stretches(busy: list[Interval], start: float, g1: float, first_us: float, parts: list[str],
+                                   gap_us: float) -> SteadyWindow:
+    """The steady-state window from `start` to the last GPU activity `g1`, without the stretches of at least `gap_us`
+    (the catalog's event_free_gap_us) in which nothing at all (`busy`: host or GPU) happens; `parts`, the reasons so
+    far, gains what was left out. Shared by the in-memory timeline and the streamed nsys sweep."""
+    inside = intersect_all(busy, [(start, g1)])
+    windows: list[Interval] = []
+    excluded = 0.0
+    gaps = 0
+    cur = seg_start = start
+    for s, e in inside:
+        if s - cur >= gap_us:
+            if cur > seg_start:
+                windows.append((seg_start, cur))
+            excluded += s - cur
+            gaps += 1
+            seg_start = s
+        cur = max(cur, e)
+    if g1 > seg_start:
+        windows.append((seg_start, g1))
+    if gaps:
+        parts.append(f"{gaps} stretch{'es' if gaps > 1 else ''} with no event at all left out ({fmt_s(excluded)}, "
+                     f"each >= {gap_us / 1e3:g} ms)")
+    parts.append(f"to the last GPU activity at {fmt_s(g1 - first_us)}")
+    reason = "no ProfilerStep spans: steady-state window " + "; ".join(parts)
+    return SteadyWindow(windows or [(start, g1)], reason, excluded)
