@@ -41,18 +41,11 @@ def _by_dtype(kb: KnowledgeBase, applies: Callable[[HardwareSpec, str], bool]) -
         for dtype in _dtypes(kb)] or [fact_test("hardware", **{"in": []})])
 
 
-def precision_target(hw: HardwareSpec, dtype: str, kb: KnowledgeBase) -> str | None:
-    """The narrower format lower precision moves a `dtype` job to on `hw`: the first of units.yaml `lower` the part
-    has at all (a null peak counts: the format exists, its figure is unpublished); None when it has none."""
-    spec = kb.units.dtypes.get(dtype)
-    return next((d for d in (spec.lower if spec else []) if d in hw.peak_tflops), None)
-
-
 def _lower_known(kb: KnowledgeBase) -> Callable[[HardwareSpec, str], bool]:
     def known(hw: HardwareSpec, dtype: str) -> bool:
         if hw.peak(dtype) is None:
             return False
-        target = precision_target(hw, dtype, kb)
+        target = kb.units.narrower_format(dtype, hw)
         return target is None or hw.peak(target) is not None
 
     return known
@@ -61,7 +54,7 @@ def _lower_known(kb: KnowledgeBase) -> Callable[[HardwareSpec, str], bool]:
 def _lower_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     hw, dtype = hardware_of(f, kb), str(f["dtype"])
     today = required(hw.peak(dtype), f"a {dtype} peak of {hw.id}")
-    target = precision_target(hw, dtype, kb)
+    target = kb.units.narrower_format(dtype, hw)
     if target is None:
         return Result(1.0, {f"{hw.id} dense {dtype} peak (TFLOP/s)": today, "source": hw.source},
                       f"{hw.id} has no format narrower than {dtype} with a dense peak: lower precision gains nothing")

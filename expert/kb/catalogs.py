@@ -534,6 +534,12 @@ class UnitTable(_Strict):
     def _element_specs(self) -> list[tuple[str, DtypeSpec | ElementTypeSpec]]:
         return [*self.dtypes.items(), *self.element_types.items()]
 
+    def narrower_format(self, dtype: str, hw: HardwareSpec) -> str | None:
+        """The narrower format lower precision moves a `dtype` job to on `hw`: the first of the dtype's `lower` the
+        part has at all (a null peak counts: the format exists, its figure is unpublished); None when it has none."""
+        spec = self.dtypes.get(dtype)
+        return next((d for d in (spec.lower if spec else []) if d in hw.peak_tflops), None)
+
     def torch_types(self) -> TorchTypes:
         """Every profiler `Input type` spelling of a tensor element type: (its dtype or element type, bytes)."""
         return {spelling: (name, spec.bytes) for name, spec in self._element_specs() for spelling in spec.torch_types}

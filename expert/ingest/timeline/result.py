@@ -76,9 +76,10 @@ class TimelineAnalysis:
 
         GEMM time mostly in 16-bit or narrower tensor-core kernels (knowledge_base/kernels.yaml `low_precision_gemm`)
         counts only when the format holding most of it is the narrowest the hardware has: none of the formats
-        units.yaml `lower` lists for it is in the part's peak_tflops (the rule derive/gain_bounds.py applies to the
-        dtype fact). bf16 on an A100 (no fp8) is applied; bf16 on an H100 is not, fp8 is still open; fp8 is. Without
-        the hardware, or a format the kernel names spell, nothing is marked, and the reason says so."""
+        units.yaml `lower` lists for it is in the part's peak_tflops (`UnitTable.narrower_format`, which
+        derive/gain_bounds.py applies to the dtype fact). bf16 on an A100 (no fp8) is applied; bf16 on an H100 is
+        not, fp8 is still open; fp8 is. Without the hardware, or a format the kernel names spell, nothing is marked,
+        and the reason says so."""
         gemm, low = float(self.facts.get("_gemm_us") or 0.0), float(self.facts.get("_low_precision_gemm_us") or 0.0)
         min_share = float(self.facts.get("_low_precision_min_share") or 1.0)
         if not (gemm > 0 and low / gemm >= min_share):
@@ -94,8 +95,7 @@ class TimelineAnalysis:
         if hw is None:
             return False, (f"{seen}; the hardware is unknown, so whether it has a narrower format is too: "
                            "lower_precision not marked (give --set hardware=ID)")
-        spec = kb.units.dtypes.get(fmt)
-        target = next((d for d in (spec.lower if spec else []) if d in hw.peak_tflops), None)
+        target = kb.units.narrower_format(fmt, hw)
         if target is not None:
             return False, f"{seen}; {hw.id} also has {target}: lower_precision not marked ({target} is still open)"
         return True, f"{seen}, the narrowest dense format {hw.id} has (lower_precision)"
