@@ -69,14 +69,17 @@ CASES: list[tuple[str, dict[str, Any], str, str | None, str | None]] = [
      "conflict_tensor_sm", "suspect"),
     ("2 GPUs on 4 nodes", {"num_gpus": 2, "num_nodes": 4, "comm_frac": 0.6}, "conflicting evidence",
      "conflict_gpus_nodes", "suspect"),
-    ("MFU 90 % at 200 TFLOP/s", {**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5}, "verdict",
-     "conflict_mfu_achieved", "likely"),
+    # a disagreement caps at likely; a regime none of whose votes stands without the disputed facts is withheld
+    ("MFU 90 % at 200 TFLOP/s", {**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5}, "conflicting evidence",
+     "conflict_mfu_achieved", "suspect"),
     ("DRAM 90 % but the bytes imply 30 %", {**H100, "mem_bw_util": 0.9, "bytes_moved": 2e10, "step_time_s": 0.02},
-     "verdict", "conflict_dram_bytes", "likely"),
+     "conflicting evidence", "conflict_dram_bytes", "suspect"),
+    # the data wait is evidence of its own, outside the disputed pair: the input verdict stands, capped
     ("utilization 99 % with 60 % idle gaps", {"gpu_util": 0.99, "gpu_idle_gap_frac": 0.6, "step_time_s": 0.1,
                                               "data_wait_s": 0.05}, "verdict", "conflict_busy_idle", "likely"),
     ("data wait 60 %, GPU idle 10 %", {"gpu_util": 0.5, "step_time_s": 1.0, "data_wait_s": 0.6,
-                                       "gpu_idle_gap_frac": 0.1}, "verdict", "conflict_wait_idle", "likely"),
+                                       "gpu_idle_gap_frac": 0.1}, "conflicting evidence", "conflict_wait_idle",
+     "suspect"),
     ("MFU agrees with achieved", {**H100, "mfu": 0.6, "flops": 3e14, "step_time_s": 0.5}, "verdict", None, "likely"),
     ("tensor below SM", {**H100, "tensor_active": 0.85, "sm_active": 0.9}, "verdict", None, "likely"),
     ("nothing measured", {"workload": "training"}, "insufficient evidence", None, None),
@@ -93,6 +96,7 @@ def test_conflict_cases(facts: dict[str, Any], state: str, conflict: str | None,
     assert all(c.strength != "confirmed" for c in report.candidates) or not conflict
     if state == "conflicting evidence":
         assert report.bottleneck is None
+        assert any(c.effect == "withheld" for c in report.conflicts), "the conflict says it withheld the verdict"
     for c in report.conflicts:
         assert c.facts, "a conflict names the values that disagree"
         assert c.firmer
@@ -125,11 +129,26 @@ def test_renderers_say_conflicting_evidence() -> None:
 
 
 def test_a_capped_verdict_says_it_is_capped() -> None:
-    report = EXPERT.diagnose({**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5})
-    assert report.bottleneck == "compute"
+    # the data wait is evidence outside the disputed pair (utilization against the idle gaps): input, capped
+    report = EXPERT.diagnose({"gpu_util": 0.99, "gpu_idle_gap_frac": 0.6, "step_time_s": 0.1, "data_wait_s": 0.05})
+    assert report.bottleneck == "input" and report.candidates[0].strength == "likely"
     markdown = postmortem(report)
     assert "(strength capped at likely)" in markdown
+    assert report.conflicts[0].effect == "capped"
+
+
+def test_a_verdict_resting_on_the_disputed_reading_is_withheld() -> None:
+    # compute rests on the MFU alone, and the MFU is what the achieved FLOP/s disputes
+    report = EXPERT.diagnose({**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5})
+    assert report.bottleneck is None and report.state == "conflicting evidence"
+    assert [(c.regime, c.strength) for c in report.candidates] == [("compute", "suspect")]
+    assert "(verdict withheld)" in postmortem(report)
     assert [m.fact for m in report.conflicts[0].remeasure] == ["flops", "step_time_s"]
+    # with SM activity beside it the compute vote no longer rests on the MFU: capped, not withheld
+    report = EXPERT.diagnose({**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5, "gpu_util": 0.98,
+                              "sm_active": 0.9, "mem_bw_util": 0.3})
+    assert report.bottleneck == "compute" and report.candidates[0].strength == "likely"
+    assert report.conflicts[0].effect == "capped"
 
 
 def test_roofline_point_above_its_roof_carries_a_warning() -> None:

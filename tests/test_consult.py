@@ -584,11 +584,14 @@ def test_context_questions_without_value_are_not_asked() -> None:
     # (lower precision is already applied: otherwise whether the part has fp8 decides whether it is recommended;
     # tensor cores too: otherwise the part's CUDA-core peak tells whether the MFU proves them in use)
     # (and the model size not known: with it, the GPU's memory could tell whether the model states fit, issue 13)
+    # (nor the FLOPs and bytes per step: with them, the part's peaks would check the MFU and DRAM readings, and a
+    # disagreement withholds a verdict resting on the disputed reading)
     facts = {k: v for k, v in EXAMPLES["well_scaled_cluster"].items()
              if k not in ("hardware", "dtype", "batch_size", "phase", "workload")}
     facts["applied_optimizations"] = "lower_precision, tensor_cores"
     c = Consultation(known=facts)
-    c.unknown("model_params")
+    for name in ("model_params", "flops", "bytes_moved", "achieved_tflops", "achieved_bandwidth"):
+        c.unknown(name)
     _, plan = c._analysis()
     assert not plan.scores.get("hardware") and not plan.scores.get("dtype")
     asked = []

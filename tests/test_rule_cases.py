@@ -40,3 +40,27 @@ def test_every_rule_has_a_firing_and_a_silent_case() -> None:
     rules = set(expert.ruleset.rules)
     assert not rules - firing, f"rules without a firing case: {sorted(rules - firing)}"
     assert not rules - silent, f"rules without a silent case: {sorted(rules - silent)}"
+
+
+@pytest.mark.parametrize(("expect", "mismatch"), [
+    ({"state": "verdict"}, "state: expected verdict, got conflicting evidence"),
+    ({"strength": "likely"}, "strength: expected likely, got no verdict"),
+    ({"max_strength": "suspect"}, None),
+    ({"state": "conflicting evidence", "strength": "suspect"}, "strength: expected suspect, got no verdict"),
+])
+def test_verdict_expectations_can_fail(expect: dict[str, str], mismatch: str | None) -> None:
+    """`expect.state`, `expect.strength` and `expect.max_strength` compare with the report (MFU 90 % against an
+    achieved 20 % of the peak: the compute vote rests on the disputed MFU, so it is withheld, suspect)."""
+    case = RuleTestCase.model_validate({
+        "name": "mfu-disputed", "rule": "conflict-mfu-vs-achieved",
+        "facts": {"hardware": "h100-sxm", "dtype": "bf16", "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5},
+        "expect": expect})
+    result = run_case(Expert(engine="pure"), Path("inline.test.yaml"), case)
+    assert result.false_negatives == ([mismatch] if mismatch else [])
+    stronger = case.model_copy(update={"expect": case.expect.model_copy(update={"max_strength": "suspect",
+                                                                                 "state": None,
+                                                                                 "strength": None})})
+    healthy = stronger.model_copy(update={"facts": {"hardware": "h100-sxm", "dtype": "bf16", "mfu": 0.6,
+                                                    "gpu_util": 0.98, "sm_active": 0.9}})
+    assert any(n.startswith("max_strength: compute is") for n in run_case(Expert(engine="pure"), Path("x"),
+                                                                           healthy).false_negatives)

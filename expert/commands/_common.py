@@ -51,7 +51,7 @@ def add_hardware_file_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware-file", metavar="FILE",
                    help="extra hardware entries (YAML or JSON, the schema of knowledge_base/hardware.yaml: a "
                         "`hardware:` list, a list, or one entry) used beside the catalog; an id the catalog already "
-                        "has is an error (give it again with consult --resume)")
+                        "has is an error (a resumed consultation needs the same --hardware-file again)")
 
 
 def make_expert(args: argparse.Namespace) -> Any:

@@ -78,10 +78,9 @@ class Index:
         # conflict caps: a rule concluding one matters once the user has given one of the readings it checks (the
         # consultation then asks for the other when it could withhold the verdict, never for a pair from scratch);
         # the context (hardware, dtype) and the durations that shares divide by (step_time_s) are not such readings
-        # (only the conflicts that withhold the verdict: a cap at the verdict's strength leaves the answer standing)
-        regimes = self.kb.regimes
-        conflicts = {cap.finding: cap.conflict for cap in regimes.evidence_caps if cap.conflict
-                     and regimes.strengths[cap.max_strength] < regimes.strengths[regimes.verdict_min_strength]}
+        # (every conflict can withhold the verdict: one that only caps the strength still withholds a regime whose
+        # votes all rest on the disputed readings, expert.diagnosis.decide)
+        conflicts = {cap.finding: cap.conflict for cap in self.kb.regimes.evidence_caps if cap.conflict}
         self.conflict_readings: dict[str, frozenset[str]] = {
             lr.id: frozenset(f for f in conflicts[lr.rule.then.finding.id]
                              if self.kb.facts[f].askable and not self.kb.facts[f].ask_first

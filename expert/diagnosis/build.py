@@ -457,7 +457,8 @@ def _evidence_limits(ctx: Basis, decision: Decision,
                                                  why=f"{found.title}: re-measure {fact}", settles=[cap.finding]))
         record = EvidenceLimit(
             finding=cap.finding, title=found.title, message=found.message, max_strength=cap.max_strength,
-            effect="withheld" if regimes.strengths[cap.max_strength] < threshold else "capped",
+            effect="withheld" if regimes.strengths[cap.max_strength] < threshold
+            or any(finding == cap.finding for finding, _ in decision.withheld) else "capped",
             firmer=cap.firmer or found.message, source=cap.source,
             facts={name: ctx.facts[name] for name in cap.conflict if name in ctx.facts}, remeasure=remeasure)
         (conflicts if cap.conflict else limits).append(record)

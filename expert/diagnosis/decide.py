@@ -102,6 +102,7 @@ class Decision:
     recommended: frozenset[str]  # proposed and not ruled out
     bands: tuple[str, ...]  # one scorecard band per metric, in scorecard order
     caps: tuple[str, ...]  # findings of thin evidence that capped the candidates' strength (regimes.yaml evidence_caps)
+    withheld: tuple[tuple[str, str], ...]  # (conflict finding, regime) whose every voting rule rests on its facts
     _axis_votes: tuple[tuple[str, Axis, int], ...]  # (rule, axis, strength value) of the fired rules, stratum order
     _kb: KnowledgeBase
 
@@ -146,6 +147,29 @@ def _largest_share_first(ranked: list[tuple[str, list[Any]]], c: _Conclusions,
     return [tied[i] for i in order] + ranked[len(tied):]
 
 
+def _fired_without(ruleset: RuleSet, fired: list[str], facts: Mapping[str, Value],
+                   doubtful: frozenset[str]) -> set[str]:
+    """The fired rules that still fire when the facts in question are unknown (and the findings of the rules that
+    no longer fire are gone), to a fixpoint: the votes that do not rest on a disputed fact."""
+    known = {name: value for name, value in facts.items() if name not in doubtful}
+    rules = ruleset.rules
+    standing: set[str] = set()
+    findings: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for rule_id in fired:
+            if rule_id in standing:
+                continue
+            lr = rules[rule_id]
+            if lr.evaluator(known, findings, None, False) == "true":
+                standing.add(rule_id)
+                if lr.rule.then.finding is not None:
+                    findings.add(lr.rule.then.finding.id)
+                changed = True
+    return standing
+
+
 def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], facts: Mapping[str, Value]) -> Decision:
     """The decision of the rules that fired on these facts (their order does not matter)."""
     c = _conclusions(ruleset)
@@ -177,6 +201,17 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
                   default=max(regimes.strengths.values()))
     for tally in votes.values():
         tally[0] = min(tally[0], ceiling)
+    # conflicting evidence: a regime none of whose votes stands without the facts in question is only a suspicion
+    withheld: list[tuple[str, str]] = []
+    suspect = regimes.strengths["suspect"]
+    for cap in regimes.evidence_caps:
+        if not cap.conflict or cap.finding not in caps:
+            continue
+        standing = _fired_without(ruleset, ordered, facts, frozenset(cap.conflict))
+        for regime, tally in votes.items():
+            if tally[0] > suspect and not standing.intersection(tally[2]):
+                tally[0] = suspect
+                withheld.append((cap.finding, regime))
     ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][1], c.precedence[kv[0]]))
     ranked = _largest_share_first(ranked, c, facts)
     candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(rules)))
@@ -196,4 +231,5 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
                    for fact, band in c.bands])
     applied = applied_optimizations(facts.get("applied_optimizations"))  # already used: never recommended
     return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
-                    frozenset(proposed.keys() - wasted.keys() - set(applied)), bands, caps, tuple(axis_votes), c.kb)
+                    frozenset(proposed.keys() - wasted.keys() - set(applied)), bands, caps, tuple(withheld),
+                    tuple(axis_votes), c.kb)

@@ -14,8 +14,10 @@ One file per rule file, under ``rules/tests/<stem>.test.yaml``::
         rule: ...
         todo: "misread as starvation"     # recorded, not failing
 
-`expect` lists what must be present, `absent` what must not be; `expect.bottleneck` (a regime or null) is
-checked only when given. A case reports every false negative and false positive rather than stopping at one.
+`expect` lists what must be present, `absent` what must not be; `expect.bottleneck` (a regime or null),
+`expect.state` (verdict, conflicting evidence, insufficient evidence), `expect.strength` (the strength of the named
+verdict) and `expect.max_strength` (no candidate stronger than this) are checked only when given. A case reports
+every false negative and false positive rather than stopping at one.
 
 `run_suite` runs many cases and tallies them per rule, with coverage: a rule is covered when it has a case that
 fires it and a case that leaves it silent, and a branch of an `any` is exercised when one of the rule's own
@@ -33,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .._yaml import load_yaml, validate
 from ..errors import ExpertError
-from ..report.model import Report
+from ..report.model import Report, VerdictState
 from .evaluate import evaluate
 from .logic import ConditionVisitor, children
 from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
@@ -41,6 +43,10 @@ from .model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, 
 if TYPE_CHECKING:
     from .model import NamedCondition
     from .ruleset import LoadedRule
+
+
+Strength = Literal["suspect", "likely", "confirmed"]
+_STRENGTH_ORDER: dict[str, int] = {"suspect": 0, "likely": 1, "confirmed": 2}
 
 
 class _Model(BaseModel):
@@ -55,6 +61,9 @@ class Expectation(_Model):
     candidates: list[str] = []  # regimes the report ranks as candidates (at any strength)
     measure: list[str] = []  # facts the report asks to measure next
     bottleneck: str | None = None  # checked only when explicitly given (null means "no verdict")
+    state: VerdictState | None = None  # the report's verdict state, when given
+    strength: Strength | None = None  # the strength of the verdict's own candidate, when given
+    max_strength: Strength | None = None  # no candidate is stronger than this, when given
 
 
 class Absence(_Model):
@@ -127,11 +136,30 @@ def check(report: Report, case: RuleTestCase) -> tuple[list[str], list[str]]:
                 negatives.append(f"{kind}: {item} expected, not concluded")
     if "bottleneck" in case.expect.model_fields_set and report.bottleneck != case.expect.bottleneck:
         negatives.append(f"bottleneck: expected {case.expect.bottleneck}, got {report.bottleneck}")
+    negatives.extend(_verdict_mismatches(report, case.expect))
     for kind in ("fired", "findings", "recommended", "wasted", "candidates"):
         for item in getattr(case.absent, kind):
             if item in seen[kind]:
                 positives.append(f"{kind}: {item} concluded, expected absent")
     return negatives, positives
+
+
+def _verdict_mismatches(report: Report, expect: Expectation) -> list[str]:
+    """What differs from the expected verdict state and strengths."""
+    out: list[str] = []
+    if expect.state is not None and report.state != expect.state:
+        out.append(f"state: expected {expect.state}, got {report.state}")
+    if expect.strength is not None:
+        verdict = next((c for c in report.candidates if c.regime == report.bottleneck), None)
+        got = verdict.strength if verdict is not None and report.bottleneck is not None else "no verdict"
+        if got != expect.strength:
+            out.append(f"strength: expected {expect.strength}, got {got}")
+    if expect.max_strength is not None:
+        ceiling = _STRENGTH_ORDER[expect.max_strength]
+        for c in report.candidates:
+            if _STRENGTH_ORDER[c.strength] > ceiling:
+                out.append(f"max_strength: {c.regime} is {c.strength}, above {expect.max_strength}")
+    return out
 
 
 def run_case(expert: Any, path: Path, case: RuleTestCase) -> CaseResult:
