@@ -119,6 +119,33 @@ def test_decode_bandwidth_includes_the_kv_cache() -> None:
     assert with_kv["serving_memory_to_hbm"] == approx((16e9 + 17_179_869_184) / 80e9)
 
 
+def test_decode_bandwidth_is_per_gpu() -> None:
+    """tokens_per_s is the job's: Llama-2-70B bf16 at 35 tokens/s over 4 H100s (tensor parallel) reads
+    140e9 B x 35 / 4 = 1,225 GB/s per GPU, 0.366 of 3,350 GB/s; on one GPU the same rate would be 1.46x the peak."""
+    facts = dict(workload="inference", phase="decode", hardware="h100-sxm", dtype="bf16", batch_size=1,
+                 model_params="70B", tokens_per_s=35)
+    four = _derived(**facts, num_gpus=4)
+    assert four["mem_bw_util"] == approx(140e9 * 35 / 4 / 3.35e12)
+    assert four["bandwidth_to_peak"] == approx(four["mem_bw_util"])
+    assert _derived(**facts)["bandwidth_to_peak"] == approx(140e9 * 35 / 3.35e12)  # no num_gpus: one GPU
+    with_kv = _derived(**facts, num_gpus=4, num_layers=80, num_kv_heads=8, head_dim=128, context_len=4096)
+    kv = 2 * 80 * 8 * 128 * 4096 * 2  # 1,342,177,280 B for one sequence
+    assert with_kv["mem_bw_util"] == approx((140e9 + kv) * 35 / 4 / 3.35e12)
+    report = EXPERT.diagnose({**facts, "num_gpus": 4})
+    assert not report.conflicts  # no "above the peak bandwidth" from the job's total rate
+    assert report.derived["mem_bw_util"].inputs["num_gpus"] == 4
+
+
+def test_missing_names_the_one_fact_that_completes_a_derivation() -> None:
+    """Model size and tokens/s on a known part: num_gpus alone completes the achieved FLOP/s and so the MFU."""
+    report = EXPERT.diagnose({"workload": "training", "hardware": "h100-sxm", "dtype": "bf16", "model_params": 7e9,
+                              "tokens_per_s": 3000})
+    missing = {m.fact: m for m in report.missing}
+    assert "num_gpus" in missing and "compute-high-mfu" in missing["num_gpus"].rules
+    alone = EXPERT.diagnose({"workload": "training", "hardware": "h100-sxm", "dtype": "bf16"})
+    assert "compute-high-mfu" not in {r for m in alone.missing if m.fact == "num_gpus" for r in m.rules}
+
+
 def test_training_jobs_hold_no_kv_cache() -> None:
     d = _derived(workload="training", dtype="bf16", batch_size=32, num_layers=32, num_kv_heads=8, head_dim=128,
                  context_len=4096)

@@ -112,6 +112,11 @@ def num(f: Facts, name: str) -> float:
     return float(f[name])
 
 
+def decode_gpus(f: Facts) -> int:
+    """The GPUs a decode job's tokens_per_s is spread over (1 when num_gpus is not given)."""
+    return int(num(f, "num_gpus")) if isinstance(f.get("num_gpus"), (int, float)) else 1
+
+
 def clamp_fraction(value: float, what: str) -> Result:
     """A share clamped to [0, 1], with a note when it came out above 1."""
     if value > 1.0:

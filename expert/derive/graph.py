@@ -245,6 +245,24 @@ class DerivationGraph:
                 cache[name] = out
         return cache[name]
 
+    def completing_inputs(self, name: str, facts: Mapping[str, Value], kb: KnowledgeBase,
+                          seen: frozenset[str] = frozenset()) -> list[str]:
+        """Askable facts that alone would let `name` be derived from what is known: the one unknown input of a way
+        to it that could apply, and, when that input can itself be derived, the one that would complete it (model
+        size and tokens/s given: num_gpus completes the achieved FLOP/s and so the MFU)."""
+        out: list[str] = []
+        for d in self.producers(name):
+            unknown = [inp for inp in d.inputs if inp not in facts]
+            if len(unknown) != 1 or unknown[0] in seen or (d.gated and not self.could_apply(d, facts, kb)):
+                continue
+            (inp,) = unknown
+            spec = kb.facts.get(inp)
+            for leaf in ([inp] if spec is not None and spec.askable else []) + self.completing_inputs(
+                    inp, facts, kb, seen | {name}):
+                if leaf not in out:
+                    out.append(leaf)
+        return out
+
     def askable_inputs_given(self, name: str, facts: Mapping[str, Value], kb: KnowledgeBase,
                              memo: dict[str, list[str]] | None = None) -> list[str]:
         """`askable_inputs`, leaving out the inputs already known and the ways to `name` that the known facts rule

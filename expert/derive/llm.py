@@ -15,6 +15,7 @@ from .derivation import (
     Gate,
     Result,
     clamp_fraction,
+    decode_gpus,
     fact_test,
     hardware_of,
     num,
@@ -122,9 +123,12 @@ def _decode_bytes(f: Facts, kb: KnowledgeBase) -> Result:
 
 def _decode_kv_bandwidth(clamp: bool) -> Callable[[Facts, KnowledgeBase], Result]:
     def util(f: Facts, kb: KnowledgeBase) -> Result:
-        achieved = num(f, "tokens_per_s") * num(f, "decode_bytes_per_token") / 1e9
+        gpus = decode_gpus(f)  # tokens_per_s is the job's: each GPU reads its share of the bytes per token
+        achieved = num(f, "tokens_per_s") * num(f, "decode_bytes_per_token") / 1e9 / gpus
         ratio = achieved / num(f, "peak_bandwidth")
         figures: dict[str, Value] = {"achieved GB/s (weights + KV cache)": round(achieved, 1)}
+        if gpus != 1:
+            figures["GPUs sharing the tokens"] = gpus
         if not clamp:
             return Result(ratio, figures)
         result = clamp_fraction(ratio, "derived bandwidth utilization")
@@ -224,13 +228,17 @@ LLM_RATES: tuple[Derivation, ...] = (
 )
 LLM_DECODE_UTIL = (
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
-               "tokens_per_s · decode_bytes_per_token / peak_bandwidth (weights + KV cache)",
-               f"{_KV}; domain.md §B (MBU)", _decode_kv_bandwidth(True), gate=LLM_DECODE),
+               "tokens_per_s · decode_bytes_per_token / num_gpus / peak_bandwidth "
+               "(weights + KV cache; num_gpus: 1 unless given)",
+               f"{_KV}; domain.md §B (MBU)", _decode_kv_bandwidth(True), gate=LLM_DECODE,
+               optional=("num_gpus",)),
 )
 LLM_DECODE_RATIO = (
     Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
-               "tokens_per_s · decode_bytes_per_token / peak_bandwidth (weights + KV cache, unclamped)",
-               _KV, _decode_kv_bandwidth(False), gate=LLM_DECODE),
+               "tokens_per_s · decode_bytes_per_token / num_gpus / peak_bandwidth "
+               "(weights + KV cache; num_gpus: 1 unless given; unclamped)",
+               _KV, _decode_kv_bandwidth(False), gate=LLM_DECODE,
+               optional=("num_gpus",)),
 )
 LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
     Derivation("ttft_over_target", ("ttft_ms", "ttft_target_ms"), "ttft_ms / ttft_target_ms", _SLO,

@@ -15,6 +15,7 @@ from .derivation import (
     Result,
     any_of,
     clamp_fraction,
+    decode_gpus,
     fact_test,
     hardware_of,
     num,
@@ -68,17 +69,27 @@ def _bandwidth(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(bandwidth, figures)
 
 
-def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> Result:
+def _decode_bw_per_gpu(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Value]]:
+    """Achieved weight-streaming GB/s per GPU: tokens_per_s is the job's, and over num_gpus GPUs each reads its
+    share (tensor parallelism splits the weights; replicas split the tokens)."""
     b = kb.dtype_bytes(str(f["dtype"]))
-    achieved = decode_bandwidth_gbs(num(f, "tokens_per_s"), int(num(f, "batch_size")), params_streamed(f), b)
+    gpus = decode_gpus(f)
+    achieved = decode_bandwidth_gbs(num(f, "tokens_per_s"), int(num(f, "batch_size")), params_streamed(f), b) / gpus
+    figures: dict[str, Value] = {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}
+    if gpus != 1:
+        figures["GPUs sharing the tokens"] = gpus
+    return achieved, figures
+
+
+def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> Result:
+    achieved, figures = _decode_bw_per_gpu(f, kb)
     result = clamp_fraction(achieved / num(f, "peak_bandwidth"), "derived bandwidth utilization")
-    return Result(result.value, {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}, result.note)
+    return Result(result.value, figures, result.note)
 
 
 def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> Result:
-    b = kb.dtype_bytes(str(f["dtype"]))
-    achieved = decode_bandwidth_gbs(num(f, "tokens_per_s"), int(num(f, "batch_size")), params_streamed(f), b)
-    return Result(achieved / num(f, "peak_bandwidth"), {"bytes per weight": b, "achieved GB/s": round(achieved, 1)})
+    achieved, figures = _decode_bw_per_gpu(f, kb)
+    return Result(achieved / num(f, "peak_bandwidth"), figures)
 
 
 def _decode_ai(f: Facts, kb: KnowledgeBase) -> Result:
@@ -196,9 +207,10 @@ SCORECARD: tuple[Derivation, ...] = (
 # weight-streaming decode bandwidth (after the KV-cache-aware one, which wins when its inputs are known)
 DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
-               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth",
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / num_gpus / peak_bandwidth "
+               "(num_gpus: 1 unless given)",
                "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util, gate=LLM_DECODE,
-               substitutes=ACTIVE_PARAMS),
+               substitutes=ACTIVE_PARAMS, optional=("num_gpus",)),
     Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
                "roofline: no step exceeds the peak memory bandwidth",
                lambda f, kb: Result(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"))),
@@ -206,9 +218,10 @@ DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
 # the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
 IRON_LAW: tuple[Derivation, ...] = (
     Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
-               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth (unclamped)",
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / num_gpus / peak_bandwidth "
+               "(num_gpus: 1 unless given; unclamped)",
                "domain.md §B, LLM decode bytes per step", _decode_bw_ratio, gate=LLM_DECODE,
-               substitutes=ACTIVE_PARAMS),
+               substitutes=ACTIVE_PARAMS, optional=("num_gpus",)),
     Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
                "seed screening signals (timeline gaps not explained by data wait)",
                lambda f, kb: Result(max(0.0, num(f, "gpu_idle_gap_frac") - num(f, "io_overhead")))),

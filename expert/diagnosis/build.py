@@ -227,6 +227,7 @@ class _RuleSetParts:
     position: dict[str, int]  # rule id -> place in (stratum, id) order
     # a fact no gated derivation leads to -> the askable facts that would settle it (askable_inputs), known or not
     ungated: dict[str, tuple[str, ...]]
+    derivable_askable: frozenset[str]  # facts rules read that a user can give and the expert can also derive
     rules: dict[str, tuple[Concludes, dict[str, Any]]] = field(default_factory=dict)  # rule id -> (concludes, when)
     settles: dict[tuple[str, ...], str] = field(default_factory=dict)  # the first rules -> a missing fact's `why`
     loaded: list[LoadedRule] = field(default_factory=list)  # the rules in (stratum, id) order
@@ -287,6 +288,9 @@ def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
     return _RuleSetParts(tables=tables, recommends=recommends, wastes=wastes,
                          titles={lr.id: lr.rule.title for lr in rules.values()}, askable=askable,
                          ungated={name: inputs for name, inputs in ungated.items() if inputs},
+                         derivable_askable=frozenset(name for name in names if GRAPH.producers(name)
+                                                     and (spec := ruleset.kb.facts.get(name)) is not None
+                                                     and spec.askable),
                          position={lr.id: i for i, lr in enumerate(ruleset.by_stratum)},
                          loaded=list(ruleset.by_stratum))
 
@@ -411,6 +415,8 @@ def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> l
         inputs: Sequence[str] | None = ungated.get(name) or memo.get(name)  # ungated: known inputs skipped below
         if inputs is None:
             inputs = askable_inputs_given(name, facts, kb, memo)
+        if name in parts.derivable_askable:  # asked for itself, or completed by the one input its way still lacks
+            inputs = list(inputs) + [c for c in GRAPH.completing_inputs(name, facts, kb) if c not in inputs]
         for fact in inputs:
             if fact in facts:  # observed, or already derived from what was observed
                 continue
