@@ -199,3 +199,17 @@ rules:
 """)
     with pytest.raises(KnowledgeBaseError, match="exactly one of"):
         expert.Expert(rules_dirs=[tmp_path])
+
+
+@pytest.mark.parametrize(("raw", "value"), [(True, "yes"), (False, "no"), ("true", "yes"), ("False", "no"),
+                                            ("on", "yes"), ("off", "no"), ("yes", "yes"), (" No ", "no")])
+def test_yes_no_facts_take_yaml_booleans(raw: object, value: str) -> None:
+    """YAML reads a bare `yes` as True: a yes/no fact accepts the boolean and the usual spellings."""
+    report = expert.diagnose({"uses_cuda_graphs": raw, "optimizer_offload": raw})
+    assert report.observations["uses_cuda_graphs"].value == value
+    assert report.observations["optimizer_offload"].value == value
+
+
+def test_a_boolean_is_no_answer_to_other_choices() -> None:
+    with pytest.raises(ObservationError, match="workload"):
+        expert.diagnose({"workload": True})

@@ -197,6 +197,9 @@ def applied_optimizations(value: object) -> list[str]:
     return [part for part in re.split(r"[,\s]+", value) if part] if isinstance(value, str) else []
 
 
+_BOOLEAN_WORDS = {"true": True, "false": False, "on": True, "off": False, "y": True, "n": False}
+
+
 def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
     """Convert one raw value to the fact's canonical type and unit; raises ValueError with the reason."""
     if spec.type == "hardware":
@@ -216,6 +219,11 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
         return _optimization_ids(raw, kb)
     if spec.type == "enum":
         choices = spec.choices or []
+        if isinstance(raw, bool) or (isinstance(raw, str) and raw.strip().casefold() in _BOOLEAN_WORDS):
+            # YAML reads a bare yes/no/true/false as a boolean: a yes/no fact takes either spelling
+            answer = raw if isinstance(raw, bool) else _BOOLEAN_WORDS[raw.strip().casefold()]
+            if set(choices) == {"yes", "no"}:
+                return "yes" if answer else "no"
         if not isinstance(raw, str) or raw.strip().casefold() not in choices:
             raise ValueError(f"{raw!r} is not one of the accepted values")  # the hint lists them
         return raw.strip().casefold()
