@@ -1,6 +1,7 @@
-"""The report's deferred parts (rule evaluations and provenance graph, built on first use) are the parts an eager
-build makes: the same JSON bytes, the same values however they are reached (attribute, serialisation, copy, pickle,
-equality), no reference cycles; and the pure engine's rule outcomes are the outcomes a trace finds."""
+"""The report's deferred parts (findings, rule evaluations, provenance graph, missing facts, next measurements:
+built on first use) are the parts an eager build makes: the same JSON bytes, the same values however they are reached
+(attribute, serialisation, copy, pickle, equality), no reference cycles; and the pure engine's rule outcomes are the
+outcomes a trace finds."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _cases() -> list[dict[str, Any]]:
     return out
 
 
-DEFERRED = ("next_measurements", "missing", "evaluations", "graph")
+DEFERRED = ("findings", "next_measurements", "missing", "evaluations", "graph")
 
 
 def _eager(report: Report) -> Report:

@@ -123,7 +123,8 @@ def build_report(
     result: EngineResult,
 ) -> Report:
     """Assemble the report. Deterministic: independent of firing order and of the order facts were given in. The
-    rule evaluations and the provenance graph are built on first use (expert/diagnosis/provenance.py)."""
+    findings (their messages and evidence), the rule evaluations and the provenance graph are built on first use
+    (expert/diagnosis/provenance.py)."""
     facts: dict[str, Value] = {**observations.values(), **{n: d.value for n, d in derived.items()}}
     parts = _parts(ruleset)
     fired_ids = set(result.fired)
@@ -133,11 +134,10 @@ def build_report(
 
     decision = decide(ruleset, result.fired, result.findings, facts)
     verdict = decision.verdict
-    findings = _findings(ctx, fired)
     candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
     recommended, wasted, applied = _optimizations(ctx, decision, parts)
-    conflicts, limits = _evidence_limits(ctx, decision, findings)
+    conflicts, limits = _evidence_limits(ctx, decision, fired)
     ctx.verdict, ctx.caps, ctx.table = verdict, decision.caps, decision.table
     ctx.table_rule = table_id(verdict) if verdict is not None else None
     ctx.candidates, ctx.wasted, ctx.applied = candidates, wasted, applied
@@ -154,7 +154,7 @@ def build_report(
         conflicts=conflicts,
         evidence_limits=limits,
         axes=axes,
-        findings=findings,
+        findings=Deferred(_findings_part, ctx),  # type: ignore[arg-type]  # resolved on first use
         recommended=recommended,
         wasted=wasted,
         applied=applied,
@@ -169,9 +169,11 @@ def build_report(
     )
 
 
+_findings_part = functools.partial(Basis.part, name="findings")
 _missing_facts = functools.partial(Basis.part, name="missing")
 _next_measurements = functools.partial(Basis.part, name="next_measurements")
 _DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
+    "findings": lambda ctx: _findings(ctx, ctx.fired),
     "outcomes": lambda ctx: _outcomes(ctx),
     "missing": lambda ctx: _missing(ctx, ctx.part("outcomes"), _parts(ctx.ruleset)),
     "next_measurements": lambda ctx: _measurements(ctx, ctx.fired, ctx.part("missing"), ctx.verdict, ctx.axes),
@@ -305,6 +307,7 @@ def _concludes(lr: LoadedRule) -> Concludes:
 
 
 def _findings(ctx: Basis, fired: list[LoadedRule]) -> list[Finding]:
+    """Each finding once, from the first rule (in (stratum, id) order) that concluded it, by severity then rule."""
     seen: set[str] = set()
     out: list[Finding] = []
     for lr in fired:
@@ -313,11 +316,21 @@ def _findings(ctx: Basis, fired: list[LoadedRule]) -> list[Finding]:
             continue
         seen.add(spec.id)
         out.append(Finding(id=spec.id, severity=lr.rule.severity, title=lr.rule.title,
-                           message=render_message(spec.message, ctx.facts, ctx.kb.scorecard), rule_id=lr.id,
-                           source=lr.rule.source,
+                           message=_message(ctx, lr), rule_id=lr.id, source=lr.rule.source,
                            evidence=_evidence(ctx, lr)))
     out.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.rule_id))
     return out
+
+
+def _message(ctx: Basis, lr: LoadedRule) -> str:
+    spec = lr.rule.then.finding
+    return render_message(spec.message, ctx.facts, ctx.kb.scorecard) if spec is not None else ""
+
+
+def _concluding(fired: list[LoadedRule], finding: str) -> LoadedRule | None:
+    """The rule a finding of the report comes from: the first fired rule, in (stratum, id) order, concluding it."""
+    return next((lr for lr in fired if lr.rule.then.finding is not None and lr.rule.then.finding.id == finding),
+                None)
 
 
 def _verdict(ctx: Basis, decision: Decision) -> list[Candidate]:
@@ -434,19 +447,19 @@ def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> l
 
 
 def _evidence_limits(ctx: Basis, decision: Decision,
-                     findings: list[Finding]) -> tuple[list[EvidenceLimit], list[EvidenceLimit]]:
+                     fired: list[LoadedRule]) -> tuple[list[EvidenceLimit], list[EvidenceLimit]]:
     """The evidence caps in effect (knowledge_base/regimes.yaml `evidence_caps`), as (conflicts, thin evidence):
     each with its finding's wording, the values that disagree, and the measurements that would lift it."""
     regimes = ctx.kb.regimes
     threshold = regimes.strengths[regimes.verdict_min_strength]
-    by_id = {f.id: f for f in findings}
     conflicts: list[EvidenceLimit] = []
     limits: list[EvidenceLimit] = []
     for cap in regimes.evidence_caps:
-        found = by_id.get(cap.finding)
-        if cap.finding not in decision.caps or found is None:
+        lr = _concluding(fired, cap.finding) if cap.finding in decision.caps else None
+        if lr is None:
             continue
-        measure = ctx.ruleset.rules[found.rule_id].rule.then.measure
+        title, message = lr.rule.title, _message(ctx, lr)
+        measure = lr.rule.then.measure
         if cap.conflict:  # re-measure what was given; what was not given is no part of the conflict
             measure = [m for m in measure if m in ctx.facts] or list(measure)
         remeasure: list[NextMeasurement] = []
@@ -454,11 +467,11 @@ def _evidence_limits(ctx: Basis, decision: Decision,
             tool = _measurement_for(ctx, fact)
             if tool is not None:
                 remeasure.append(NextMeasurement(fact=fact, axis=tool[0], tool=tool[1], how=tool[2],
-                                                 why=f"{found.title}: re-measure {fact}", settles=[cap.finding]))
+                                                 why=f"{title}: re-measure {fact}", settles=[cap.finding]))
         record = EvidenceLimit(
-            finding=cap.finding, title=found.title, message=found.message, max_strength=cap.max_strength,
+            finding=cap.finding, title=title, message=message, max_strength=cap.max_strength,
             effect="withheld" if regimes.strengths[cap.max_strength] < threshold else "capped",
-            firmer=cap.firmer or found.message, source=cap.source,
+            firmer=cap.firmer or message, source=cap.source,
             facts={name: ctx.facts[name] for name in cap.conflict if name in ctx.facts}, remeasure=remeasure)
         (conflicts if cap.conflict else limits).append(record)
     return conflicts, limits
