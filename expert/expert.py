@@ -66,7 +66,7 @@ class Expert:
         derived = derive(obs.values(), self.kb, memo=self._derive_memo)
         facts = {**obs.values(), **{name: d.value for name, d in derived.items()}}
         result = self.engine.run(facts)
-        report = build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result)
+        report = build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result, facts)
         if time_breakdown is not None:
             report.time_breakdown = time_breakdown
         return report

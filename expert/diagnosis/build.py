@@ -121,11 +121,13 @@ def build_report(
     observations: Observations,
     derived: dict[str, DerivedValue],
     result: EngineResult,
+    facts: dict[str, Value] | None = None,
 ) -> Report:
     """Assemble the report. Deterministic: independent of firing order and of the order facts were given in. The
     findings (their messages and evidence), the rule evaluations and the provenance graph are built on first use
-    (expert/diagnosis/provenance.py)."""
-    facts: dict[str, Value] = {**observations.values(), **{n: d.value for n, d in derived.items()}}
+    (expert/diagnosis/provenance.py). `facts`: the observed and derived values, where the caller has them."""
+    if facts is None:
+        facts = {**observations.values(), **{n: d.value for n, d in derived.items()}}
     parts = _parts(ruleset)
     fired_ids = set(result.fired)
     position, loaded = parts.position, parts.loaded  # the fired rules in (stratum, id) order, without a full scan
@@ -137,43 +139,87 @@ def build_report(
     candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
     recommended, wasted, applied = _optimizations(ctx, decision, parts)
-    conflicts, limits = _evidence_limits(ctx, decision, fired)
+    conflicting = any(cap.conflict and cap.finding in decision.caps and _concluding(fired, cap.finding) is not None
+                      for cap in kb.regimes.evidence_caps)  # as _evidence_limits finds them
     ctx.verdict, ctx.caps, ctx.table = verdict, decision.caps, decision.table
     ctx.table_rule = table_id(verdict) if verdict is not None else None
     ctx.candidates, ctx.wasted, ctx.applied = candidates, wasted, applied
     ctx.engine_outcomes, ctx.axes, ctx.builders = result.outcomes, axes, _DEFERRED_SECTIONS
     # every part was built here from checked values (as the graph is), so the Report is not validated again
-    return Report.model_construct(
+    return _construct_report(
         engine=engine_name,
         observations=dict(sorted(observations.facts.items())),
         derived=dict(sorted(derived.items())),
         bottleneck=verdict,
         verdict_title=kb.regimes.regimes[verdict].title if verdict else None,
-        state="verdict" if verdict else "conflicting evidence" if conflicts else "insufficient evidence",
+        state="verdict" if verdict else "conflicting evidence" if conflicting else "insufficient evidence",
         candidates=candidates,
-        conflicts=conflicts,
-        evidence_limits=limits,
+        conflicts=Deferred(_conflicts, ctx),  # resolved on first use
+        evidence_limits=Deferred(_thin_evidence, ctx),
         axes=axes,
-        findings=Deferred(_findings_part, ctx),  # type: ignore[arg-type]  # resolved on first use
+        findings=Deferred(_findings_part, ctx),  # resolved on first use
         recommended=recommended,
         wasted=wasted,
         applied=applied,
-        next_measurements=Deferred(_next_measurements, ctx),  # type: ignore[arg-type]  # resolved on first use
-        missing=Deferred(_missing_facts, ctx),  # type: ignore[arg-type]
+        next_measurements=Deferred(_next_measurements, ctx),  # resolved on first use
+        missing=Deferred(_missing_facts, ctx),
         scorecard=_scorecard(ctx, decision),
         iron_law=_iron_law(kb, facts, derived),
-        evaluations=Deferred(provenance.evaluations, ctx),  # type: ignore[arg-type]  # resolved on first use
-        graph=Deferred(provenance.graph, ctx),  # type: ignore[arg-type]
+        evaluations=Deferred(provenance.evaluations, ctx),  # resolved on first use
+        graph=Deferred(provenance.graph, ctx),
         tables=list(parts.tables),
         cluster=_cluster(facts, observations, fired_ids, ctx.outcome),
     )
 
 
+def _construct_report(**values: Any) -> Report:
+    """`Report.model_construct(**values)` without its generic per-field loop: the same instance state (the fields in
+    declaration order, a field not given at its default, the given ones marked as set)."""
+    fields: dict[str, Any] = {}
+    for name, default in _REPORT_DEFAULTS:
+        if name in values:
+            fields[name] = values[name]
+        elif default is not _REQUIRED:
+            fields[name] = default() if callable(default) else default
+    report = _new(Report)
+    _set(report, "__dict__", fields)
+    _set(report, "__pydantic_fields_set__", set(values))
+    _set(report, "__pydantic_extra__", None)
+    _set(report, "__pydantic_private__", None)
+    return report
+
+
+_new = object.__new__
+_set = object.__setattr__
+_REQUIRED = object()
+
+
+def _report_defaults() -> tuple[tuple[str, Any], ...]:
+    """Each Report field and its default: the value where it is immutable, else how to make one (as model_construct
+    does), or _REQUIRED."""
+    out: list[tuple[str, Any]] = []
+    for name, info in Report.model_fields.items():
+        if info.is_required():
+            out.append((name, _REQUIRED))
+        elif info.default_factory is None and type(info.default) in (type(None), bool, int, float, str):
+            out.append((name, info.default))
+        else:
+            out.append((name, functools.partial(info.get_default, call_default_factory=True, validated_data={})))
+    return tuple(out)
+
+
+_REPORT_DEFAULTS = _report_defaults()
+
 _findings_part = functools.partial(Basis.part, name="findings")
+_conflicts = functools.partial(Basis.part, name="conflicts")
+_thin_evidence = functools.partial(Basis.part, name="evidence_limits")
 _missing_facts = functools.partial(Basis.part, name="missing")
 _next_measurements = functools.partial(Basis.part, name="next_measurements")
 _DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
     "findings": lambda ctx: _findings(ctx, ctx.fired),
+    "limits": lambda ctx: _evidence_limits(ctx, ctx.caps, ctx.fired),
+    "conflicts": lambda ctx: ctx.part("limits")[0],
+    "evidence_limits": lambda ctx: ctx.part("limits")[1],
     "outcomes": lambda ctx: _outcomes(ctx),
     "missing": lambda ctx: _missing(ctx, ctx.part("outcomes"), _parts(ctx.ruleset)),
     "next_measurements": lambda ctx: _measurements(ctx, ctx.fired, ctx.part("missing"), ctx.verdict, ctx.axes),
@@ -446,7 +492,7 @@ def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> l
     return out
 
 
-def _evidence_limits(ctx: Basis, decision: Decision,
+def _evidence_limits(ctx: Basis, caps: tuple[str, ...],
                      fired: list[LoadedRule]) -> tuple[list[EvidenceLimit], list[EvidenceLimit]]:
     """The evidence caps in effect (knowledge_base/regimes.yaml `evidence_caps`), as (conflicts, thin evidence):
     each with its finding's wording, the values that disagree, and the measurements that would lift it."""
@@ -455,7 +501,7 @@ def _evidence_limits(ctx: Basis, decision: Decision,
     conflicts: list[EvidenceLimit] = []
     limits: list[EvidenceLimit] = []
     for cap in regimes.evidence_caps:
-        lr = _concluding(fired, cap.finding) if cap.finding in decision.caps else None
+        lr = _concluding(fired, cap.finding) if cap.finding in caps else None
         if lr is None:
             continue
         title, message = lr.rule.title, _message(ctx, lr)

@@ -291,7 +291,8 @@ class ProvenanceData(_Model):
 
 
 _LIST_ITEMS: dict[str, type] = {"evaluations": RuleEvaluation, "missing": MissingFact,
-                                 "next_measurements": NextMeasurement, "findings": Finding}
+                                 "next_measurements": NextMeasurement, "findings": Finding,
+                                 "conflicts": EvidenceLimit, "evidence_limits": EvidenceLimit}
 _AS_MODEL: dict[str, Any] = {}  # field name -> RootModel[list[its item]], made when a report is first written
 
 
@@ -306,10 +307,10 @@ def _as_model(name: str) -> Any:
 
 class Deferred:
     """A report part built on first use: `build(state)`, computed once (the state never refers to the report, so a
-    report makes no reference cycle). The diagnosis defers the findings, the provenance graph, the rule evaluations,
-    the missing facts and the next measurements this way: most callers read few of them. Where the part stands in for
-    its value (equality, repr, copies, pickling) it is its value; `Report` resolves it on attribute access and when it
-    is serialised, so the JSON is the same bytes.
+    report makes no reference cycle). The diagnosis defers the findings, the evidence limits, the provenance
+    graph, the rule evaluations, the missing facts and the next measurements this way: most callers read few of
+    them. Where the part stands in for its value (equality, repr, copies, pickling) it is its value; `Report`
+    resolves it on attribute access and when it is serialised, so the JSON is the same bytes.
 
     Two threads may both build it the first time; both results are equal, and one of them is kept."""
 
@@ -454,7 +455,8 @@ class Report(_Model):
             raise ValueError("state 'verdict' needs a bottleneck")
         return self
 
-    @field_serializer("findings", "next_measurements", "missing", "evaluations", "graph", mode="wrap")
+    @field_serializer("findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations",
+                      "graph", mode="wrap")
     def _deferred_parts(self, value: Any, handler: SerializerFunctionWrapHandler,  # type: ignore[no-untyped-def]
                         info: FieldSerializationInfo):
         """Resolve a deferred part, then write it by its schema's serializer (the same bytes as a part built eagerly);
@@ -520,6 +522,6 @@ class Report(_Model):
         return _explanations().counterfactuals(self, expert, limit)
 
 
-_DEFERRABLE = ("findings", "next_measurements", "missing", "evaluations", "graph")
+_DEFERRABLE = ("findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations", "graph")
 for _name in _DEFERRABLE:
     setattr(Report, _name, _DeferredField(_name))
