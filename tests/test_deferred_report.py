@@ -42,7 +42,8 @@ def _cases() -> list[dict[str, Any]]:
     return out
 
 
-DEFERRED = ("findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations", "graph")
+DEFERRED = ("derived", "findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations",
+            "graph")
 
 
 def _eager(report: Report) -> Report:

@@ -119,7 +119,7 @@ def build_report(
     ruleset: RuleSet,
     engine_name: str,
     observations: Observations,
-    derived: dict[str, DerivedValue],
+    derived: Mapping[str, DerivedValue],
     result: EngineResult,
     facts: dict[str, Value] | None = None,
 ) -> Report:
@@ -149,7 +149,7 @@ def build_report(
     return _construct_report(
         engine=engine_name,
         observations=dict(sorted(observations.facts.items())),
-        derived=dict(sorted(derived.items())),
+        derived=Deferred(_sorted, derived),  # the records are built on first use too (DerivedRecords)
         bottleneck=verdict,
         verdict_title=kb.regimes.regimes[verdict].title if verdict else None,
         state="verdict" if verdict else "conflicting evidence" if conflicting else "insufficient evidence",
@@ -170,6 +170,10 @@ def build_report(
         tables=list(parts.tables),
         cluster=_cluster(facts, observations, fired_ids, ctx.outcome),
     )
+
+
+def _sorted(records: Mapping[str, DerivedValue]) -> dict[str, DerivedValue]:
+    return dict(sorted(records.items()))
 
 
 def _construct_report(**values: Any) -> Report:

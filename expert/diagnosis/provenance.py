@@ -52,7 +52,7 @@ class Basis:
     facts: dict[str, Value]
     findings: Collection[str]
     observations: Observations
-    derived: dict[str, DerivedValue]
+    derived: Mapping[str, DerivedValue]
     fired: list[LoadedRule]  # in (stratum, id) order
     fired_ids: set[str]
     rule_parts: Callable[[LoadedRule], tuple[Concludes, dict[str, Any]]]
