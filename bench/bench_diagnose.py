@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import expert  # noqa: E402
 from expert.consult.session import Consultation, answer_from  # noqa: E402
-from expert.derive.graph import derive  # noqa: E402
+from expert.derive.graph import GRAPH, derive  # noqa: E402
 from expert.diagnosis import build  # noqa: E402
 from expert.observations.file import read_observation_file  # noqa: E402
 from expert.observations.normalise import normalise  # noqa: E402
@@ -143,12 +143,11 @@ def stages(items: list[dict[str, Any]]) -> None:
                 t0 = time.perf_counter()
                 obs = normalise(kb, raw)
                 t1 = time.perf_counter()
-                derived = derive(obs.values(), kb, memo=memo)
-                facts = {**obs.values(), **{n: d.value for n, d in derived.items()}}
+                facts, derived = GRAPH.derive_deferred(obs.values(), kb, memo=memo)  # as diagnose derives
                 t2 = time.perf_counter()
                 result = exp.engine.run(facts)
                 t3 = time.perf_counter()
-                report = build.build_report(kb, rs, exp.engine.name, obs, derived, result)
+                report = build.build_report(kb, rs, exp.engine.name, obs, derived, result, facts)
                 t4 = time.perf_counter()
                 _ = report.graph.nodes  # the provenance graph (built on first access where it is lazy)
                 t5 = time.perf_counter()
@@ -211,10 +210,9 @@ def provenance_in_build(exp: expert.Expert, items: list[dict[str, Any]]) -> floa
     try:
         for raw in items:
             obs = normalise(exp.kb, raw)
-            derived = derive(obs.values(), exp.kb, memo=getattr(exp, "_derive_memo", None))
-            facts = {**obs.values(), **{k: d.value for k, d in derived.items()}}
+            facts, derived = GRAPH.derive_deferred(obs.values(), exp.kb, memo=getattr(exp, "_derive_memo", None))
             result = exp.engine.run(facts)
-            build.build_report(exp.kb, exp.ruleset, exp.engine.name, obs, derived, result)
+            build.build_report(exp.kb, exp.ruleset, exp.engine.name, obs, derived, result, facts)
     finally:
         for n in names:
             setattr(ctx_cls, n, originals[n])
