@@ -586,13 +586,36 @@ def _measurements(
     return result
 
 
+@dataclass(frozen=True)
+class _KbRows:
+    """What the scorecard and the iron law take from the knowledge base alone, read once per knowledge base: each
+    metric's (fact, id, title, axis, definition, bands text), each iron-law term's (term, label, seconds fact, share
+    fact)."""
+
+    metrics: tuple[tuple[str, str, str, str, str, str], ...]
+    terms: tuple[tuple[str, str, str | None, str | None], ...]
+
+
+def _build_kb_rows(kb: KnowledgeBase) -> _KbRows:
+    specs = kb.regimes.terms
+    return _KbRows(
+        tuple((m.fact, m.id, m.title, m.axis, m.definition, m.bands_text()) for m in kb.scorecard.metrics),
+        tuple((term, specs[term].label, specs[term].seconds, specs[term].share)
+              for term in kb.regimes.iron_law_terms()))
+
+
+_kb_rows: PerObject[KnowledgeBase, _KbRows] = PerObject(_build_kb_rows)
+
+
 def _scorecard(ctx: Basis, decision: Decision) -> list[ScoreRow]:
     rows = []
-    for metric, band in zip(ctx.kb.scorecard.metrics, decision.bands, strict=True):
-        raw = ctx.facts.get(metric.fact)
+    facts = ctx.facts
+    for (fact, metric_id, title, axis, definition, bands), band in zip(_kb_rows(ctx.kb).metrics, decision.bands,
+                                                                       strict=True):
+        raw = facts.get(fact)
         value = float(raw) if isinstance(raw, (int, float)) else None
-        rows.append(ScoreRow(id=metric.id, title=metric.title, axis=metric.axis, value=value,
-                             band=band, definition=metric.definition, bands=metric.bands_text()))  # type: ignore[arg-type]
+        rows.append(ScoreRow(id=metric_id, title=title, axis=axis, value=value, band=band,  # type: ignore[arg-type]
+                             definition=definition, bands=bands))
     return rows
 
 
@@ -604,9 +627,8 @@ def _iron_law(kb: KnowledgeBase, facts: Mapping[str, Value],
         value = facts.get(name) if name else None
         return float(value) if isinstance(value, (int, float)) else None
 
-    specs = kb.regimes.terms
-    terms = [IronLawTerm(term=term, label=specs[term].label, seconds=num(specs[term].seconds),
-                         share=num(specs[term].share)) for term in kb.regimes.iron_law_terms()]
+    terms = [IronLawTerm(term=term, label=label, seconds=num(seconds), share=num(share))
+             for term, label, seconds, share in _kb_rows(kb).terms]
     step = num("step_time_s")
     known = [t.seconds for t in terms if t.seconds is not None]
     if step is not None and step > 0 and known:
