@@ -8,7 +8,7 @@ from typing import Any
 
 from ._resources import data_dir
 from .breakdown import TimeBreakdown
-from .derive.graph import DeriveMemo, derive
+from .derive.graph import GRAPH, DeriveMemo
 from .diagnosis.build import build_report
 from .engine import EngineName, make_engine
 from .kb.custom import ExtraHardware, extra_hardware_specs
@@ -63,10 +63,9 @@ class Expert:
         time_breakdown: where the GPU time went (`IngestResult.time_breakdown` of the trace the observations came
         from); it is carried into `Report.time_breakdown` for the report's "where the time goes" section."""
         obs = normalise(self.kb, observations)
-        derived = derive(obs.values(), self.kb, memo=self._derive_memo)
-        facts = {**obs.values(), **{name: d.value for name, d in derived.items()}}
+        facts, derived = GRAPH.derive_deferred(obs.values(), self.kb, memo=self._derive_memo)
         result = self.engine.run(facts)
-        report = build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result)
+        report = build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result, facts)
         if time_breakdown is not None:
             report.time_breakdown = time_breakdown
         return report

@@ -1,6 +1,7 @@
-"""The report's deferred parts (rule evaluations and provenance graph, built on first use) are the parts an eager
-build makes: the same JSON bytes, the same values however they are reached (attribute, serialisation, copy, pickle,
-equality), no reference cycles; and the pure engine's rule outcomes are the outcomes a trace finds."""
+"""The report's deferred parts (findings, rule evaluations, provenance graph, missing facts, next measurements:
+built on first use) are the parts an eager build makes: the same JSON bytes, the same values however they are reached
+(attribute, serialisation, copy, pickle, equality), no reference cycles; and the pure engine's rule outcomes are the
+outcomes a trace finds."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def _cases() -> list[dict[str, Any]]:
     return out
 
 
-DEFERRED = ("next_measurements", "missing", "evaluations", "graph")
+DEFERRED = ("derived", "findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations",
+            "graph")
 
 
 def _eager(report: Report) -> Report:
@@ -144,3 +146,16 @@ def test_the_graph_needs_no_report() -> None:
     deferred = report.__dict__["graph"]
     assert isinstance(deferred._state, provenance.Basis)
     assert not any(isinstance(v, Report) for v in vars(deferred._state).values())
+
+
+def test_a_diagnosis_builds_the_instance_model_construct_would(experts: dict[str, expert.Expert]) -> None:
+    """build_report writes the Report's state directly (fields in declaration order, defaults, the set fields):
+    exactly what Report.model_construct makes of the same values."""
+    for facts in _cases()[:10]:
+        report = experts["durable"].diagnose(facts)
+        given = {name: report.__dict__[name] for name in report.model_fields_set}
+        same = Report.model_construct(**given)
+        assert list(report.__dict__) == list(same.__dict__) == list(Report.model_fields)
+        assert report.__dict__ == same.__dict__
+        assert report.model_fields_set == same.model_fields_set
+        assert report.__pydantic_extra__ == same.__pydantic_extra__ and report.__pydantic_private__ is None

@@ -181,10 +181,9 @@ def test_an_action_failure_is_raised_not_swallowed(monkeypatch: pytest.MonkeyPat
         if rule_id != "screen-low-gpu-util":
             return inner
 
-        def action(c: Any) -> None:
-            inner(c)
-            assert self._current is not None
-            self._current.errors.append(f"{rule_id}: injected failure")
+        def action(run: Any, c: Any) -> None:
+            inner(run, c)
+            run.errors.append(f"{rule_id}: injected failure")
 
         return action
 

@@ -6,7 +6,7 @@ still apply given what is known (`could_apply`, read from its declared gate).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._weakcache import PerObject
@@ -60,6 +60,70 @@ class _Bound:
     reads: dict[int, frozenset[str]]  # id(derivation) -> every fact it reads
     plan: tuple[_Step, ...] = ()  # the steps as the walk reads them
     askable_inputs: dict[str, list[str]] = field(default_factory=dict)
+    # the names of the observed facts -> the steps of the plan they could lead to (see `steps_for`)
+    reachable: dict[frozenset[str], tuple[_Step, ...]] = field(default_factory=dict)
+
+    def steps_for(self, observed: frozenset[str]) -> tuple[_Step, ...]:
+        """The steps of the plan, in order, whose needs the observed facts and the outputs of such steps could meet,
+        leaving out those whose output is observed: the only steps a walk from facts with these names can apply
+        (what a step's gate says only narrows it). Kept per set of names: jobs give the same names again and again."""
+        found = self.reachable.get(observed)
+        if found is None:
+            known = set(observed)
+            chosen = [False] * len(self.plan)
+            grew = True
+            while grew:  # the least fixed point, ignoring gates and values
+                grew = False
+                for i, step in enumerate(self.plan):
+                    if not chosen[i] and step[0] not in observed and step[1] <= known:
+                        chosen[i] = grew = True
+                        known.add(step[0])
+            found = tuple(step for i, step in enumerate(self.plan) if chosen[i])
+            if len(self.reachable) >= _MEMO_MAX:  # a bound all the same
+                self.reachable.clear()
+            self.reachable[observed] = found
+        return found
+
+
+# what a derived value's record is made from: the result, the derivation, the unit, formula and source of its output,
+# whether its constants are the memo's (so copied), and the optional inputs known when it was derived
+_Applied = tuple[Result, Derivation, "str | None", str, str, bool, "dict[str, Value] | None"]
+
+
+class DerivedRecords(Mapping[str, DerivedValue]):
+    """The records of one walk (`derive_deferred`), each `DerivedValue` built on first read, equal to the one `derive`
+    builds: the values were final once derived (a walk never overwrites a fact), so the inputs are read from the
+    walk's facts. Iterates in the order the values were derived. Two threads may both build a record; both are
+    equal and one is kept."""
+
+    __slots__ = ("_applied", "_built", "_facts")
+
+    def __init__(self, facts: Mapping[str, Value], applied: dict[str, _Applied]) -> None:
+        self._facts = facts
+        self._applied = applied
+        self._built: dict[str, DerivedValue] = {}
+
+    def __getitem__(self, name: str) -> DerivedValue:
+        found = self._built.get(name)
+        if found is None:
+            result, d, unit, formula, source, copy, optional = self._applied[name]
+            facts = self._facts
+            used = {inp: facts[inp] for inp in d.inputs}
+            if optional:
+                used.update(optional)
+            found = self._built[name] = DerivedValue(name, result.value, formula, used, source, unit,
+                                                     dict(result.constants) if copy else result.constants,
+                                                     result.note)
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._applied
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._applied)
+
+    def __len__(self) -> int:
+        return len(self._applied)
 
 
 class DerivationGraph:
@@ -188,19 +252,30 @@ class DerivationGraph:
         self._walk(observed, kb, out, memo)
         return out
 
+    def derive_deferred(self, observed: Facts, kb: KnowledgeBase, *,
+                        memo: DeriveMemo | None = None) -> tuple[dict[str, Value], DerivedRecords]:
+        """`derive`, checked as it is, giving the facts it ends with (observed, then derived in order) and the
+        records as a mapping that builds each `DerivedValue` on first use: most diagnoses read few of them."""
+        check_consistency(observed)
+        applied: dict[str, _Applied] = {}
+        facts = self._walk(observed, kb, None, memo, applied)
+        return facts, DerivedRecords(facts, applied)
+
     def values(self, observed: Facts, kb: KnowledgeBase, *, memo: DeriveMemo | None = None) -> dict[str, Value]:
         """The observed facts with every value `derive` would add (unchecked, without the provenance records):
         what a what-if probe needs."""
         return self._walk(observed, kb, None, memo)
 
     def _walk(self, observed: Facts, kb: KnowledgeBase, records: dict[str, DerivedValue] | None,
-              memo: DeriveMemo | None = None) -> dict[str, Value]:
-        """The one pass over the derivations: the facts it ends with; each derived value's record into `records`."""
+              memo: DeriveMemo | None = None, applied: dict[str, _Applied] | None = None) -> dict[str, Value]:
+        """The one pass over the derivations: the facts it ends with; each derived value's record into `records`,
+        or what it is made from into `applied` (see DerivedRecords)."""
         facts: dict[str, Value] = dict(observed)
         kept = memo.entries(kb) if memo is not None else None
         known = facts.keys()
         result: Result | None
-        for output, needs, gate, compute, unit, formula, source, d, keyed in self._bound(kb).plan:
+        for output, needs, gate, compute, unit, formula, source, d, keyed in self._bound(kb).steps_for(
+                frozenset(facts)):
             if output in facts or not known >= needs:
                 continue
             if keyed is not None and kept is not None:
@@ -213,17 +288,21 @@ class DerivationGraph:
                         kept[key] = result
                 if result is None:
                     continue
-                constants = dict(result.constants)  # each record its own dict, as without the memo
+                constants = dict(result.constants) if applied is None else None  # each record its own dict
             else:
                 if gate is not None and gate(facts, (), None, False) != "true":
                     continue
                 result = compute(facts, kb)
                 constants = result.constants
-            if records is not None:  # the inputs as `Derivation.recorded_inputs` records them, inline
+            if applied is not None:  # the optional inputs known now (one may be derived later on)
+                applied[output] = (result, d, unit, formula, source, constants is None, {
+                    name: facts[name] for name in d.optional if name in facts} if d.optional else None)
+            elif records is not None:  # the inputs as `Derivation.recorded_inputs` records them, inline
                 used = {name: facts[name] for name in d.inputs}
                 if d.optional:
                     used.update({name: facts[name] for name in d.optional if name in facts})
-                records[output] = DerivedValue(output, result.value, formula, used, source, unit, constants,
+                records[output] = DerivedValue(output, result.value, formula, used, source, unit,
+                                               constants if constants is not None else dict(result.constants),
                                                result.note)
             facts[output] = result.value
         return facts

@@ -119,12 +119,15 @@ def build_report(
     ruleset: RuleSet,
     engine_name: str,
     observations: Observations,
-    derived: dict[str, DerivedValue],
+    derived: Mapping[str, DerivedValue],
     result: EngineResult,
+    facts: dict[str, Value] | None = None,
 ) -> Report:
     """Assemble the report. Deterministic: independent of firing order and of the order facts were given in. The
-    rule evaluations and the provenance graph are built on first use (expert/diagnosis/provenance.py)."""
-    facts: dict[str, Value] = {**observations.values(), **{n: d.value for n, d in derived.items()}}
+    findings (their messages and evidence), the rule evaluations and the provenance graph are built on first use
+    (expert/diagnosis/provenance.py). `facts`: the observed and derived values, where the caller has them."""
+    if facts is None:
+        facts = {**observations.values(), **{n: d.value for n, d in derived.items()}}
     parts = _parts(ruleset)
     fired_ids = set(result.fired)
     position, loaded = parts.position, parts.loaded  # the fired rules in (stratum, id) order, without a full scan
@@ -133,45 +136,95 @@ def build_report(
 
     decision = decide(ruleset, result.fired, result.findings, facts)
     verdict = decision.verdict
-    findings = _findings(ctx, fired)
     candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
     recommended, wasted, applied = _optimizations(ctx, decision, parts)
-    conflicts, limits = _evidence_limits(ctx, decision, findings)
+    conflicting = any(cap.conflict and cap.finding in decision.caps and _concluding(fired, cap.finding) is not None
+                      for cap in kb.regimes.evidence_caps)  # as _evidence_limits finds them
     ctx.verdict, ctx.caps, ctx.table = verdict, decision.caps, decision.table
+    ctx.withheld_by = frozenset(finding for finding, _ in decision.withheld)
     ctx.table_rule = table_id(verdict) if verdict is not None else None
     ctx.candidates, ctx.wasted, ctx.applied = candidates, wasted, applied
     ctx.engine_outcomes, ctx.axes, ctx.builders = result.outcomes, axes, _DEFERRED_SECTIONS
     # every part was built here from checked values (as the graph is), so the Report is not validated again
-    return Report.model_construct(
+    return _construct_report(
         engine=engine_name,
         observations=dict(sorted(observations.facts.items())),
-        derived=dict(sorted(derived.items())),
+        derived=Deferred(_sorted, derived),  # the records are built on first use too (DerivedRecords)
         bottleneck=verdict,
         verdict_title=kb.regimes.regimes[verdict].title if verdict else None,
-        state="verdict" if verdict else "conflicting evidence" if conflicts else "insufficient evidence",
+        state="verdict" if verdict else "conflicting evidence" if conflicting else "insufficient evidence",
         candidates=candidates,
-        conflicts=conflicts,
-        evidence_limits=limits,
+        conflicts=Deferred(_conflicts, ctx),  # resolved on first use
+        evidence_limits=Deferred(_thin_evidence, ctx),
         axes=axes,
-        findings=findings,
+        findings=Deferred(_findings_part, ctx),  # resolved on first use
         recommended=recommended,
         wasted=wasted,
         applied=applied,
-        next_measurements=Deferred(_next_measurements, ctx),  # type: ignore[arg-type]  # resolved on first use
-        missing=Deferred(_missing_facts, ctx),  # type: ignore[arg-type]
+        next_measurements=Deferred(_next_measurements, ctx),  # resolved on first use
+        missing=Deferred(_missing_facts, ctx),
         scorecard=_scorecard(ctx, decision),
         iron_law=_iron_law(kb, facts, derived),
-        evaluations=Deferred(provenance.evaluations, ctx),  # type: ignore[arg-type]  # resolved on first use
-        graph=Deferred(provenance.graph, ctx),  # type: ignore[arg-type]
+        evaluations=Deferred(provenance.evaluations, ctx),  # resolved on first use
+        graph=Deferred(provenance.graph, ctx),
         tables=list(parts.tables),
         cluster=_cluster(facts, observations, fired_ids, ctx.outcome),
     )
 
 
+def _sorted(records: Mapping[str, DerivedValue]) -> dict[str, DerivedValue]:
+    return dict(sorted(records.items()))
+
+
+def _construct_report(**values: Any) -> Report:
+    """`Report.model_construct(**values)` without its generic per-field loop: the same instance state (the fields in
+    declaration order, a field not given at its default, the given ones marked as set)."""
+    fields: dict[str, Any] = {}
+    for name, default in _REPORT_DEFAULTS:
+        if name in values:
+            fields[name] = values[name]
+        elif default is not _REQUIRED:
+            fields[name] = default() if callable(default) else default
+    report = _new(Report)
+    _set(report, "__dict__", fields)
+    _set(report, "__pydantic_fields_set__", set(values))
+    _set(report, "__pydantic_extra__", None)
+    _set(report, "__pydantic_private__", None)
+    return report
+
+
+_new = object.__new__
+_set = object.__setattr__
+_REQUIRED = object()
+
+
+def _report_defaults() -> tuple[tuple[str, Any], ...]:
+    """Each Report field and its default: the value where it is immutable, else how to make one (as model_construct
+    does), or _REQUIRED."""
+    out: list[tuple[str, Any]] = []
+    for name, info in Report.model_fields.items():
+        if info.is_required():
+            out.append((name, _REQUIRED))
+        elif info.default_factory is None and type(info.default) in (type(None), bool, int, float, str):
+            out.append((name, info.default))
+        else:
+            out.append((name, functools.partial(info.get_default, call_default_factory=True, validated_data={})))
+    return tuple(out)
+
+
+_REPORT_DEFAULTS = _report_defaults()
+
+_findings_part = functools.partial(Basis.part, name="findings")
+_conflicts = functools.partial(Basis.part, name="conflicts")
+_thin_evidence = functools.partial(Basis.part, name="evidence_limits")
 _missing_facts = functools.partial(Basis.part, name="missing")
 _next_measurements = functools.partial(Basis.part, name="next_measurements")
 _DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
+    "findings": lambda ctx: _findings(ctx, ctx.fired),
+    "limits": lambda ctx: _evidence_limits(ctx, ctx.caps, ctx.fired),
+    "conflicts": lambda ctx: ctx.part("limits")[0],
+    "evidence_limits": lambda ctx: ctx.part("limits")[1],
     "outcomes": lambda ctx: _outcomes(ctx),
     "missing": lambda ctx: _missing(ctx, ctx.part("outcomes"), _parts(ctx.ruleset)),
     "next_measurements": lambda ctx: _measurements(ctx, ctx.fired, ctx.part("missing"), ctx.verdict, ctx.axes),
@@ -309,6 +362,7 @@ def _concludes(lr: LoadedRule) -> Concludes:
 
 
 def _findings(ctx: Basis, fired: list[LoadedRule]) -> list[Finding]:
+    """Each finding once, from the first rule (in (stratum, id) order) that concluded it, by severity then rule."""
     seen: set[str] = set()
     out: list[Finding] = []
     for lr in fired:
@@ -317,11 +371,21 @@ def _findings(ctx: Basis, fired: list[LoadedRule]) -> list[Finding]:
             continue
         seen.add(spec.id)
         out.append(Finding(id=spec.id, severity=lr.rule.severity, title=lr.rule.title,
-                           message=render_message(spec.message, ctx.facts, ctx.kb.scorecard), rule_id=lr.id,
-                           source=lr.rule.source,
+                           message=_message(ctx, lr), rule_id=lr.id, source=lr.rule.source,
                            evidence=_evidence(ctx, lr)))
     out.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.rule_id))
     return out
+
+
+def _message(ctx: Basis, lr: LoadedRule) -> str:
+    spec = lr.rule.then.finding
+    return render_message(spec.message, ctx.facts, ctx.kb.scorecard) if spec is not None else ""
+
+
+def _concluding(fired: list[LoadedRule], finding: str) -> LoadedRule | None:
+    """The rule a finding of the report comes from: the first fired rule, in (stratum, id) order, concluding it."""
+    return next((lr for lr in fired if lr.rule.then.finding is not None and lr.rule.then.finding.id == finding),
+                None)
 
 
 def _verdict(ctx: Basis, decision: Decision) -> list[Candidate]:
@@ -439,20 +503,20 @@ def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> l
     return out
 
 
-def _evidence_limits(ctx: Basis, decision: Decision,
-                     findings: list[Finding]) -> tuple[list[EvidenceLimit], list[EvidenceLimit]]:
+def _evidence_limits(ctx: Basis, caps: tuple[str, ...],
+                     fired: list[LoadedRule]) -> tuple[list[EvidenceLimit], list[EvidenceLimit]]:
     """The evidence caps in effect (knowledge_base/regimes.yaml `evidence_caps`), as (conflicts, thin evidence):
     each with its finding's wording, the values that disagree, and the measurements that would lift it."""
     regimes = ctx.kb.regimes
     threshold = regimes.strengths[regimes.verdict_min_strength]
-    by_id = {f.id: f for f in findings}
     conflicts: list[EvidenceLimit] = []
     limits: list[EvidenceLimit] = []
     for cap in regimes.evidence_caps:
-        found = by_id.get(cap.finding)
-        if cap.finding not in decision.caps or found is None:
+        lr = _concluding(fired, cap.finding) if cap.finding in caps else None
+        if lr is None:
             continue
-        measure = ctx.ruleset.rules[found.rule_id].rule.then.measure
+        title, message = lr.rule.title, _message(ctx, lr)
+        measure = lr.rule.then.measure
         if cap.conflict:  # re-measure what was given; what was not given is no part of the conflict
             measure = [m for m in measure if m in ctx.facts] or list(measure)
         remeasure: list[NextMeasurement] = []
@@ -460,12 +524,12 @@ def _evidence_limits(ctx: Basis, decision: Decision,
             tool = _measurement_for(ctx, fact)
             if tool is not None:
                 remeasure.append(NextMeasurement(fact=fact, axis=tool[0], tool=tool[1], how=tool[2],
-                                                 why=f"{found.title}: re-measure {fact}", settles=[cap.finding]))
+                                                 why=f"{title}: re-measure {fact}", settles=[cap.finding]))
         record = EvidenceLimit(
-            finding=cap.finding, title=found.title, message=found.message, max_strength=cap.max_strength,
-            effect="withheld" if regimes.strengths[cap.max_strength] < threshold
-            or any(finding == cap.finding for finding, _ in decision.withheld) else "capped",
-            firmer=cap.firmer or found.message, source=cap.source,
+            finding=cap.finding, title=title, message=message, max_strength=cap.max_strength,
+            effect="withheld" if regimes.strengths[cap.max_strength] < threshold or cap.finding in ctx.withheld_by
+            else "capped",
+            firmer=cap.firmer or message, source=cap.source,
             facts={name: ctx.facts[name] for name in cap.conflict if name in ctx.facts}, remeasure=remeasure)
         (conflicts if cap.conflict else limits).append(record)
     return conflicts, limits
@@ -530,13 +594,36 @@ def _measurements(
     return result
 
 
+@dataclass(frozen=True)
+class _KbRows:
+    """What the scorecard and the iron law take from the knowledge base alone, read once per knowledge base: each
+    metric's (fact, id, title, axis, definition, bands text), each iron-law term's (term, label, seconds fact, share
+    fact)."""
+
+    metrics: tuple[tuple[str, str, str, str, str, str], ...]
+    terms: tuple[tuple[str, str, str | None, str | None], ...]
+
+
+def _build_kb_rows(kb: KnowledgeBase) -> _KbRows:
+    specs = kb.regimes.terms
+    return _KbRows(
+        tuple((m.fact, m.id, m.title, m.axis, m.definition, m.bands_text()) for m in kb.scorecard.metrics),
+        tuple((term, specs[term].label, specs[term].seconds, specs[term].share)
+              for term in kb.regimes.iron_law_terms()))
+
+
+_kb_rows: PerObject[KnowledgeBase, _KbRows] = PerObject(_build_kb_rows)
+
+
 def _scorecard(ctx: Basis, decision: Decision) -> list[ScoreRow]:
     rows = []
-    for metric, band in zip(ctx.kb.scorecard.metrics, decision.bands, strict=True):
-        raw = ctx.facts.get(metric.fact)
+    facts = ctx.facts
+    for (fact, metric_id, title, axis, definition, bands), band in zip(_kb_rows(ctx.kb).metrics, decision.bands,
+                                                                       strict=True):
+        raw = facts.get(fact)
         value = float(raw) if isinstance(raw, (int, float)) else None
-        rows.append(ScoreRow(id=metric.id, title=metric.title, axis=metric.axis, value=value,
-                             band=band, definition=metric.definition, bands=metric.bands_text()))  # type: ignore[arg-type]
+        rows.append(ScoreRow(id=metric_id, title=title, axis=axis, value=value, band=band,  # type: ignore[arg-type]
+                             definition=definition, bands=bands))
     return rows
 
 
@@ -548,9 +635,8 @@ def _iron_law(kb: KnowledgeBase, facts: Mapping[str, Value],
         value = facts.get(name) if name else None
         return float(value) if isinstance(value, (int, float)) else None
 
-    specs = kb.regimes.terms
-    terms = [IronLawTerm(term=term, label=specs[term].label, seconds=num(specs[term].seconds),
-                         share=num(specs[term].share)) for term in kb.regimes.iron_law_terms()]
+    terms = [IronLawTerm(term=term, label=label, seconds=num(seconds), share=num(share))
+             for term, label, seconds, share in _kb_rows(kb).terms]
     step = num("step_time_s")
     known = [t.seconds for t in terms if t.seconds is not None]
     if step is not None and step > 0 and known:

@@ -52,7 +52,7 @@ class Basis:
     facts: dict[str, Value]
     findings: Collection[str]
     observations: Observations
-    derived: dict[str, DerivedValue]
+    derived: Mapping[str, DerivedValue]
     fired: list[LoadedRule]  # in (stratum, id) order
     fired_ids: set[str]
     rule_parts: Callable[[LoadedRule], tuple[Concludes, dict[str, Any]]]
@@ -60,6 +60,7 @@ class Basis:
     # what the graph is assembled from, set by build_report once the report's sections are built
     verdict: str | None = None
     caps: tuple[str, ...] = ()
+    withheld_by: frozenset[str] = frozenset()  # conflict findings that withheld a regime resting on their facts
     table: RegimeTable | None = None
     table_rule: str | None = None
     candidates: list[Candidate] = field(default_factory=list)

@@ -6,7 +6,8 @@ Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/
   ``Promise``, callbacks) parses JSON per action and leaves reference cycles per run -> ``_Host``, a minimal host
   over the C extension: no threads, no cycles, the session state passed back as the string it came as;
 * ``delete_state`` on a session where no action ran segfaults -> a no-op rule fires on every observation fact;
-* more than 1,024 live sessions per ruleset crash -> one session per run, deleted in ``finally``, runs serialised;
+* more than 1,024 live sessions per ruleset crash -> one session per run, deleted in ``finally``, and a ruleset
+  serves one run at a time (a pool of copies, ``_Slot``, lets threads run at once without waiting on one lock);
 * a fact no pattern accepts aborts a batch -> a never-completing ``sink`` join accepts every fact;
 * exceptions inside actions are swallowed into state -> actions catch, record and the run re-raises;
 * floats whose repr has an exponent but no '.' (1e-05) are rejected -> nudged by one ULP; NaN/inf/bool never get here;
@@ -165,8 +166,8 @@ def _or(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"$or": parts}
 
 
-# an action gets the facts its rule matched (alias -> fact) and returns the fact to assert back, if any
-_Action = Any
+# an action gets the run and the facts its rule matched (alias -> fact) and returns the fact to assert back, if any
+_Action = Callable[["_Run", dict[str, Any]], "dict[str, Any] | None"]
 
 
 class _Host:
@@ -196,8 +197,8 @@ class _Host:
             raise EngineError(f"durable-rules had already observed the fact {fact!r}")
         return None if result[0] == 3 else int(result[1])
 
-    def assert_fact(self, fact: dict[str, Any]) -> None:
-        """Assert a fact, then run every action it makes ready, in the engine's order, to quiescence."""
+    def assert_fact(self, fact: dict[str, Any], run: _Run) -> None:
+        """Assert a fact, then run every action it makes ready (for `run`), in the engine's order, to quiescence."""
         if fact.get("t") == "finding":
             self.delivered.add(fact["id"])
         state_handle = self._assert(fact)
@@ -211,7 +212,7 @@ class _Host:
         while True:
             for action_name, matched in message.items():
                 action = self._actions.get(action_name)
-                back = action(matched) if action is not None else None
+                back = action(run, matched) if action is not None else None
                 if back is not None and back["id"] in self.consumes and back["id"] not in self.delivered:
                     self.delivered.add(back["id"])
                     self._assert({**back, "sid": sid})
@@ -242,6 +243,8 @@ class _Run:
 
 _LIVE: weakref.WeakSet[DurableEngine] = weakref.WeakSet()
 
+MAX_SLOTS = 4  # copies of the C rulesets one engine keeps for runs at once (~1.7 MB each with the bundled rules)
+
 
 def _free_rulesets(hosts: list[_Host], pid: int) -> None:
     """Free the C rulesets of hosts no engine uses any more (not in a forked child: the parent owns them)."""
@@ -250,13 +253,34 @@ def _free_rulesets(hosts: list[_Host], pid: int) -> None:
             host.free()
 
 
+class _Slot:
+    """One copy of the engine's C rulesets (a host per chunk) and which of them read each finding. A slot serves one
+    run at a time: a run checks one out of the engine's pool and returns it when done, so runs in different threads
+    (interleaved by the GIL; durable-rules never releases it) do not wait on each other. Its rulesets are freed when
+    the slot is dropped (with its engine), except in a forked child of the process that made it."""
+
+    __slots__ = ("__weakref__", "consumers", "hosts", "pid")
+
+    def __init__(self, plans: list[_Plan], actions: dict[str, _Action]) -> None:
+        self.pid = os.getpid()
+        self.hosts: list[_Host] = []
+        weakref.finalize(self, _free_rulesets, self.hosts, self.pid)
+        for plan in plans:  # appended one by one, so a failing build still frees the rulesets made before it
+            self.hosts.append(_Host(f"dam_{uuid.uuid4().hex}", plan.definition, actions, plan.consumes, plan.phases,
+                                    plan.groups))
+        self.consumers: dict[str, list[_Host]] = {}
+        for host in self.hosts:
+            for fid in host.consumes:
+                self.consumers.setdefault(fid, []).append(host)
+
+
 def _after_fork_in_child() -> None:
-    """A fork copies the engine's lock as it was: held, when another thread was running a diagnosis, and never
-    released in the child (the deadlock of issue 22). The child gets fresh locks, and rebuilds its hosts on first use
-    (the copied C state may hold that thread's half-finished session)."""
+    """A fork copies the engine's lock as it was: held, when another thread was checking a slot in or out, and never
+    released in the child (the deadlock of issue 22). The child gets a fresh lock and an empty pool, and builds its
+    own slots on first use (a copied slot may hold another thread's half-finished session; the copies are left to
+    the parent, which owns them)."""
     for engine in list(_LIVE):
-        engine._lock = threading.Lock()
-        engine._forked = True
+        engine._reset_pool()
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
@@ -305,8 +329,9 @@ class _Plan:
 
 
 class DurableEngine:
-    """Runs a RuleSet on durable-rules. Thread-safe: runs are serialised (the C engine never releases the GIL).
-    Fork-safe: a child process gets fresh locks and its own hosts.
+    """Runs a RuleSet on durable-rules. Thread-safe: each run has a copy of the C rulesets to itself (a pool of at
+    most MAX_SLOTS, made as threads need them; past that a run waits for one to be returned). Fork-safe: a child
+    process gets a fresh lock and its own rulesets.
 
     durable-rules has two limits a large rule set meets: about 256 rules per ruleset (segfault, error 108), and 64
     alpha nodes one fact may match at once (error 303: sixty-odd rules testing one fact with different thresholds
@@ -322,9 +347,8 @@ class DurableEngine:
     def __init__(self, ruleset: RuleSet) -> None:
         if _dr is None:
             raise EngineError(f"durable-rules is not available: {_IMPORT_ERROR}")
-        self._lock = threading.Lock()
         self._sids = itertools.count()
-        self._current: _Run | None = None
+        self._max_slots = MAX_SLOTS
         self._max_stratum = ruleset.max_stratum
         # only facts some rule reads go into the engine (fewer keys to serialise and parse per run)
         self._read = frozenset(name for lr in ruleset.rules.values() for name in facts_used(lr.condition))
@@ -333,8 +357,9 @@ class DurableEngine:
         self._python: list[tuple[str, int, Any, str | None, tuple[str, ...]]] = []
         self._plans = self._chunk(self._compile(ruleset))
         self._flags = tuple(self._compiler.flags)
-        self._forked = False
-        self._hosts = self._build()
+        self._reset_pool()
+        self._idle.append(_Slot(self._plans, self._actions))  # the first now, so a rule set that fails, fails here
+        self._made = 1
         _LIVE.add(self)
 
     # ---- building ---------------------------------------------------------------------------------------------------
@@ -414,30 +439,18 @@ class DurableEngine:
                                [(g, frozenset(reads)) for g, reads in groups]))
         return plans
 
-    def _build(self) -> list[_Host]:
-        """A host per chunk, freed with the engine (the actions hold the engine weakly, so hosts do not keep it)."""
-        hosts = [_Host(f"dam_{uuid.uuid4().hex}", plan.definition, self._actions, plan.consumes, plan.phases,
-                       plan.groups) for plan in self._plans]
-        self._consumers: dict[str, list[_Host]] = {}
-        for host in hosts:
-            for fid in host.consumes:
-                self._consumers.setdefault(fid, []).append(host)
-        self._finalizer = weakref.finalize(self, _free_rulesets, hosts, os.getpid())
-        return hosts
-
     @property
     def chunks(self) -> int:
         """How many durable-rules rulesets the rule set was split into."""
-        return len(self._hosts)
+        return len(self._plans)
+
+    @property
+    def slots(self) -> int:
+        """How many copies of the C rulesets this engine holds now (at most MAX_SLOTS)."""
+        return self._made
 
     def _action(self, rule_id: str, finding: str | None, assert_back: bool) -> _Action:
-        engine = weakref.ref(self)
-
-        def action(m: dict[str, Any]) -> dict[str, Any] | None:
-            me = engine()
-            run = me._current if me is not None else None
-            if run is None:  # pragma: no cover - only reachable if durable-rules fired outside run()
-                return None
+        def action(run: _Run, m: dict[str, Any]) -> dict[str, Any] | None:
             try:
                 if rule_id in run.result.matched:
                     return None  # a rule fires once, whichever branch or finding fact matched first
@@ -449,19 +462,51 @@ class DurableEngine:
 
         return action
 
+    # ---- the pool of slots -------------------------------------------------------------------------------------------
+    def _reset_pool(self) -> None:
+        """An empty pool (at construction, and in a forked child)."""
+        self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)
+        self._idle: list[_Slot] = []
+        self._made = 0
+
+    def _checkout(self) -> _Slot:
+        """An idle slot; a new one while fewer than MAX_SLOTS exist; else the next one returned."""
+        with self._lock:
+            while not self._idle and self._made >= self._max_slots:
+                self._returned.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._made += 1
+        try:
+            return _Slot(self._plans, self._actions)
+        except BaseException:
+            with self._lock:
+                self._made -= 1
+                self._returned.notify()
+            raise
+
+    def _checkin(self, slot: _Slot) -> None:
+        if slot.pid != os.getpid():  # checked out before a fork, in the parent: not this process's
+            return
+        with self._lock:
+            self._idle.append(slot)
+            self._returned.notify()
+
     # ---- running ----------------------------------------------------------------------------------------------------
-    def _drain(self, run: _Run, sid: str) -> None:
+    @staticmethod
+    def _drain(slot: _Slot, run: _Run, sid: str) -> None:
         """Pass every finding concluded so far to the chunks that read it and have not had it, to quiescence."""
         while run.queue:
             fid, by = run.queue.popleft()
-            for host in self._consumers.get(fid, ()):
+            for host in slot.consumers.get(fid, ()):
                 if fid not in host.delivered:
-                    host.assert_fact({"t": "finding", "id": fid, "by": by, "sid": sid})
+                    host.assert_fact({"t": "finding", "id": fid, "by": by, "sid": sid}, run)
 
-    def _settle(self, run: _Run, sid: str, stratum: int) -> None:
+    def _settle(self, slot: _Slot, run: _Run, sid: str, stratum: int) -> None:
         """Drain, then evaluate the Python-side rules up to this stratum, until neither concludes anything new."""
         while True:
-            self._drain(run, sid)
+            self._drain(slot, run, sid)
             fired = False
             for rule_id, rule_stratum, evaluator, finding, uses in self._python:
                 if rule_stratum > stratum or rule_id in run.result.matched:
@@ -480,34 +525,32 @@ class DurableEngine:
                 values[name] = value if isinstance(value, str) else durable_number(value)
         for flag, test in self._flags:  # the sub-conditions durable-rules could not build, evaluated here
             values[flag] = 1 if test(facts) else 0
-        with self._lock:
-            if self._forked:  # first run in a forked child: hosts of its own, without the parent's sessions
-                self._hosts = self._build()
-                self._forked = False
-            sid = f"s{next(self._sids)}"
-            run = _Run(facts)
-            self._current = run
-            created: list[_Host] = []
+        slot = self._checkout()
+        sid = f"s{next(self._sids)}"
+        run = _Run(facts)
+        created: list[_Host] = []
+        try:
+            for host in slot.hosts:
+                host.delivered = set()
+                for group, reads in host.groups:
+                    payload = {name: values[name] for name in reads if name in values}
+                    host.assert_fact({**payload, "t": "obs", "g": group, "sid": sid}, run)
+                    if not created or created[-1] is not host:
+                        created.append(host)
+            self._settle(slot, run, sid, 0)
+            for stratum in range(1, self._max_stratum + 1):
+                for host in slot.hosts:
+                    if stratum in host.phases:
+                        host.assert_fact({"t": "phase", "n": stratum, "sid": sid}, run)
+                self._settle(slot, run, sid, stratum)
+        except Exception as exc:
+            raise EngineError(f"durable-rules failed: {type(exc).__name__}: {exc}") from exc
+        finally:
             try:
-                for host in self._hosts:
-                    host.delivered = set()
-                    for group, reads in host.groups:
-                        payload = {name: values[name] for name in reads if name in values}
-                        host.assert_fact({**payload, "t": "obs", "g": group, "sid": sid})
-                        if not created or created[-1] is not host:
-                            created.append(host)
-                self._settle(run, sid, 0)
-                for stratum in range(1, self._max_stratum + 1):
-                    for host in self._hosts:
-                        if stratum in host.phases:
-                            host.assert_fact({"t": "phase", "n": stratum, "sid": sid})
-                    self._settle(run, sid, stratum)
-            except Exception as exc:
-                raise EngineError(f"durable-rules failed: {type(exc).__name__}: {exc}") from exc
-            finally:
-                self._current = None
                 for host in created:  # an obs fact made the session and fired zz_done, so deleting is safe
                     host.delete_state(sid)
+            finally:
+                self._checkin(slot)
         if run.errors:
             raise EngineError("a rule action failed: " + "; ".join(run.errors))
         return run.result

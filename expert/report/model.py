@@ -291,25 +291,29 @@ class ProvenanceData(_Model):
 
 
 _LIST_ITEMS: dict[str, type] = {"evaluations": RuleEvaluation, "missing": MissingFact,
-                                 "next_measurements": NextMeasurement}
-_AS_MODEL: dict[str, Any] = {}  # field name -> RootModel[list[its item]], made when a report is first written
+                                 "next_measurements": NextMeasurement, "findings": Finding,
+                                 "conflicts": EvidenceLimit, "evidence_limits": EvidenceLimit}
+_DICT_ITEMS: dict[str, type] = {"derived": DerivedValue}  # deferred dict fields (keyed by name) -> their item
+_AS_MODEL: dict[str, Any] = {}  # field name -> RootModel[list[its item]] (or dict), made when first written
 
 
 def _as_model(name: str) -> Any:
-    """A deferred list field as one model, so that it is written by its schema's serializer (made on first use: a
-    parametrised RootModel builds its schema as it is created)."""
+    """A deferred list (or dict) field as one model, so that it is written by its schema's serializer (made on first
+    use: a parametrised RootModel builds its schema as it is created)."""
     found = _AS_MODEL.get(name)
     if found is None and name in _LIST_ITEMS:
         found = _AS_MODEL[name] = RootModel[list[_LIST_ITEMS[name]]]  # type: ignore[valid-type]
+    elif found is None and name in _DICT_ITEMS:
+        found = _AS_MODEL[name] = RootModel[dict[str, _DICT_ITEMS[name]]]  # type: ignore[valid-type]
     return found
 
 
 class Deferred:
     """A report part built on first use: `build(state)`, computed once (the state never refers to the report, so a
-    report makes no reference cycle). The diagnosis defers the provenance graph, the rule evaluations, the missing
-    facts and the next measurements this way: most callers read few of them. Where the part stands in for its value
-    (equality, repr, copies, pickling) it is its value; `Report` resolves it on attribute access and when it is
-    serialised, so the JSON is the same bytes.
+    report makes no reference cycle). The diagnosis defers the derived values' records, the findings, the evidence
+    limits, the provenance graph, the rule evaluations, the missing facts and the next measurements this way: most
+    callers read few of them. Where the part stands in for its value (equality, repr, copies, pickling) it is its
+    value; `Report` resolves it on attribute access and when it is serialised, so the JSON is the same bytes.
 
     Two threads may both build it the first time; both results are equal, and one of them is kept."""
 
@@ -454,7 +458,8 @@ class Report(_Model):
             raise ValueError("state 'verdict' needs a bottleneck")
         return self
 
-    @field_serializer("next_measurements", "missing", "evaluations", "graph", mode="wrap")
+    @field_serializer("derived", "findings", "conflicts", "evidence_limits", "next_measurements", "missing",
+                      "evaluations", "graph", mode="wrap")
     def _deferred_parts(self, value: Any, handler: SerializerFunctionWrapHandler,  # type: ignore[no-untyped-def]
                         info: FieldSerializationInfo):
         """Resolve a deferred part, then write it by its schema's serializer (the same bytes as a part built eagerly);
@@ -465,7 +470,7 @@ class Report(_Model):
         if info.include is not None or info.exclude is not None:
             return handler(value)
         as_model = _as_model(info.field_name)
-        return as_model.model_construct(value) if as_model is not None and isinstance(value, list) else value
+        return as_model.model_construct(value) if as_model is not None and isinstance(value, (list, dict)) else value
 
     def __iter__(self) -> Any:
         for name in _DEFERRABLE:
@@ -520,6 +525,7 @@ class Report(_Model):
         return _explanations().counterfactuals(self, expert, limit)
 
 
-_DEFERRABLE = ("next_measurements", "missing", "evaluations", "graph")
+_DEFERRABLE = ("derived", "findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations",
+               "graph")
 for _name in _DEFERRABLE:
     setattr(Report, _name, _DeferredField(_name))
