@@ -146,6 +146,15 @@ def test_missing_names_the_one_fact_that_completes_a_derivation() -> None:
     assert "compute-high-mfu" not in {r for m in alone.missing if m.fact == "num_gpus" for r in m.rules}
 
 
+def test_one_gpu_shards_nothing() -> None:
+    """num_gpus 1 -> sharding_degree 1, so the model states are 16 B x params on that GPU (70B: 1.12e12 B)."""
+    d = _derived(workload="training", hardware="a100-sxm-80gb", model_params="70B", num_gpus=1)
+    assert d["sharding_degree"] == 1
+    assert d["model_state_bytes"] == approx(70e9 * 16)
+    assert d["model_state_to_hbm"] == approx(70e9 * 16 / 80e9)
+    assert "sharding_degree" not in _derived(workload="training", model_params="70B", num_gpus=8)
+
+
 def test_training_jobs_hold_no_kv_cache() -> None:
     d = _derived(workload="training", dtype="bf16", batch_size=32, num_layers=32, num_kv_heads=8, head_dim=128,
                  context_len=4096)

@@ -67,6 +67,7 @@ def _published_memory(kb: KnowledgeBase) -> Condition:
     return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.memory_gb is not None]})
 
 
+ONE_GPU = Gate("a job on one GPU", fact_test("num_gpus", eq=1))
 PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
 
 _KAPLAN = "Kaplan et al. 2020, arXiv:2001.08361 (C ≈ 6·N FLOPs per trained token, 2·N per forward token)"
@@ -258,6 +259,8 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                "storage_read_mb_s / storage_bandwidth_mb_s", "seed Table 1 (data axis: I/O bandwidth, disk/PCIe) and "
                "Table 4 (data row: iostat)",
                lambda f, kb: Result(num(f, "storage_read_mb_s") / num(f, "storage_bandwidth_mb_s"))),
+    Derivation("sharding_degree", ("num_gpus",), "1 on one GPU (there is nothing to shard the states across)",
+               _ZERO, lambda f, kb: Result(1), gate=ONE_GPU),
     Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree"),
                "bytes per parameter (optimizer on the GPU) · model_params / sharding_degree", _ZERO,
                _model_states(False), gate=STATES_ON_GPU),
