@@ -367,7 +367,8 @@ class _Analysis:
         candidates = [p for p in procs if p in steps_by_proc] or (list(steps_by_proc) if len(steps_by_proc) == 1
                                                                   else [])
         lst = steps_by_proc[max(candidates, key=lambda p: len(steps_by_proc[p]))] if candidates else []
-        gpu.scan_windows(lst)
+        with self.x.guard():
+            gpu.scan_windows(lst)
         numbered: list[tuple[int, float, float]] = []
         excluded = 0.0
         name = self.nvtx.step_name
@@ -398,10 +399,11 @@ class _Analysis:
                                    end_us=round(windows[-1][1] - self.first, 3), reason=reason, steps=n,
                                    excluded_us=round(excluded, 3))
         result = FileResult(path=self.src.label, name=self.src.name, format="nsys")
-        analysis, rank = analyse_device(gpu, windows, roof=roof, source=self.src.name, window=trace_window,
-                                        steps=numbered, rank_steps=[k for k, _, _ in numbered],
-                                        path=f"{self.src.label}:device{dev}", name=f"{self.src.name} device {dev}",
-                                        label=label)
+        with self.x.guard():  # the sweeps iterate SQLite cursors: a read error mid-way is located too
+            analysis, rank = analyse_device(gpu, windows, roof=roof, source=self.src.name, window=trace_window,
+                                            steps=numbered, rank_steps=[k for k, _, _ in numbered],
+                                            path=f"{self.src.label}:device{dev}",
+                                            name=f"{self.src.name} device {dev}", label=label)
         if analysis is None:
             for fact in GPU_FACTS:
                 result.missing(fact, f"no GPU activity inside {label}")

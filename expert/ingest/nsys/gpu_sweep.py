@@ -95,7 +95,8 @@ class GpuSweep:
 
     def _rows(self, attributed: bool) -> Iterator[tuple[Any, ...]]:
         """(code, name, start, end, launch start, launch call rowid, its thread, copyKind, srcKind, dstKind, rowid[,
-        operator, operator name, module, module label]) of the device's activities by (start, table, rowid)."""
+        operator, operator name, module, module label]) of the device's activities by (start, table, rowid): the
+        cursor itself (no generator frame per row), so the caller iterates it inside `export.guard()`."""
         x = self.x
         parts: list[str] = []
         for code, table in self.host.activity_tables():
@@ -113,7 +114,7 @@ class GpuSweep:
             parts.append(f"SELECT {code} AS code, {name}, a.start AS st, a.\"end\", {launch}, {rid} AS rid, {tid}, "
                          f"{extra}, a.rowid AS rw FROM {table} a{join} WHERE {dev} = {int(self.device)}")
         if not parts:
-            return
+            return iter(())
         sql = " UNION ALL ".join(parts)
         if attributed:
             op, op_join = self._range_name("o", "os")
@@ -127,7 +128,7 @@ class GpuSweep:
                 sql = f"SELECT q.*, NULL, NULL, NULL, NULL FROM ({sql}) q"
         sql += " ORDER BY st, code, rw"
         with x.guard():
-            yield from x.conn.execute(sql)
+            return x.conn.execute(sql)
 
     def _range_name(self, alias: str, strings: str) -> tuple[str, str]:
         """(name expression, joins) of the NVTX range `alias` (emit_nvtx's annotation kept)."""
