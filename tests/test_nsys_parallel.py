@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ import expert
 from expert.ingest import nsys
 from expert.ingest._source import Source
 from expert.ingest.nsys import parallel
+from expert.ingest.nsys.analysis import DeviceResult, _Analysis
 
 KB = expert.default_expert().kb
 SHARED = Path(os.environ.get("DAM_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")
@@ -32,8 +34,17 @@ def test_devices_swept_in_workers_give_the_one_process_result(path: Path, monkey
         return sweep(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(parallel, "sweep_devices", counted)
+    here: list[int] = []
+    sweep_device = _Analysis.sweep_device
+
+    def counted_here(self: _Analysis, dev: int, *args: Any, **kwargs: Any) -> DeviceResult:
+        here.append(dev)
+        return sweep_device(self, dev, *args, **kwargs)
+
+    monkeypatch.setattr(_Analysis, "sweep_device", counted_here)
     two = nsys.analyse(Source(path), KB, workers=2)
     assert calls, "the devices were not swept in workers"
+    assert here == [min(one.devices)], "this process swept a device a worker should have (the pool broke?)"
     assert len(one.devices) == 2
     assert repr(two.result) == repr(one.result)
     assert sorted(two.devices) == sorted(one.devices)

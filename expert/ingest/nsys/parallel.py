@@ -73,6 +73,8 @@ class DeviceJob:
     """`_Analysis.device_state()`: options, extent, devices' processes, DataLoader spans, step numbering."""
     steps_by_proc: dict[int, StepList]
     roof: Roof | None
+    factory: Callable[[Path, str, str, KnowledgeBase, dict[str, Any]], _Analysis]
+    """`_Analysis.for_device` (pickled by reference: the worker imports the analysis as it unpickles the job)."""
 
 
 _WORKER: dict[str, Any] = {}
@@ -85,8 +87,6 @@ def _init_worker(kb: KnowledgeBase, progress_queue: Any) -> None:
 
 def _task(job: DeviceJob, dev: int) -> tuple[DeviceResult, list[str]]:
     """Sweep one device in a worker: its result and its notes."""
-    from .analysis import _Analysis
-
     q = _WORKER.get("queue")
     done = [0]
 
@@ -96,7 +96,7 @@ def _task(job: DeviceJob, dev: int) -> tuple[DeviceResult, list[str]]:
             q.put(done[0])
             done[0] = 0
 
-    run = _Analysis.for_device(Path(job.path), job.label, job.name, _WORKER["kb"], job.state)
+    run = job.factory(Path(job.path), job.label, job.name, _WORKER["kb"], job.state)
     try:
         result = run.sweep_device(dev, job.steps_by_proc, job.roof, tick)
     finally:
@@ -112,7 +112,8 @@ def sweep_devices(run: _Analysis, devices: Sequence[int], n: int, steps_by_proc:
     """Every device of `devices` swept, in `n` processes (this one included); results by device."""
     mine = list(devices[::n])
     theirs = [d for d in devices if d not in mine]
-    job = DeviceJob(str(run.x.path), run.src.label, run.src.name, run.device_state(), steps_by_proc, roof)
+    job = DeviceJob(str(run.x.path), run.src.label, run.src.name, run.device_state(), steps_by_proc, roof,
+                    type(run).for_device)
     out: dict[int, DeviceResult] = {}
     ctx = context()
     progress_queue = ctx.Queue()
