@@ -1,13 +1,19 @@
 """Nsight Systems export ingestion benchmark: dam-expert against nsys-ai reading the same files.
 
     python bench/bench_nsys.py [--repeat 3] [--no-nsys-ai] [--no-big] [--big-size-gb 1.0] [--src DIR] [--in-memory]
+                               [--no-one-process]
 
 Files: the real exports in ../shared/traces/nsys/ (2.7 MB and 2.4 MB two-GPU jobs, two small ones) and a synthetic
 export of --big-size-gb grown from mfu_2gpu_before.sqlite by bench/make_big_nsys.py (rows replicated, timestamps and
 correlation ids shifted; bench/data/, not committed).
 
 Each measurement runs in its own child process through a wrapper that reads getrusage(RUSAGE_CHILDREN), so the peak
-RSS is that child's, interpreter and imports included. The ratios compare whole-process wall time (nsys-ai has no
+RSS is that child's, interpreter and imports included ("peak RSS": its largest process); "all procs" is the peak of
+the sum over the child and its descendants, sampled every 50 ms (dam-expert's device workers, nsys-ai's DuckDB
+threads share one process). On a machine with more than one CPU the big export is also read with
+DAM_INGEST_WORKERS=1 (its devices swept one after the other in one process), for the ratio of the parallel sweep to
+it in the same run (--no-one-process skips it). The load average is printed: on shared cores every figure is
+slowed by the others' work, so compare the ratios of one run. The ratios compare whole-process wall time (nsys-ai has no
 separate load call): dam-expert `expert.ingest_result(FILE)` (every fact, per-device timelines, NVTX steps) against
 `nsys-ai summary FILE` (per-GPU span, busy, idle, top kernels, NCCL share: the closest analysis it has). The best of
 --repeat runs is kept for the real files, one run each for the big file.
@@ -62,18 +68,51 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "facts": len(result.ob
 """
 
 
+def _tree_rss_kib(root: int) -> int:
+    """The resident memory of a process and all its descendants, in KiB (Linux /proc; 0 elsewhere)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def measure(argv: list[str], env: dict[str, str] | None) -> None:
-    """Wrapper mode: run argv, then print its last JSON line (if any), wall time and the peak RSS of it."""
+    """Wrapper mode: run argv, then print its last JSON line (if any), wall time, the peak RSS of its largest process
+    and the peak of the whole process tree (sampled every 50 ms: a reader's worker processes included)."""
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
+    tree = 0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=env)
+        while child.poll() is None:
+            tree = max(tree, _tree_rss_kib(child.pid))
+            time.sleep(0.05)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        proc = subprocess.CompletedProcess(argv, child.returncode, out.read(), err.read())
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     lines = proc.stdout.strip().splitlines()
     try:
         data = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     except json.JSONDecodeError:
         data = {}
-    data.update(rc=proc.returncode, wall_s=wall, peak_rss_mb=peak_kib / 1024, stderr=proc.stderr[-2000:],
+    data.update(rc=proc.returncode, wall_s=wall, peak_rss_mb=peak_kib / 1024, tree_rss_mb=max(tree, peak_kib) / 1024,
+                stderr=proc.stderr[-2000:],
                 stdout=proc.stdout[-20000:] if not data else "")
     print(json.dumps(data))
 
@@ -82,7 +121,7 @@ def run_child(argv: list[str], repeat: int, env: dict[str, str] | None = None,
               before: Any = None) -> dict[str, Any]:
     """Best (fastest wall) of `repeat` runs, each in a fresh wrapper process; peak RSS is the largest seen."""
     best: dict[str, Any] | None = None
-    peak = 0.0
+    peak = tree = 0.0
     failures: list[int] = []
     runs = 0
     while runs < repeat:
@@ -99,10 +138,12 @@ def run_child(argv: list[str], repeat: int, env: dict[str, str] | None = None,
             continue
         runs += 1
         peak = max(peak, data["peak_rss_mb"])
+        tree = max(tree, data["tree_rss_mb"])
         if best is None or data["wall_s"] < best["wall_s"]:
             best = data
     assert best is not None
     best["peak_rss_mb"] = peak
+    best["tree_rss_mb"] = tree
     best["failures"] = failures
     return best
 
@@ -169,15 +210,21 @@ def row(label: str, data: dict[str, Any], mb: float) -> str:
     load = f"{data['load_s']:8.3f} s" if "load_s" in data else f"{'':10s}"
     failed = f"   (exited {data['failures']} on earlier tries, retried)" if data.get("failures") else ""
     return (f"{label:38s} {load} {data['wall_s']:8.2f} s {mb / data['wall_s']:8.1f} MB/s {data['peak_rss_mb']:9.1f} MB"
-            + failed)
+            f" {data['tree_rss_mb']:9.1f} MB" + failed)
 
 
 def compare(name: str, path: Path, mb: float, repeat: int, python: str,
-            nsys_ai: tuple[Path, dict[str, str]] | None, in_memory: bool) -> list[str]:
+            nsys_ai: tuple[Path, dict[str, str]] | None, in_memory: bool, one_process: bool = False) -> list[str]:
     lines = []
     ours = run_child([python, "-c", OURS, str(path)], repeat)
     print(row("dam-expert ingest", ours, mb) + f"   ({ours['rows']:,} rows, {ours['facts']} facts)", flush=True)
-    lines.append(f"  {name}: dam-expert {ours['wall_s']:.2f} s wall, {ours['peak_rss_mb']:.1f} MB peak RSS")
+    lines.append(f"  {name}: dam-expert {ours['wall_s']:.2f} s wall, {ours['peak_rss_mb']:.1f} MB peak RSS (largest "
+                 f"process), {ours['tree_rss_mb']:.1f} MB with its workers")
+    if one_process:
+        one = run_child([python, "-c", OURS, str(path)], repeat, dict(os.environ, DAM_INGEST_WORKERS="1"))
+        print(row("dam-expert ingest, one process", one, mb), flush=True)
+        lines.append(f"  {name} devices in workers/one process: wall {ours['wall_s'] / one['wall_s']:.2f}, peak RSS "
+                     f"(all processes) {ours['tree_rss_mb'] / one['tree_rss_mb']:.2f}")
     if in_memory:
         old = run_child([python, "-c", IN_MEMORY, str(path)], repeat)
         print(row("in-memory timeline (before streaming)", old, mb), flush=True)
@@ -211,6 +258,9 @@ def main() -> int:
     parser.add_argument("--no-big", action="store_true", help="skip the synthetic 1 GB export")
     parser.add_argument("--big-size-gb", type=float, default=1.0)
     parser.add_argument("--src", type=Path, default=REAL, help="folder of the real exports")
+    parser.add_argument("--no-one-process", action="store_true",
+                        help="skip the big export's one-process run (DAM_INGEST_WORKERS=1), the baseline of its "
+                             "devices swept in worker processes")
     parser.add_argument("--in-memory", action="store_true",
                         help="also run the in-memory timeline analysis (the reader before it streamed)")
     args = parser.parse_args()
@@ -228,7 +278,9 @@ def main() -> int:
             print(f"nsys-ai: not installed, skipped: {found}")
         else:
             nsys_ai = found
-    print(f"cpus {os.cpu_count()}; {'':22s} {'load':>10s} {'process':>10s} {'MB/s':>13s} {'peak RSS':>12s}")
+    print(f"cpus {os.cpu_count()}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())} (others' work "
+          f"slows every row alike)\n{'':38s} {'load':>10s} {'process':>10s} {'MB/s':>13s} {'peak RSS':>12s} "
+          f"{'all procs':>12s}")
     summary: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:
         for src in real:  # nsys-ai writes its cache beside the profile: work on copies
@@ -245,7 +297,8 @@ def main() -> int:
                             str(big)], check=True)
         mb = big.stat().st_size / 1e6
         print(f"{big.name} (synthetic): {mb:.0f} MB")
-        summary += compare(big.name, big, mb, 1, python, nsys_ai, args.in_memory)
+        summary += compare(big.name, big, mb, 1, python, nsys_ai, args.in_memory,
+                           one_process=(os.cpu_count() or 1) > 1 and not args.no_one_process)
     print("\n".join(summary))
     return 0
 

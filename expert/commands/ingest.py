@@ -41,7 +41,8 @@ their intensity and share of the roofline, why the GPU idles); --as json|yaml wr
 `dam diagnose FILE` carries into the report. Record with record_shapes=True for per-operator FLOPs.
 An uncompressed trace of 100 MB or more is decoded in worker processes, by byte range (the same result as one
 process; a .json.gz is read in one process, since gzip cannot be entered in the middle): --workers 1, or
-DAM_INGEST_WORKERS=1 in the environment, turns that off.
+DAM_INGEST_WORKERS=1 in the environment, turns that off. The devices of an Nsight Systems export of a million
+rows or more are swept in worker processes too, one device each (the same result as one process).
 Several files merge (a trace plus a DCGM log of the same run); when two measure the same fact the trace wins over
 DCGM, and DCGM over nvidia-smi. --format names the INPUT format; --as names the OUTPUT format.
 exit codes: 0 ingested, 2 unreadable or malformed input (the message names the file and line).
@@ -94,9 +95,9 @@ def add_input_options(p: argparse.ArgumentParser, *, format_flag: str = "--forma
     p.add_argument("--job", type=int, metavar="N",
                    help="with the rank traces of several jobs (or captures), which one to read (1 = earliest)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="processes reading rank traces, or the byte ranges of one uncompressed trace of 100 MB or "
-                        "more, in parallel (default: $DAM_INGEST_WORKERS, else as many as CPUs and memory allow; "
-                        "1: one process)")
+                   help="processes reading rank traces, the byte ranges of one uncompressed trace of 100 MB or "
+                        "more, or the devices of an Nsight Systems export of a million rows or more, in parallel "
+                        "(default: $DAM_INGEST_WORKERS, else as many as CPUs and memory allow; 1: one process)")
 
 
 def register(sub: Any) -> None:

@@ -86,7 +86,7 @@ def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | 
         from . import nsys
 
         analysis = nsys.analyse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, step_range=nvtx_range,
-                                progress=progress)
+                                progress=progress, workers=workers)
         result = analysis.result
         if analysis.job is not None and jobs is not None:  # several devices: compared as the ranks of a job
             jobs.append(analysis.job)

@@ -17,6 +17,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...breakdown import TraceWindow
@@ -28,6 +29,7 @@ from ..rank_trace import RankTrace
 from ..timeline.classes import Classifier
 from ..timeline.result import TimelineAnalysis
 from ..timeline.roofline import Roof
+from . import parallel
 from .analysis_sweep import analyse_device
 from .cluster import CLUSTER_FACTS, COMM_FACTS, job_facts
 from .gpu_sweep import GpuSweep
@@ -99,21 +101,23 @@ class NsysAnalysis:
 def parse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None] | None = None,
           window: tuple[float | None, float | None] | None = None, gpus: Sequence[int] | None = None,
           step_range: str | None = None, progress: Progress | None = None,
-          kernel_wait_us: float = KERNEL_WAIT_US) -> FileResult:
+          kernel_wait_us: float = KERNEL_WAIT_US, workers: int | None = None) -> FileResult:
     """Read an Nsight Systems export and derive the facts listed in `FACTS`."""
     return analyse(src, kb, steps=steps, window=window, gpus=gpus, step_range=step_range, progress=progress,
-                   kernel_wait_us=kernel_wait_us).result
+                   kernel_wait_us=kernel_wait_us, workers=workers).result
 
 
 def analyse(src: Source, kb: KnowledgeBase, *, steps: tuple[int | None, int | None] | None = None,
             window: tuple[float | None, float | None] | None = None, gpus: Sequence[int] | None = None,
             step_range: str | None = None, progress: Progress | None = None,
-            kernel_wait_us: float = KERNEL_WAIT_US) -> NsysAnalysis:
-    """`parse`, keeping the per-device analyses and the cross-device (multi-rank) analysis."""
+            kernel_wait_us: float = KERNEL_WAIT_US, workers: int | None = None) -> NsysAnalysis:
+    """`parse`, keeping the per-device analyses and the cross-device (multi-rank) analysis. workers: processes to
+    sweep the devices in (`parallel.lanes`: by default the CPUs, for an export of a million rows or more)."""
     result = FileResult(path=src.label, name=src.name, format="nsys")
     with open_export(src, progress) as (export, notes):
         result.notes.extend(notes)
         run = _Analysis(export, src, kb, result, steps, window, gpus, step_range, kernel_wait_us, progress)
+        run.workers = workers
         run.run()
         if progress is not None and src.size:
             progress(src.size, src.size)
@@ -142,6 +146,32 @@ class _Analysis:
         self.label = "whole export"
         self.nvtx: NvtxSteps | None = None
         self.job: JobResult | None = None
+        self.workers: int | None = None
+        self.device_notes: dict[int, list[str]] = defaultdict(list)
+
+    def device_state(self) -> dict[str, Any]:
+        """What sweeping one device needs beyond the export and the knowledge base (for a worker process)."""
+        assert self.nvtx is not None
+        return {"options": (self.step_numbers, self.time_window, self.gpus, self.step_range, self.kernel_wait_us),
+                "first": self.first, "last": self.last, "devices": self.devices,
+                "loader_by_proc": dict(self.loader_by_proc),
+                "nvtx": (self.nvtx.step_name, self.nvtx.numbers, self.nvtx.no_steps_reason)}
+
+    @classmethod
+    def for_device(cls, path: Path, label: str, name: str, kb: KnowledgeBase, state: dict[str, Any]) -> _Analysis:
+        """The analysis of `device_state()` on its own connection to the export (in a worker process)."""
+        src = Source(path)
+        src.label, src.name = label, name
+        steps, window, gpus, step_range, kernel_wait_us = state["options"]
+        export = NsysExport(path, label)
+        run = cls(export, src, kb, FileResult(path=label, name=name, format="nsys"), steps, window, gpus, step_range,
+                  kernel_wait_us, None)
+        run.first, run.last, run.devices = state["first"], state["last"], state["devices"]
+        run.loader_by_proc.update(state["loader_by_proc"])
+        run.nvtx = NvtxSteps(export, src, step_range=step_range, step_numbers=steps, time_window=window,
+                             first_us=run.first)
+        run.nvtx.step_name, run.nvtx.numbers, run.nvtx.no_steps_reason = state["nvtx"]
+        return run
 
     @property
     def device_windows(self) -> dict[int, list[Interval]]:
@@ -304,13 +334,27 @@ class _Analysis:
         acts = sum(int(self.r.stats.get(k, 0)) for k in ("kernels", "memcpys", "memsets"))
         host = sum(int(self.r.stats.get(k, 0)) for k in ("runtime_calls", "nvtx_events"))
         tick = _ticker(self.progress, self.src.size or 0, 2 * acts + host)  # two passes over the activities
-        for dev in sorted(self.devices):
-            self.per_device[dev] = self._device(dev, steps_by_proc, catalog, roof, cls, tick)
+        devices = sorted(self.devices)
+        n = parallel.lanes(len(devices), acts + host, self.workers)
+        if n > 1:
+            swept = parallel.sweep_devices(self, devices, n, steps_by_proc, catalog, roof, cls, tick)
+        else:
+            swept = {dev: self._device(dev, steps_by_proc, catalog, roof, cls, tick) for dev in devices}
+        for dev in devices:
+            self.per_device[dev] = swept[dev]
+            self.r.notes.extend(self.device_notes.get(dev, []))
         done = sorted(self.per_device.items())
         labels = [t.label for _, t in done if t.n_steps] or [t.label for _, t in done]
         self.label = labels[0] if labels else self.label  # the first device's (with steps, when some have them)
         span = sum(total(d.windows) for d in self.per_device.values()) / max(1, len(self.per_device))
         self.r.stats.update(window=self.label, window_s=round(span / 1e6, 6))
+
+    def sweep_device(self, dev: int, steps_by_proc: dict[int, StepList], roof: Roof | None,
+                     tick: Callable[[int], None] | None, catalog: KernelCatalog | None = None,
+                     cls: Classifier | None = None) -> DeviceResult:
+        """One device swept through the shared analysis (its notes in `device_notes`)."""
+        catalog = catalog or self._catalog()
+        return self._device(dev, steps_by_proc, catalog, roof, cls or Classifier(catalog), tick)
 
     def _device(self, dev: int, steps_by_proc: dict[int, StepList], catalog: KernelCatalog, roof: Roof | None,
                 cls: Classifier, tick: Callable[[int], None] | None) -> DeviceResult:
@@ -323,7 +367,8 @@ class _Analysis:
         candidates = [p for p in procs if p in steps_by_proc] or (list(steps_by_proc) if len(steps_by_proc) == 1
                                                                   else [])
         lst = steps_by_proc[max(candidates, key=lambda p: len(steps_by_proc[p]))] if candidates else []
-        gpu.scan_windows(lst)
+        with self.x.guard():
+            gpu.scan_windows(lst)
         numbered: list[tuple[int, float, float]] = []
         excluded = 0.0
         name = self.nvtx.step_name
@@ -338,7 +383,7 @@ class _Analysis:
         else:
             n = 0
             if steps_by_proc:
-                self.r.notes.append(f"device {dev}: none of its processes has the step ranges")
+                self.device_notes[dev].append(f"device {dev}: none of its processes has the step ranges")
             if self.time_window is not None:
                 windows = [self._whole_window()]
                 label = (f"--window {_fmt_s(windows[0][0] - self.first)}–{_fmt_s(windows[0][1] - self.first)} "
@@ -354,10 +399,11 @@ class _Analysis:
                                    end_us=round(windows[-1][1] - self.first, 3), reason=reason, steps=n,
                                    excluded_us=round(excluded, 3))
         result = FileResult(path=self.src.label, name=self.src.name, format="nsys")
-        analysis, rank = analyse_device(gpu, windows, roof=roof, source=self.src.name, window=trace_window,
-                                        steps=numbered, rank_steps=[k for k, _, _ in numbered],
-                                        path=f"{self.src.label}:device{dev}", name=f"{self.src.name} device {dev}",
-                                        label=label)
+        with self.x.guard():  # the sweeps iterate SQLite cursors: a read error mid-way is located too
+            analysis, rank = analyse_device(gpu, windows, roof=roof, source=self.src.name, window=trace_window,
+                                            steps=numbered, rank_steps=[k for k, _, _ in numbered],
+                                            path=f"{self.src.label}:device{dev}",
+                                            name=f"{self.src.name} device {dev}", label=label)
         if analysis is None:
             for fact in GPU_FACTS:
                 result.missing(fact, f"no GPU activity inside {label}")

@@ -261,12 +261,16 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     every_push = rank.busy.push
     rank_classes = rank.classes
     any_comm = False
+    decoded = g._decoded
     for row in (g._rows(True) if wl else ()):
         code, nid, start, end, launch, _rid, _tid, ck, src, dst, _, op, op_text, module, module_text = row
         s = start / 1000.0
         e = s + (end - start) / 1000.0
         at = launch / 1000.0 if launch is not None else _NAN
-        nm, kind, flag = g._decode(code, nid, ck, src, dst)
+        found = decoded.get((code, nid, ck, src, dst) if code else (0, nid, None, None))
+        if found is None:
+            found = g._decode(code, nid, ck, src, dst)
+        nm, kind, flag = found
         n_all += 1
         if launch is not None:
             matched += 1

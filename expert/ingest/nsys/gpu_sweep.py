@@ -18,9 +18,6 @@ from typing import TYPE_CHECKING, Any
 from ..intervals import Interval, union
 from ..timeline.classes import Classifier
 from ..timeline.model import H2D, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, PAGEABLE, PINNED
-from ..timeline.streams import (
-    UnionStream,
-)
 from ..timeline.windows import SteadyWindow, fmt_s, window_without_quiet_stretches
 from .host_sweep import HostSweep
 from .rows import _copy_info, _copy_kind_map
@@ -65,7 +62,7 @@ class GpuSweep:
         copy_kinds, _ = export.enum(COPY_ENUM_T, {})
         self._mem_kinds, _ = export.enum(MEM_ENUM_T, CUPTI_MEM_KINDS)
         self._copy_kind = _copy_kind_map(copy_kinds)
-        self._decoded: dict[tuple[int, Any, Any, Any], tuple[int, int, int]] = {}
+        self._decoded: dict[tuple[Any, ...], tuple[int, int, int]] = {}
         self.scan = _Scan()
 
     # -- rows ----------------------------------------------------------------------------------------------------
@@ -79,7 +76,7 @@ class GpuSweep:
     def _decode(self, code: int, nid: Any, ck: Any, src: Any, dst: Any) -> tuple[int, int, int]:
         """(name id, kind, copy flag) of an activity row, interned in first-seen order as the timeline does."""
         key = (code, nid, ck, src, dst) if code else (0, nid, None, None)
-        found = self._decoded.get(key)  # type: ignore[arg-type]
+        found = self._decoded.get(key)
         if found is None:
             if code == 0:
                 found = (self._name_id(self._kernel_text.get(nid) or f"kernel {nid}"), KIND_KERNEL, 0)
@@ -90,12 +87,13 @@ class GpuSweep:
                 found = (self._name_id(name), KIND_MEMCPY, flag)
             else:
                 found = (self._name_id("Memset (Device)"), KIND_MEMSET, 0)
-            self._decoded[key] = found  # type: ignore[index]
+            self._decoded[key] = found
         return found
 
     def _rows(self, attributed: bool) -> Iterator[tuple[Any, ...]]:
         """(code, name, start, end, launch start, launch call rowid, its thread, copyKind, srcKind, dstKind, rowid[,
-        operator, operator name, module, module label]) of the device's activities by (start, table, rowid)."""
+        operator, operator name, module, module label]) of the device's activities by (start, table, rowid): the
+        cursor itself (no generator frame per row), so the caller iterates it inside `export.guard()`."""
         x = self.x
         parts: list[str] = []
         for code, table in self.host.activity_tables():
@@ -113,7 +111,7 @@ class GpuSweep:
             parts.append(f"SELECT {code} AS code, {name}, a.start AS st, a.\"end\", {launch}, {rid} AS rid, {tid}, "
                          f"{extra}, a.rowid AS rw FROM {table} a{join} WHERE {dev} = {int(self.device)}")
         if not parts:
-            return
+            return iter(())
         sql = " UNION ALL ".join(parts)
         if attributed:
             op, op_join = self._range_name("o", "os")
@@ -127,7 +125,7 @@ class GpuSweep:
                 sql = f"SELECT q.*, NULL, NULL, NULL, NULL FROM ({sql}) q"
         sql += " ORDER BY st, code, rw"
         with x.guard():
-            yield from x.conn.execute(sql)
+            return x.conn.execute(sql)
 
     def _range_name(self, alias: str, strings: str) -> tuple[str, str]:
         """(name expression, joins) of the NVTX range `alias` (emit_nvtx's annotation kept)."""
@@ -156,7 +154,12 @@ class GpuSweep:
         starts = [s[1] for s in steps]
         ends = [s[2] for s in steps]
         slack = self.catalog.analysis.event_free_gap_us / 2
-        busy = UnionStream(lambda s, e: sc.busy_slack.append((s, e)), slack=slack)
+        busy_append = sc.busy_slack.append  # the busy union merged across gaps up to `slack` (UnionStream, inline)
+        b_s = b_e = _NAN
+        g0, g1 = sc.g0, sc.g1
+        kernels, last_new, last_new_end = 0, -1, _NAN
+        ext = sc.ext
+        decoded = self._decoded
         seen: set[int] = set()
         launchers: dict[int, None] = {}  # launching threads, first seen first
         tick = self.tick
@@ -164,29 +167,42 @@ class GpuSweep:
         for code, nid, start, end, launch, _rid, tid, ck, src, dst, _ in self._rows(False):
             s = start / 1000.0
             e = s + (end - start) / 1000.0
-            nm, kind, _flag = self._decode(code, nid, ck, src, dst)
+            found = decoded.get((code, nid, ck, src, dst) if code else (0, nid, None, None))
+            if found is None:
+                found = self._decode(code, nid, ck, src, dst)
+            nm, kind = found[0], found[1]
             n += 1
-            if s < sc.g0:
-                sc.g0 = s
-            if e > sc.g1:
-                sc.g1 = e
-            busy.add(s, e)
+            if s < g0:
+                g0 = s
+            if e > g1:
+                g1 = e
+            if e > s:
+                if b_s != b_s:
+                    b_s, b_e = s, e
+                elif s <= b_e + slack:
+                    if e > b_e:
+                        b_e = e
+                else:
+                    busy_append((b_s, b_e))
+                    b_s, b_e = s, e
             if kind == KIND_KERNEL:
                 if nm not in seen:
                     seen.add(nm)
-                    sc.last_new, sc.last_new_end = sc.kernels, e
-                sc.kernels += 1
+                    last_new, last_new_end = kernels, e
+                kernels += 1
             if launch is not None:
                 at = launch / 1000.0
                 if starts:
                     k = bisect_right(starts, at) - 1
-                    if k >= 0 and at < ends[k] and e > sc.ext[k]:
-                        sc.ext[k] = e
-                if tid is not None:
-                    launchers.setdefault(int(tid), None)
+                    if k >= 0 and at < ends[k] and e > ext[k]:
+                        ext[k] = e
+                if tid is not None and tid not in launchers:
+                    launchers[int(tid)] = None
             if tick is not None and n % 65536 == 0:
                 tick(65536)
-        busy.close()
+        if b_s == b_s:
+            busy_append((b_s, b_e))
+        sc.g0, sc.g1, sc.kernels, sc.last_new, sc.last_new_end = g0, g1, kernels, last_new, last_new_end
         sc.activities, sc.distinct = n, len(seen)
         self._order_threads(launchers)
         return sc

@@ -200,17 +200,13 @@ class HostSweep:
             launches = (f"EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = {tid} AND l.s >= n.start AND "
                         "l.s < n.\"end\")")
             where = f"n.\"end\" IS NOT NULL AND n.\"end\" >= n.start AND {tid} IN ({threads}){procs}"
-            sources = []
-            if "text" in cols:  # names in the row (emit_nvtx's operators), then names in StringIds
-                sources.append(("n.text", "", "n.text IS NOT NULL"))
-            if "textId" in cols and x.has(STRINGS_T):
-                sources.append(("s.value", f" JOIN {STRINGS_T} s ON s.id = n.textId",
-                                "n.text IS NULL" if "text" in cols else "1"))
-            for name, join, which in sources:
+            found = x._nvtx_name()
+            if found is not None:  # names in the row (emit_nvtx's operators), else in StringIds: one scan
+                name, join = found
                 code = (f"CASE WHEN substr({name}, 1, {len(OPERATOR)}) = '{OPERATOR}' THEN 0 WHEN substr({name}, 1, "
                         f"{len(MODULE)}) = '{MODULE}' THEN 4 + {launches} ELSE 6 + {launches} END")
                 parts.append(f"SELECT n.start AS st, n.\"end\" AS en, {tid} AS th, {code} AS code, n.rowid AS rw FROM "
-                             f"{NVTX_T} n{join} WHERE {which} AND {name} IS NOT NULL AND {where}")
+                             f"{NVTX_T} n{join} WHERE {name} IS NOT NULL AND {where}")
         if x.has(RUNTIME_T):
             tid = x.thread_key(RUNTIME_T, "globalTid", "r")
             procs = self._proc_filter(RUNTIME_T, "r", "globalTid")

@@ -60,6 +60,7 @@ class NsysSchema:
         self.meta: dict[str, str] = {}
         self._launch_table: bool | None = None
         self.named_modules: bool | None = None  # any `nn.Module:` NVTX range (found once, by the host sweep)
+        self._strings: dict[str, dict[int, str]] = {}
         try:
             self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0,
                                         check_same_thread=False)
@@ -149,12 +150,16 @@ class NsysSchema:
             return {int(i): str(v) for i, v in self.conn.execute(f"SELECT id, {label} FROM {table}")}, True
 
     def strings(self, ids_sql: str) -> dict[int, str]:
-        """StringIds values for the ids a subquery gives (e.g. the distinct kernel names)."""
+        """StringIds values for the ids a subquery gives (e.g. the distinct kernel names); each subquery runs once
+        per export (the distinct names of a table are a full scan, and every device asks)."""
         if not self.has(STRINGS_T, "id") or not self.has(STRINGS_T, "value"):
             return {}
-        with self.guard():
-            return {int(i): str(v) for i, v in
-                    self.conn.execute(f"SELECT id, value FROM {STRINGS_T} WHERE id IN ({ids_sql})")}
+        found = self._strings.get(ids_sql)
+        if found is None:
+            with self.guard():
+                found = self._strings[ids_sql] = {int(i): str(v) for i, v in self.conn.execute(
+                    f"SELECT id, value FROM {STRINGS_T} WHERE id IN ({ids_sql})")}
+        return dict(found)
 
     def _process(self, table: str, alias: str, column: str) -> str:
         return f"({alias}.{column} >> 24)" if self.has(table, column) else "-1"

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..records import Range
+from .host_sweep import OPERATOR
 
 if TYPE_CHECKING:
     from .._source import Source
@@ -70,8 +71,11 @@ class NvtxSteps:
             steps: list[Range] = []
             loader: list[Range] = []
             training = 0
+            # emit_nvtx's operators (most rows) are never steps (_NOT_STEPS), DataLoader or training ranges: skipped
+            # first, unless the user names the step range
             for rg in self.x.ranges(prefixes=(*LOADER, *TRAINING, *((named,) if named else ())),
-                                    likes=() if named else ("%step%", "%iter%", "%batch%")):
+                                    likes=() if named else ("%step%", "%iter%", "%batch%"),
+                                    not_prefixes=() if named else (OPERATOR,)):
                 name = rg.name
                 if named is not None:
                     if name == named or step_base(name)[0] == named:
