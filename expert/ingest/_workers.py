@@ -9,9 +9,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
+from ..errors import ObservationError, Problem
+
+ENV = "DAM_INGEST_WORKERS"  # worker processes for trace ingest (1: read in this process)
 PRELOAD = ["expert._ignore_sigint", "expert.ingest.rank_reading", "expert.ingest.kineto",
            "expert.ingest.kineto_parallel"]
 """What the fork server imports once, before it forks any worker: first the module that makes it (and so every worker)
@@ -97,3 +102,27 @@ def holding_ctrl_c() -> Iterator[None]:
                 previous(signal.SIGINT, None)
             elif previous == signal.SIG_DFL:
                 raise KeyboardInterrupt
+
+
+def stop_pool(pool: ProcessPoolExecutor, futures: Collection[Future[Any]]) -> None:
+    """Cancel what has not started and end the worker processes at once (Ctrl-C must end the command within a
+    second, issue 22; a worker mid-way through a large trace would otherwise finish it first)."""
+    for future in futures:
+        future.cancel()
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API ends running workers
+    for process in processes:
+        process.kill()  # SIGKILL: a worker still starting up would print a traceback on its way out of SIGTERM
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=1)
+
+
+def workers_from_env() -> int | None:
+    """DAM_INGEST_WORKERS as a number of worker processes (None when unset); anything else is an error (exit 2)."""
+    text = os.environ.get(ENV, "").strip()
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise ObservationError([Problem(f"{ENV}={text}", "expected a whole number of worker processes, 1 or more",
+                                        f"{ENV}=1 reads a trace in one process")], title="invalid option")
+    return int(text)

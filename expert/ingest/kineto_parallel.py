@@ -37,10 +37,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import IO, Any, cast
 
-from ..errors import ObservationError, Problem
+from ..errors import ObservationError
 from ._kineto_stream import BOUNDARY, NotFast, cut_points, gc_paused
 from ._source import Progress, Source
-from ._workers import context, cpus, mem_available, peak_rss
+from ._workers import ENV, context, cpus, mem_available, peak_rss, workers_from_env
 from .kineto_collect import _collect, _Collected
 from .kineto_read import _fast_batches
 from .timeline import Timeline
@@ -56,7 +56,6 @@ WORKER_BYTES = 150_000_000
 PARENT_READS = True
 """Whether this process reads the first ranges itself while the workers start (tests turn it off to have every
 range read by a worker)."""
-ENV = "DAM_INGEST_WORKERS"
 _TICK = 0.1
 _log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ def worker_count(src: Source, requested: int | None, min_bytes: int | None = Non
     """Workers for reading `src` by byte range: 1 (this process) for a stream, a gzip file or one under `min_bytes`
     (default PARALLEL_MIN_BYTES); else the request, DAM_INGEST_WORKERS, or the CPUs (bounded by memory)."""
     if requested is None:
-        requested = _from_env()
+        requested = workers_from_env()
     if requested == 1 or src.path is None or src.size is None or multiprocessing.current_process().daemon:
         return 1  # (a daemonic process may not start workers)
     if src.size < (PARALLEL_MIN_BYTES if min_bytes is None else min_bytes):
@@ -82,16 +81,6 @@ def worker_count(src: Source, requested: int | None, min_bytes: int | None = Non
     if available:
         n = min(n, max(1, int(available * 0.6 // WORKER_BYTES)))
     return n
-
-
-def _from_env() -> int | None:
-    text = os.environ.get(ENV, "").strip()
-    if not text:
-        return None
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise ObservationError([Problem(f"{ENV}={text}", "expected a whole number of worker processes, 1 or more",
-                                        f"{ENV}=1 reads a trace in one process")], title="invalid option")
-    return int(text)
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ import os
 import queue as queue_mod
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from ..kb.knowledge import KnowledgeBase
 from . import distributed, rank_trace
 from ._result import FileResult
 from ._source import JobProgress, Progress, Source, SourceLike
-from ._workers import context, holding_ctrl_c
+from ._workers import context, holding_ctrl_c, stop_pool
 from ._workers import mem_available as _mem_available
 from .rank_trace import RankTrace
 
@@ -235,25 +235,12 @@ def read_all(sources: Sequence[Source], kb: KnowledgeBase, options: dict[str, An
                     results[futures[future]] = future.result()
         except BaseException:
             if pool is not None:  # Ctrl-C or a failure: stop the workers now, not after the files they read
-                _stop(pool, futures)
+                stop_pool(pool, futures)
             raise
         pool.shutdown()
         _drain(progress_queue, advance)
         progress_queue.close()
     return [r for r in results if r is not None]
-
-
-def _stop(pool: ProcessPoolExecutor, futures: Collection[Future[Any]]) -> None:
-    """Cancel what has not started and end the worker processes at once (Ctrl-C must end the command within a
-    second, issue 22; a worker mid-way through a large trace would otherwise finish it first)."""
-    for future in futures:
-        future.cancel()
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API ends running workers
-    for process in processes:
-        process.kill()  # SIGKILL: a worker still starting up would print a traceback on its way out of SIGTERM
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.join(timeout=1)
 
 
 def _drain(progress_queue: Any, advance: Callable[[int, int], None]) -> None:

@@ -49,9 +49,9 @@ def lanes(devices: int, rows: int, requested: int | None) -> int:
     if devices < 2 or multiprocessing.current_process().daemon:
         return 1  # (a daemonic process may not start workers)
     if requested is None:
-        from ..kineto_parallel import _from_env
+        from .._workers import workers_from_env
 
-        requested = _from_env()
+        requested = workers_from_env()
     if requested == 1 or rows < PARALLEL_MIN_ROWS:
         return 1
     n = requested if requested is not None else cpus()
@@ -159,9 +159,9 @@ def sweep_devices(run: _Analysis, devices: Sequence[int], n: int, steps_by_proc:
             out[d] = run.sweep_device(d, steps_by_proc, roof, tick_here, catalog, cls)
     except BaseException:
         if pool is not None:  # Ctrl-C or a failure: stop the workers now, not after the devices they sweep
-            from ..rank_reading import _stop
+            from .._workers import stop_pool
 
-            _stop(pool, futures)
+            stop_pool(pool, futures)
         raise
     if pool is not None:
         pool.shutdown()
