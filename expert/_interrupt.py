@@ -21,11 +21,16 @@ def _interrupted(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-def guard_startup() -> None:
-    """Exit 130 with one line on SIGINT until `main()` starts, if this process is the `dam` console script."""
+def is_dam_script() -> bool:
+    """True when this process is the `dam` console script (its main module is the script pip writes)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None) or ""
-    if os.path.basename(path) in _SCRIPTS and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    return os.path.basename(path) in _SCRIPTS
+
+
+def guard_startup() -> None:
+    """Exit 130 with one line on SIGINT until `main()` starts, if this process is the `dam` console script."""
+    if is_dam_script() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         try:  # noqa: SIM105 - contextlib would be one more import before the guard is up
             signal.signal(signal.SIGINT, _interrupted)
         except ValueError:  # not the main thread

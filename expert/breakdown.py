@@ -16,7 +16,7 @@ CLASS_IDS = ("gemm", "conv", "attention", "elementwise", "reduction", "communica
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True, defer_build=True)
 
 
 class Roofline(_Model):

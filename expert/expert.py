@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import _loadcache
 from ._resources import data_dir
 from .breakdown import TimeBreakdown
 from .derive.graph import GRAPH, DeriveMemo
@@ -40,11 +41,13 @@ class Expert:
         kb_dir = Path(knowledge_base) if knowledge_base is not None else data_dir("knowledge_base")
         dirs = [Path(d) for d in rules_dirs] if rules_dirs is not None else [data_dir("rules")]
         dirs += [Path(d) for d in extra_rules_dirs]
-        self.kb = KnowledgeBase.load(kb_dir)
-        if extra_hardware is not None:
+        if extra_hardware is None:
+            self.kb, self.ruleset = _loadcache.load(kb_dir, dirs)  # both from the cache where it holds them
+        else:
+            kb = KnowledgeBase.load(kb_dir)
             specs, where = extra_hardware_specs(extra_hardware)
-            self.kb = self.kb.with_hardware(specs, where)
-        self.ruleset = RuleSet.load(dirs, self.kb)
+            self.kb = kb.with_hardware(specs, where)
+            self.ruleset = RuleSet.load(dirs, self.kb)
         self.engine = make_engine(self.ruleset, engine)
         self._derive_memo = DeriveMemo()  # the derived values that depend on hardware and dtype alone
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,28 @@ import pytest
 GEN = Path(__file__).parent / "gen_traces"
 SHARED = Path(os.environ.get("DAM_SHARED") or Path(__file__).resolve().parents[1].parent / "shared")
 CONTROL = SHARED / "traces" / "hta" / "trace_diff_control_control.json.gz"
+
+
+_OLD_XDG_CACHE_HOME: list[tuple[str | None, str]] = []  # (the variable before, the directory made for the suite)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's Experts (and the `dam` processes it starts) cache their loaded rules in a directory of its own,
+    never in the user's ~/.cache (expert/_loadcache.py); set before collection, which builds Experts too."""
+    made = tempfile.mkdtemp(prefix="dam-test-cache-")
+    _OLD_XDG_CACHE_HOME.append((os.environ.get("XDG_CACHE_HOME"), made))
+    os.environ["XDG_CACHE_HOME"] = made
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _OLD_XDG_CACHE_HOME:
+        return
+    old, made = _OLD_XDG_CACHE_HOME.pop()
+    shutil.rmtree(made, ignore_errors=True)
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,8 @@ def server(allow: list[Path], cwd: Path, errlog: Any) -> Any:
     for directory in allow:
         args += ["--allow", str(directory)]
     env = {"PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"}
+    if "XDG_CACHE_HOME" in os.environ:  # the suite's rule cache (conftest), not ~/.cache: the SDK passes HOME on
+        env["XDG_CACHE_HOME"] = os.environ["XDG_CACHE_HOME"]
     return stdio_client(StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(cwd)),
                         errlog=errlog)
 

@@ -19,7 +19,8 @@ Dtype = str
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built on first validation: a cached
+    # knowledge base (expert/_loadcache.py) is never validated again
 
 
 class FactSpec(_Strict):
@@ -268,7 +269,7 @@ class ToolsQuestion(_Strict):
 class ConsultationWording(_Strict):
     """User-facing wording of `dam consult` that is not tied to one fact (fact questions live in facts.yaml)."""
 
-    available_tools: ToolsQuestion = ToolsQuestion()
+    available_tools: ToolsQuestion = ToolsQuestion.model_construct()  # the defaults (not validated at import)
 
 
 class ToolMap(_Strict):
@@ -276,7 +277,7 @@ class ToolMap(_Strict):
     tools: dict[str, Tool]
     axes: dict[Axis, AxisTools]
     measurements: dict[str, Measurement]
-    consultation: ConsultationWording = ConsultationWording()
+    consultation: ConsultationWording = ConsultationWording.model_construct()
 
 
 class ScoreMetric(_Strict):

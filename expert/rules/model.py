@@ -27,7 +27,7 @@ class _Node(BaseModel):
     # allow_inf_nan=False: a threshold of .nan never compares true and .inf crashes durable-rules; both are refused
     # when the file loads, naming the file and the rule, for both engines (issues 21, 22)
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False,
-                              ignored_types=(cached_property,))
+                              ignored_types=(cached_property,), defer_build=True)  # see kb.catalogs._Strict
 
     @model_validator(mode="after")
     def _printable(self) -> _Node:
@@ -173,8 +173,8 @@ Condition = Annotated[
     ),
 ]
 
-for _model in (AllOf, AnyOf, NotOf):
-    _model.model_rebuild()
+# AllOf, AnyOf and NotOf name `Condition` before it exists; being deferred (defer_build), each resolves it from this
+# module when first validated, so no model_rebuild() here (it would build their validators at import)
 
 
 class NamedCondition(_Node):
