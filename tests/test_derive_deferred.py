@@ -3,11 +3,11 @@ on first read, equal to the eager ones, in the same order, with the memo or with
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from golden_cases import golden_facts
 
 import expert
 from expert.derive.graph import GRAPH, DerivedRecords, DeriveMemo, derive
@@ -17,12 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cases() -> list[dict[str, Any]]:
-    sys.path.insert(0, str(ROOT / "tests" / "golden"))
-    try:
-        from record import cases
-    finally:
-        sys.path.pop(0)
-    return [facts for _, facts in cases()]
+    return golden_facts()
 
 
 @pytest.mark.parametrize("memo", [False, True])

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from golden_cases import golden_facts
 
 from expert import Expert
 from expert.engine import durable
@@ -24,13 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cases() -> list[dict[str, Any]]:
-    """Every bundled example and every rule-test case: different verdicts, findings chained across strata."""
-    sys.path.insert(0, str(ROOT / "tests" / "golden"))
-    try:
-        from record import cases
-    finally:
-        sys.path.pop(0)
-    return [facts for _, facts in cases()]
+    return golden_facts()
 
 
 def _in_threads(n: int, work: Any) -> list[BaseException]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._bare import bare_model
 from .._weakcache import PerObject
 from ..derive.formulas import DerivedValue
 from ..derive.graph import GRAPH, askable_inputs, askable_inputs_given
@@ -186,16 +187,8 @@ def _construct_report(**values: Any) -> Report:
             fields[name] = values[name]
         elif default is not _REQUIRED:
             fields[name] = default() if callable(default) else default
-    report = _new(Report)
-    _set(report, "__dict__", fields)
-    _set(report, "__pydantic_fields_set__", set(values))
-    _set(report, "__pydantic_extra__", None)
-    _set(report, "__pydantic_private__", None)
-    return report
+    return bare_model(Report, fields, set(values))
 
-
-_new = object.__new__
-_set = object.__setattr__
 _REQUIRED = object()
 
 

@@ -11,6 +11,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
+from .._bare import bare_model
 from ..errors import ObservationError, Problem
 from ..kb.knowledge import FactSpec, KnowledgeBase
 
@@ -289,16 +290,8 @@ _OBSERVATION_FIELDS = ("value", "source", "detail")
 def _observation(value: Value, source: str, detail: dict[str, Any]) -> Observation:
     """`Observation.model_construct(value=..., source=..., detail=...)` for a checked value, without its generic
     per-field loop: the same instance state (fields in declaration order, all three marked as set)."""
-    obs = _new(Observation)
-    _set(obs, "__dict__", {"value": value, "source": source, "detail": detail})
-    _set(obs, "__pydantic_fields_set__", set(_OBSERVATION_FIELDS))
-    _set(obs, "__pydantic_extra__", None)
-    _set(obs, "__pydantic_private__", None)
-    return obs
+    return bare_model(Observation, {"value": value, "source": source, "detail": detail}, set(_OBSERVATION_FIELDS))
 
-
-_new = object.__new__
-_set = object.__setattr__
 
 
 def _hardware_choice(kb: KnowledgeBase, raw: str) -> dict[str, str]:
@@ -342,12 +335,8 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
     if problems:
         raise ObservationError(problems, title="some observations are not valid")
     ranks = list(raw.ranks) if isinstance(raw, Observations) else []
-    found = _new(Observations)  # as Observations.model_construct(facts=clean, ranks=ranks) builds it
-    _set(found, "__dict__", {"facts": clean, "ranks": ranks})
-    _set(found, "__pydantic_fields_set__", {"facts", "ranks"})
-    _set(found, "__pydantic_extra__", None)
-    _set(found, "__pydantic_private__", None)
-    return found
+    # as Observations.model_construct(facts=clean, ranks=ranks) builds it
+    return bare_model(Observations, {"facts": clean, "ranks": ranks}, {"facts", "ranks"})
 
 
 def format_value(spec: FactSpec | None, value: object) -> str:
