@@ -323,11 +323,11 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     found = memo.get(key)
     if found is not None:
         return found
-    facts = GRAPH.values(observed, state.ix.kb)
+    ix = state.ix
+    facts, reached = GRAPH.revalue(state.facts, observed, frozenset(overrides), ix.kb)
     for name in dropped:
         facts.pop(name, None)
-    ix = state.ix
-    rerun = ix.delta.run(state.facts, state.now, facts)
+    rerun = ix.delta.run(state.facts, state.now, facts, reached)
     decision = state.now if rerun is None else decide(ix.ruleset, rerun[0], rerun[1], facts)
     if len(memo) >= _WHAT_IFS_KEPT:
         memo.clear()

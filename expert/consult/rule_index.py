@@ -6,7 +6,7 @@ which rules, which rules decide, the conflict readings, the combined questions, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._weakcache import PerObject
@@ -101,6 +101,8 @@ class Index:
                 self.tool_of[name] = m.tool
 
 
+_PLANS_KEPT = 4096  # re-run plans kept per Expert, one per set of changed facts seen
+
 _Rule = tuple[str, Any, str | None, frozenset[str]]  # (id, compiled condition, finding it concludes, findings it reads)
 
 
@@ -118,6 +120,8 @@ class _DeltaRules:
             by_stratum.setdefault(lr.stratum, []).append((lr.id, lr.evaluator, finding, frozenset(pos)))
             self.concludes[lr.id] = finding
         self.strata = [by_stratum[s] for s in sorted(by_stratum)]
+        # a set of changed facts -> (the rules they reach, each stratum's rules among them): the same few sets recur
+        self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...]]] = {}
         readers_of_finding: dict[str, set[str]] = {
             name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
         self.reach: dict[str, frozenset[str]] = {}
@@ -132,22 +136,28 @@ class _DeltaRules:
                         todo.append(rule)
             self.reach[fact] = frozenset(seen)
 
-    def run(self, base_facts: Mapping[str, Value], base: Decision,
-            facts: Mapping[str, Value]) -> tuple[list[str], set[str]] | None:
+    def run(self, base_facts: Mapping[str, Value], base: Decision, facts: Mapping[str, Value],
+            candidates: Iterable[str] | None = None) -> tuple[list[str], set[str]] | None:
         """(fired, findings) of the pure engine on `facts`, from the run on `base_facts` (which gave `base`): only
         the rules the changed facts reach are evaluated again, stratum by stratum to a fixpoint, as the pure engine
-        does. None when no fact changed."""
-        changed = [k for k in facts.keys() | base_facts.keys() if facts.get(k) != base_facts.get(k)]
+        does. `candidates`: the only facts that may differ (default: every fact). None when no fact changed."""
+        keys = facts.keys() | base_facts.keys() if candidates is None else candidates
+        changed = frozenset(k for k in keys if facts.get(k) != base_facts.get(k))
         if not changed:
             return None
-        empty: frozenset[str] = frozenset()
-        affected = empty.union(*(self.reach.get(k, empty) for k in changed))
+        plan = self._plans.get(changed)
+        if plan is None:
+            empty: frozenset[str] = frozenset()
+            reached = empty.union(*(self.reach.get(k, empty) for k in changed))
+            plan = (reached, tuple(tuple(r for r in stratum if r[0] in reached) for stratum in self.strata))
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.clear()
+            self._plans[changed] = plan
+        affected, strata = plan
         fired = [r for r in base.fired if r not in affected]
         findings = {f for r in fired if (f := self.concludes[r]) is not None}
-        if not affected:
-            return fired, findings
-        for stratum in self.strata:
-            pending = [r for r in stratum if r[0] in affected]
+        for stratum in strata:
+            pending: Sequence[_Rule] = stratum
             done: set[str] = set()
             while pending:
                 new: set[str] = set()
@@ -161,7 +171,7 @@ class _DeltaRules:
                         new.add(finding)
                 if not new:
                     break
-                pending = [r for r in stratum if r[0] in affected and r[0] not in done and not new.isdisjoint(r[3])]
+                pending = [r for r in stratum if r[0] not in done and not new.isdisjoint(r[3])]
         return fired, findings
 
 
