@@ -306,23 +306,21 @@ _WHAT_IFS_KEPT = 8192  # decisions kept per Expert (a few KiB each); a session a
 def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     """The decision if the answers were these, with `overrides` set (None: left unknown). Decisions are shared
     (Index.what_ifs): callers must not change them."""
-    observed = dict(state.answers)
     dropped = [name for name, value in overrides.items() if value is None]
-    for name, value in overrides.items():
-        if value is None:
-            observed.pop(name, None)
-        else:
-            observed[name] = value
+    observed: dict[str, Value] | None = None
     memo = state.ix.what_ifs
     if state.answers.keys().isdisjoint(overrides):  # the usual probe: open facts only; the answers' part is hashed once
         items = state.items | frozenset((name, type(value), value) for name, value in overrides.items()
                                         if value is not None)
     else:
+        observed = _with(state.answers, overrides)
         items = frozenset((name, type(value), value) for name, value in observed.items())  # 1 != 1.0
     key = (items, frozenset(dropped))
     found = memo.get(key)
     if found is not None:
         return found
+    if observed is None:
+        observed = _with(state.answers, overrides)
     ix = state.ix
     facts, reached = GRAPH.revalue(state.facts, observed, frozenset(overrides), ix.kb)
     for name in dropped:
@@ -333,6 +331,17 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
         memo.clear()
     memo[key] = decision
     return decision
+
+
+def _with(answers: Mapping[str, Value], overrides: Mapping[str, Value | None]) -> dict[str, Value]:
+    """The answers with `overrides` set (None: left out)."""
+    observed = dict(answers)
+    for name, value in overrides.items():
+        if value is None:
+            observed.pop(name, None)
+        else:
+            observed[name] = value
+    return observed
 
 
 _PLANS_KEPT = 256  # session states kept per Expert and thread (tens of KiB each; sessions start alike)
@@ -455,18 +464,25 @@ def _route_credit(routes: list[frozenset[str]]) -> dict[str, float]:
 
 def _credit(plan: Plan) -> None:
     state = plan.state
+    # (fact, its credit, the leaf it settles) per set of probed leaves: every region of a leaf probes the same set
+    settles: dict[frozenset[str], list[tuple[str, float, str]]] = {}
     for probe in plan.probes:
         weight, minor = weigh(state.now, probe.answer)
         if weight == 0 and minor == 0:
             continue
         share = 1.0 / probe.regions if probe.kind == "leaf" else 1.0 / max(1, len(probe.leaves))
-        routes = [frozenset[str]()]
-        for leaf in sorted(probe.leaves):
-            routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
-        credit = _route_credit(routes)
-        for fact, c in credit.items():
+        leaves = probe.leaves
+        credits = settles.get(leaves)
+        if credits is None:
+            ordered = sorted(leaves)
+            routes = [frozenset[str]()]
+            for leaf in ordered:
+                routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
+            credits = settles[leaves] = [
+                (fact, c, next((leaf for leaf in ordered if any(fact in r for r in state.routes(leaf))), fact))
+                for fact, c in _route_credit(routes).items()]
+        for fact, c, link in credits:
             if weight:
-                link = next((leaf for leaf in sorted(probe.leaves) if any(fact in r for r in state.routes(leaf))), fact)
                 plan.scores[fact] = plan.scores.get(fact, 0.0) + weight * share * c
                 plan.credited.setdefault(fact, []).append((weight * share * c, probe, link))
             else:

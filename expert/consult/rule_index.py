@@ -120,8 +120,12 @@ class _DeltaRules:
             by_stratum.setdefault(lr.stratum, []).append((lr.id, lr.evaluator, finding, frozenset(pos)))
             self.concludes[lr.id] = finding
         self.strata = [by_stratum[s] for s in sorted(by_stratum)]
-        # a set of changed facts -> (the rules they reach, each stratum's rules among them): the same few sets recur
-        self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...]]] = {}
+        self.readers = ix.readers
+        self.order = _dependency_order(ix.rules, ix.producers)
+        # a set of changed facts -> (the rules they reach, each stratum's rules among them, or the reached rules in
+        # dependency order, each marked with whether it reads a changed fact): the same few sets recur
+        self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...],
+                                                tuple[tuple[str, Any, str | None, frozenset[str], bool], ...]]] = {}
         readers_of_finding: dict[str, set[str]] = {
             name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
         self.reach: dict[str, frozenset[str]] = {}
@@ -149,13 +153,31 @@ class _DeltaRules:
         if plan is None:
             empty: frozenset[str] = frozenset()
             reached = empty.union(*(self.reach.get(k, empty) for k in changed))
-            plan = (reached, tuple(tuple(r for r in stratum if r[0] in reached) for stratum in self.strata))
+            direct = empty.union(*(self.readers.get(k, ()) for k in changed))
+            ordered = () if self.order is None else tuple(
+                (rule_id, evaluator, finding, reads, rule_id in direct)
+                for rule_id, evaluator, finding, reads in self.order if rule_id in reached)
+            plan = (reached, tuple(tuple(r for r in stratum if r[0] in reached) for stratum in self.strata), ordered)
             if len(self._plans) >= _PLANS_KEPT:
                 self._plans.clear()
             self._plans[changed] = plan
-        affected, strata = plan
+        affected, strata, in_order = plan
         fired = [r for r in base.fired if r not in affected]
         findings = {f for r in fired if (f := self.concludes[r]) is not None}
+        if self.order is not None:
+            # one pass in dependency order: a rule that reads no changed fact and no finding whose presence changed
+            # keeps the outcome it had (the stratified fixpoint is monotone, so its outcome depends on those alone)
+            was_fired, had = base.fired, base.findings
+            for rule_id, evaluator, finding, reads, direct in in_order:
+                if direct or any((f in findings) != (f in had) for f in reads):
+                    if evaluator(facts, findings, None, False) != "true":
+                        continue
+                elif rule_id not in was_fired:
+                    continue
+                fired.append(rule_id)
+                if finding is not None:
+                    findings.add(finding)
+            return fired, findings
         for stratum in strata:
             pending: Sequence[_Rule] = stratum
             done: set[str] = set()
@@ -173,6 +195,32 @@ class _DeltaRules:
                     break
                 pending = [r for r in stratum if r[0] not in done and not new.isdisjoint(r[3])]
         return fired, findings
+
+
+def _dependency_order(rules: list[LoadedRule],
+                      producers: Mapping[str, list[str]]) -> list[tuple[str, Any, str | None, frozenset[str]]] | None:
+    """(id, compiled condition, finding it concludes, findings it reads) of every rule, stratum by stratum, each
+    after every rule concluding a finding it reads; None when, within a stratum, findings feed back into a rule."""
+    by_id = {lr.id: lr for lr in rules}
+    reads: dict[str, frozenset[str]] = {}
+    for lr in rules:
+        pos, neg = findings_used(lr.condition)
+        reads[lr.id] = frozenset(pos | neg)
+    out: list[tuple[str, Any, str | None, frozenset[str]]] = []
+    placed: set[str] = set()
+    for stratum in sorted({lr.stratum for lr in rules}):
+        todo = sorted(lr.id for lr in rules if lr.stratum == stratum)
+        while todo:
+            ready = [r for r in todo if all(p in placed for f in reads[r] for p in producers.get(f, ()))]
+            if not ready:
+                return None
+            for rule_id in ready:
+                lr = by_id[rule_id]
+                out.append((rule_id, lr.evaluator, lr.rule.then.finding.id if lr.rule.then.finding else None,
+                            reads[rule_id]))
+                placed.add(rule_id)
+            todo = [r for r in todo if r not in placed]
+    return out
 
 
 def decisive(lr: LoadedRule) -> bool:
