@@ -168,8 +168,8 @@ class _DeltaRules:
             # one pass in dependency order: a rule that reads no changed fact and no finding whose presence changed
             # keeps the outcome it had (the stratified fixpoint is monotone, so its outcome depends on those alone)
             was_fired, had = base.fired, base.findings
-            for rule_id, evaluator, finding, reads, direct in in_order:
-                if direct or any((f in findings) != (f in had) for f in reads):
+            for rule_id, evaluator, finding, reads, reads_changed in in_order:
+                if reads_changed or any((f in findings) != (f in had) for f in reads):
                     if evaluator(facts, findings, None, False) != "true":
                         continue
                 elif rule_id not in was_fired:
