@@ -37,10 +37,11 @@ from ..derive.graph import GRAPH, derive
 from ..derive.registry import Derivation
 from ..diagnosis.decide import Decision, decide
 from ..observations.normalise import format_value
-from ..rules.evaluate import evaluate
+from ..rules.evaluate import Evaluator, evaluate
 from ..rules.logic import OUTCOMES, Constraints, Outcome, facts_used, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
+from .outcomes import ALL, BIT, FALSE, TRUE, TWO, rule_outcomes
 from .rule_index import Index, decision_on, decisive
 from .witness import MAX_WITNESSES, Witness, domain
 
@@ -168,24 +169,40 @@ class State:
             return _TWO_VALUED
         return frozenset({"true" if node.finding in self.now.findings else "false"})
 
+    def fact_mask(self, node: FactTest, settled: Evaluator) -> int:
+        """`_fact_outcomes` as a mask (`expert.consult.outcomes`); `settled` is the test compiled."""
+        if not self.is_open(node.fact):
+            return BIT[settled(self.facts, self.now.findings, None, False)]
+        return ALL if node.ops() else TWO
+
+    def finding_mask(self, node: FindingRef) -> int:
+        """`_finding_outcomes` as a mask."""
+        if node.finding in self.open_findings:
+            return TWO
+        return TRUE if node.finding in self.now.findings else FALSE
+
     def _possibility(self) -> None:
         """Which rules can still change (`live`) and which findings could still be concluded (`open_findings`): a
         fixpoint. Opening a finding widens only the outcomes of the rules that refer to it, so each round after the
-        first re-reads just those rules."""
+        first re-reads just those rules. The rules' conditions are read compiled (`outcomes.rule_outcomes`)."""
         always: set[str] = set()
         can_change: set[str] = set()
         todo: list[LoadedRule] = self.ix.rules
+        compiled = rule_outcomes(self.ix.ruleset)
+        concludes = self.ix.delta.concludes
         while True:
             for lr in todo:
-                outcomes = self.possible(lr.condition)
+                outcomes = compiled[lr.id](self)
                 always.discard(lr.id)
                 can_change.discard(lr.id)
-                if outcomes == {"true"}:
+                if outcomes == TRUE:
                     always.add(lr.id)
-                elif "true" in outcomes:
+                elif outcomes & TRUE:
                     can_change.add(lr.id)
-            opened = {f for f, producers in self.ix.producers.items()
-                      if not any(p in always for p in producers) and any(p in can_change for p in producers)}
+            # a finding opens when a rule concluding it can change and none always fires
+            producers = self.ix.producers
+            opened = {f for r in can_change if (f := concludes[r]) is not None and r in producers.get(f, ())
+                      and not any(p in always for p in producers[f])}
             new = opened - self.open_findings
             if not new:
                 self.live = can_change
