@@ -343,11 +343,21 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     for name in dropped:
         facts.pop(name, None)
     rerun = ix.delta.run(state.facts, state.now, facts, reached)
-    decision = state.now if rerun is None else decide(ix.ruleset, rerun[0], rerun[1], facts)
+    decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else decide(
+        ix.ruleset, rerun[0], rerun[1], facts)
     if len(memo) >= _WHAT_IFS_KEPT:
         memo.clear()
     memo[key] = decision
     return decision
+
+
+def _same_decision(state: State, fired: list[str], reached: frozenset[str]) -> bool:
+    """Whether `decide` must give the state's own decision: the same rules fired, no fact `decide` reads itself
+    changed (`facts_read`) and no conflict cap holds (then it reads what the fired rules read)."""
+    now = state.now
+    ix = state.ix
+    return (len(fired) == len(now.fired) and now.fired.issuperset(fired) and reached.isdisjoint(ix.decide_reads)
+            and ix.conflict_caps.isdisjoint(now.findings))
 
 
 def _with(answers: Mapping[str, Value], overrides: Mapping[str, Value | None]) -> dict[str, Value]:

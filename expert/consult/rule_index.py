@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._weakcache import PerObject
-from ..diagnosis.decide import Decision, decide
+from ..diagnosis.decide import Decision, decide, facts_read
 from ..engine.pure import PureEngine
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, KnowledgeBase
@@ -55,6 +55,9 @@ class Index:
                 self.finding_readers.setdefault(finding, []).append(lr)
         self.producers = expert.ruleset.producers
         self.delta = _DeltaRules(self)
+        # a what-if that changes none of these nor the fired rules, while no conflict cap holds, decides as before
+        self.decide_reads = facts_read(self.ruleset)
+        self.conflict_caps = frozenset(cap.finding for cap in self.kb.regimes.evidence_caps if cap.conflict)
         # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding thin evidence
         # decide too; a conflict is checked between the answers given, never a reason to ask for a second reading
         capping = {cap.finding for cap in self.kb.regimes.evidence_caps if not cap.conflict}
