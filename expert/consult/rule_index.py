@@ -14,6 +14,7 @@ from ..diagnosis.decide import Decision, decide, facts_read
 from ..engine.pure import PureEngine
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, KnowledgeBase
+from ..rules.evaluate import generate_condition
 from ..rules.logic import conjunctions, fact_tests, facts_used, findings_used
 from ..rules.ruleset import LoadedRule
 
@@ -105,6 +106,8 @@ class Index:
 
 
 _PLANS_KEPT = 4096  # re-run plans kept per Expert, one per set of changed facts seen
+_GENERATE_AFTER = 2048  # what-if re-runs after which the rules' conditions are generated code (a few turns' worth;
+# building them takes tens of ms, more than a one-question session would save)
 
 _Rule = tuple[str, Any, str | None, frozenset[str]]  # (id, compiled condition, finding it concludes, findings it reads)
 
@@ -115,20 +118,13 @@ class _DeltaRules:
     state's own run. `reach[fact]` is that set of rules for one fact."""
 
     def __init__(self, ix: Index) -> None:
-        by_stratum: dict[int, list[_Rule]] = {}
-        self.concludes: dict[str, str | None] = {}
-        for lr in sorted(ix.rules, key=lambda r: (r.stratum, r.id)):  # the pure engine's order
-            pos, _ = findings_used(lr.condition)
-            finding = lr.rule.then.finding.id if lr.rule.then.finding else None
-            by_stratum.setdefault(lr.stratum, []).append((lr.id, lr.evaluator, finding, frozenset(pos)))
-            self.concludes[lr.id] = finding
-        self.strata = [by_stratum[s] for s in sorted(by_stratum)]
+        self._rules = ix.rules
+        self._producers = ix.producers
+        self.concludes: dict[str, str | None] = {
+            lr.id: lr.rule.then.finding.id if lr.rule.then.finding else None for lr in ix.rules}
         self.readers = ix.readers
-        self.order = _dependency_order(ix.rules, ix.producers)
-        # a set of changed facts -> (the rules they reach, each stratum's rules among them, or the reached rules in
-        # dependency order, each marked with whether it reads a changed fact): the same few sets recur
-        self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...],
-                                                tuple[tuple[str, Any, str | None, frozenset[str], bool], ...]]] = {}
+        self._runs = 0
+        self._compile({lr.id: lr.evaluator for lr in ix.rules})
         readers_of_finding: dict[str, set[str]] = {
             name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
         self.reach: dict[str, frozenset[str]] = {}
@@ -143,6 +139,20 @@ class _DeltaRules:
                         todo.append(rule)
             self.reach[fact] = frozenset(seen)
 
+    def _compile(self, evaluators: Mapping[str, Any]) -> None:
+        """The rules in the pure engine's order and in dependency order, with these compiled conditions."""
+        by_stratum: dict[int, list[_Rule]] = {}
+        for lr in sorted(self._rules, key=lambda r: (r.stratum, r.id)):  # the pure engine's order
+            pos, _ = findings_used(lr.condition)
+            by_stratum.setdefault(lr.stratum, []).append((lr.id, evaluators[lr.id], self.concludes[lr.id],
+                                                          frozenset(pos)))
+        self.strata = [by_stratum[s] for s in sorted(by_stratum)]
+        self.order = _dependency_order(self._rules, self._producers, evaluators)
+        # a set of changed facts -> (the rules they reach, each stratum's rules among them, or the reached rules in
+        # dependency order, each marked with whether it reads a changed fact): the same few sets recur
+        self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...],
+                                                tuple[tuple[str, Any, str | None, frozenset[str], bool], ...]]] = {}
+
     def run(self, base_facts: Mapping[str, Value], base: Decision, facts: Mapping[str, Value],
             candidates: Iterable[str] | None = None) -> tuple[list[str], set[str]] | None:
         """(fired, findings) of the pure engine on `facts`, from the run on `base_facts` (which gave `base`): only
@@ -152,6 +162,9 @@ class _DeltaRules:
         changed = frozenset(k for k in keys if facts.get(k) != base_facts.get(k))
         if not changed:
             return None
+        self._runs += 1
+        if self._runs == _GENERATE_AFTER:  # warm: the conditions as generated functions (as the pure engine does)
+            self._compile({lr.id: generate_condition(lr.condition) for lr in self._rules})
         plan = self._plans.get(changed)
         if plan is None:
             empty: frozenset[str] = frozenset()
@@ -172,7 +185,7 @@ class _DeltaRules:
             # keeps the outcome it had (the stratified fixpoint is monotone, so its outcome depends on those alone)
             was_fired, had = base.fired, base.findings
             for rule_id, evaluator, finding, reads, reads_changed in in_order:
-                if reads_changed or any((f in findings) != (f in had) for f in reads):
+                if reads_changed or (reads and any((f in findings) != (f in had) for f in reads)):
                     if evaluator(facts, findings, None, False) != "true":
                         continue
                 elif rule_id not in was_fired:
@@ -200,8 +213,8 @@ class _DeltaRules:
         return fired, findings
 
 
-def _dependency_order(rules: list[LoadedRule],
-                      producers: Mapping[str, list[str]]) -> list[tuple[str, Any, str | None, frozenset[str]]] | None:
+def _dependency_order(rules: list[LoadedRule], producers: Mapping[str, list[str]],
+                      evaluators: Mapping[str, Any]) -> list[tuple[str, Any, str | None, frozenset[str]]] | None:
     """(id, compiled condition, finding it concludes, findings it reads) of every rule, stratum by stratum, each
     after every rule concluding a finding it reads; None when, within a stratum, findings feed back into a rule."""
     by_id = {lr.id: lr for lr in rules}
@@ -219,7 +232,7 @@ def _dependency_order(rules: list[LoadedRule],
                 return None
             for rule_id in ready:
                 lr = by_id[rule_id]
-                out.append((rule_id, lr.evaluator, lr.rule.then.finding.id if lr.rule.then.finding else None,
+                out.append((rule_id, evaluators[rule_id], lr.rule.then.finding.id if lr.rule.then.finding else None,
                             reads[rule_id]))
                 placed.add(rule_id)
             todo = [r for r in todo if r not in placed]
