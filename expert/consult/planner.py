@@ -37,11 +37,11 @@ from ..derive.graph import GRAPH, derive
 from ..derive.registry import Derivation
 from ..diagnosis.decide import Decision, decide
 from ..observations.normalise import format_value
-from ..rules.evaluate import Evaluator, evaluate
+from ..rules.evaluate import Evaluator, compile_condition, evaluate
 from ..rules.logic import OUTCOMES, Constraints, Outcome, facts_used, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
-from .outcomes import ALL, BIT, FALSE, TRUE, TWO, rule_outcomes
+from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, rule_outcomes
 from .rule_index import Index, decision_on, decisive
 from .witness import MAX_WITNESSES, Witness, domain
 
@@ -99,8 +99,8 @@ class State:
         gate = GRAPH.gate(d, kb)
         if any(not (i in self.facts or self.is_open(i)) for i in d.inputs):
             state = "impossible"
-        elif gate is not None and evaluate(gate, self.facts, ()) != "true":
-            state = "open" if "true" in self.possible(gate) else "impossible"
+        elif gate is not None and (compiled := self._gate(gate))[0](self.facts, (), None, False) != "true":
+            state = "open" if compiled[1](self) & TRUE else "impossible"
         elif any(i not in self.facts for i in d.inputs) or any(self.is_open(k) for k in GRAPH.reads(d, kb)):
             state = "open"
         else:
@@ -108,6 +108,13 @@ class State:
             state = "fixed" if done is not None and done.formula == d.formula else "impossible"
         self._states[key] = state
         return state
+
+    def _gate(self, gate: Condition) -> tuple[Evaluator, Possible]:
+        """A derivation's gate compiled: evaluated, and its possible outcomes (`outcomes.compile_possible`)."""
+        found = self.ix.gates.get(id(gate))
+        if found is None or found[0] is not gate:
+            found = self.ix.gates[id(gate)] = (gate, compile_condition(gate), compile_possible(gate))
+        return found[1], found[2]
 
     def is_open(self, name: str) -> bool:
         """Whether the value of `name` (observed or derived) could still change with more answers."""

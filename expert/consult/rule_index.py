@@ -36,6 +36,7 @@ class Index:
         # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
         self.what_ifs: dict[tuple[frozenset[tuple[str, type, Value]], frozenset[str]], Decision] = {}
         self.regions: dict[str, list[tuple[str, Value]]] = {}  # fact -> its regions (`fact_regions`)
+        self.gates: dict[int, tuple[Any, Any, Any]] = {}  # id(gate) -> (gate, compiled, compiled possibility)
         self.local = threading.local()  # per-thread session states (`analysis`)
         self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
