@@ -19,9 +19,13 @@ but only when they pass the same value test (`choose`: a cheaper context fact te
 when some answer to it would leave that fact without value: `workload` before `phase`, as training drops phase).
 When no rule that can still change can reach the verdict or the recommendations, nothing is left to ask.
 
-Cost: a what-if re-runs only the rules its changed facts reach (`_DeltaRules`; the others keep the state's own
-outcome), its decision is memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan
-are memoised by the answers and unknowns (`analysis`), so sessions that start alike plan their first turns once.
+Cost: a what-if derives again only what its changed facts feed (`DerivationGraph.revalue`), re-runs only the rules
+they reach, once in dependency order and only those reading a changed fact or finding (`_DeltaRules`; the others keep
+the state's own outcome), and decides again only when the fired rules or a fact `decide` reads changed; its decision
+is memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
+answers and unknowns (`analysis`), so sessions that start alike plan their first turns once. The possibility analysis
+reads the rules' conditions compiled (`expert.consult.outcomes`). All of these give exactly what the long way gives
+(tests/test_consult_planner.py, tests/test_fast_paths.py, the golden transcripts).
 """
 
 from __future__ import annotations
