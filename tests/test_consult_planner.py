@@ -76,3 +76,42 @@ def test_states_are_not_shared_across_threads() -> None:
     worker.start()
     worker.join()
     assert found and found[0] is not analysis(IX, {"workload": "training"}, set())[0]
+
+
+def test_compiled_possibility_is_possible() -> None:
+    """Every rule's compiled condition (`outcomes.compile_possible`) gives the outcomes `rules.logic.possible` gives,
+    whatever outcomes its fact tests and findings can still take."""
+    import random
+
+    from expert.consult.outcomes import BIT, compile_possible
+    from expert.rules.logic import OUTCOMES, possible
+
+    class Leaves:
+        """Each leaf's outcomes drawn at random, once per leaf."""
+
+        def __init__(self, seed: int) -> None:
+            self.rng = random.Random(seed)
+            self.chosen: dict[int, int] = {}
+
+        def mask(self, node: object) -> int:
+            return self.chosen.setdefault(id(node), self.rng.randint(1, 7))
+
+        def fact_mask(self, node: object, settled: object) -> int:
+            return self.mask(node)
+
+        def finding_mask(self, node: object) -> int:
+            return self.mask(node)
+
+        def outcomes(self, node: object) -> frozenset[str]:
+            return frozenset(o for o in OUTCOMES if self.mask(node) & BIT[o])
+
+    checked = 0
+    for lr in IX.rules:
+        compiled = compile_possible(lr.condition)
+        for seed in range(12):
+            leaves = Leaves(seed)
+            got = compiled(leaves)  # type: ignore[arg-type]
+            want = possible(lr.condition, fact=leaves.outcomes, finding=leaves.outcomes)  # type: ignore[arg-type]
+            assert got == sum(BIT[o] for o in want), lr.id
+            checked += 1
+    assert checked > 100

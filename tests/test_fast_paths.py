@@ -131,3 +131,26 @@ def test_mapping_shapes_read_as_before(expert: Expert) -> None:
     # a mapping without "value" is a value itself (and not a valid number)
     with pytest.raises(Exception, match="gpu_util"):
         normalise(expert.kb, {"gpu_util": {"source": "x"}})
+
+
+def test_revalue_gives_what_the_whole_walk_gives(expert: Expert) -> None:
+    """A walk of only the derivations the changed facts reach (`revalue`, the consultation's what-ifs) ends with the
+    facts the whole walk ends with, for a fact given another value, added or left out, one or two at a time; and it
+    names every fact whose value changed."""
+    checked = 0
+    for case in _cases():
+        observed = normalise(expert.kb, case).values()
+        base = GRAPH.values(observed, expert.kb)
+        names = sorted(observed)
+        trials: list[dict[str, Any]] = [{n: None} for n in names]
+        trials += [{n: observed[n] * 2} for n in names if isinstance(observed[n], (int, float))]
+        trials += [{"step_time_s": 0.5, "data_wait_s": None}, {"gpu_util": 0.1, "flops": 3e15}]
+        for overrides in trials:
+            changed = {k: v for k, v in observed.items() if k not in overrides}
+            changed.update({k: v for k, v in overrides.items() if v is not None})
+            got, reached = GRAPH.revalue(base, changed, frozenset(overrides), expert.kb)
+            want = GRAPH.values(changed, expert.kb)
+            assert got == want, overrides
+            assert {k for k in got.keys() | base.keys() if got.get(k) != base.get(k)} <= reached, overrides
+            checked += 1
+    assert checked > 100

@@ -19,9 +19,13 @@ but only when they pass the same value test (`choose`: a cheaper context fact te
 when some answer to it would leave that fact without value: `workload` before `phase`, as training drops phase).
 When no rule that can still change can reach the verdict or the recommendations, nothing is left to ask.
 
-Cost: a what-if re-runs only the rules its changed facts reach (`_DeltaRules`; the others keep the state's own
-outcome), its decision is memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan
-are memoised by the answers and unknowns (`analysis`), so sessions that start alike plan their first turns once.
+Cost: a what-if derives again only what its changed facts feed (`DerivationGraph.revalue`), re-runs only the rules
+they reach, once in dependency order and only those reading a changed fact or finding (`_DeltaRules`; the others keep
+the state's own outcome), and decides again only when the fired rules or a fact `decide` reads changed; its decision
+is memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
+answers and unknowns (`analysis`), so sessions that start alike plan their first turns once. The possibility analysis
+reads the rules' conditions compiled (`expert.consult.outcomes`). All of these give exactly what the long way gives
+(tests/test_consult_planner.py, tests/test_fast_paths.py, the golden transcripts).
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ from ..derive.graph import GRAPH, derive
 from ..derive.registry import Derivation
 from ..diagnosis.decide import Decision, decide
 from ..observations.normalise import format_value
-from ..rules.evaluate import evaluate
+from ..rules.evaluate import Evaluator, compile_condition, evaluate
 from ..rules.logic import OUTCOMES, Constraints, Outcome, facts_used, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
+from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, rule_outcomes
 from .rule_index import Index, decision_on, decisive
 from .witness import MAX_WITNESSES, Witness, domain
 
@@ -98,8 +103,8 @@ class State:
         gate = GRAPH.gate(d, kb)
         if any(not (i in self.facts or self.is_open(i)) for i in d.inputs):
             state = "impossible"
-        elif gate is not None and evaluate(gate, self.facts, ()) != "true":
-            state = "open" if "true" in self.possible(gate) else "impossible"
+        elif gate is not None and (compiled := self._gate(gate))[0](self.facts, (), None, False) != "true":
+            state = "open" if compiled[1](self) & TRUE else "impossible"
         elif any(i not in self.facts for i in d.inputs) or any(self.is_open(k) for k in GRAPH.reads(d, kb)):
             state = "open"
         else:
@@ -107,6 +112,13 @@ class State:
             state = "fixed" if done is not None and done.formula == d.formula else "impossible"
         self._states[key] = state
         return state
+
+    def _gate(self, gate: Condition) -> tuple[Evaluator, Possible]:
+        """A derivation's gate compiled: evaluated, and its possible outcomes (`outcomes.compile_possible`)."""
+        found = self.ix.gates.get(id(gate))
+        if found is None or found[0] is not gate:
+            found = self.ix.gates[id(gate)] = (gate, compile_condition(gate), compile_possible(gate))
+        return found[1], found[2]
 
     def is_open(self, name: str) -> bool:
         """Whether the value of `name` (observed or derived) could still change with more answers."""
@@ -168,24 +180,40 @@ class State:
             return _TWO_VALUED
         return frozenset({"true" if node.finding in self.now.findings else "false"})
 
+    def fact_mask(self, node: FactTest, settled: Evaluator) -> int:
+        """`_fact_outcomes` as a mask (`expert.consult.outcomes`); `settled` is the test compiled."""
+        if not self.is_open(node.fact):
+            return BIT[settled(self.facts, self.now.findings, None, False)]
+        return ALL if node.ops() else TWO
+
+    def finding_mask(self, node: FindingRef) -> int:
+        """`_finding_outcomes` as a mask."""
+        if node.finding in self.open_findings:
+            return TWO
+        return TRUE if node.finding in self.now.findings else FALSE
+
     def _possibility(self) -> None:
         """Which rules can still change (`live`) and which findings could still be concluded (`open_findings`): a
         fixpoint. Opening a finding widens only the outcomes of the rules that refer to it, so each round after the
-        first re-reads just those rules."""
+        first re-reads just those rules. The rules' conditions are read compiled (`outcomes.rule_outcomes`)."""
         always: set[str] = set()
         can_change: set[str] = set()
         todo: list[LoadedRule] = self.ix.rules
+        compiled = rule_outcomes(self.ix.ruleset)
+        concludes = self.ix.delta.concludes
         while True:
             for lr in todo:
-                outcomes = self.possible(lr.condition)
+                outcomes = compiled[lr.id](self)
                 always.discard(lr.id)
                 can_change.discard(lr.id)
-                if outcomes == {"true"}:
+                if outcomes == TRUE:
                     always.add(lr.id)
-                elif "true" in outcomes:
+                elif outcomes & TRUE:
                     can_change.add(lr.id)
-            opened = {f for f, producers in self.ix.producers.items()
-                      if not any(p in always for p in producers) and any(p in can_change for p in producers)}
+            # a finding opens when a rule concluding it can change and none always fires
+            producers = self.ix.producers
+            opened = {f for r in can_change if (f := concludes[r]) is not None and r in producers.get(f, ())
+                      and not any(p in always for p in producers[f])}
             new = opened - self.open_findings
             if not new:
                 self.live = can_change
@@ -306,33 +334,52 @@ _WHAT_IFS_KEPT = 8192  # decisions kept per Expert (a few KiB each); a session a
 def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     """The decision if the answers were these, with `overrides` set (None: left unknown). Decisions are shared
     (Index.what_ifs): callers must not change them."""
-    observed = dict(state.answers)
     dropped = [name for name, value in overrides.items() if value is None]
-    for name, value in overrides.items():
-        if value is None:
-            observed.pop(name, None)
-        else:
-            observed[name] = value
+    observed: dict[str, Value] | None = None
     memo = state.ix.what_ifs
     if state.answers.keys().isdisjoint(overrides):  # the usual probe: open facts only; the answers' part is hashed once
         items = state.items | frozenset((name, type(value), value) for name, value in overrides.items()
                                         if value is not None)
     else:
+        observed = _with(state.answers, overrides)
         items = frozenset((name, type(value), value) for name, value in observed.items())  # 1 != 1.0
     key = (items, frozenset(dropped))
     found = memo.get(key)
     if found is not None:
         return found
-    facts = GRAPH.values(observed, state.ix.kb)
+    if observed is None:
+        observed = _with(state.answers, overrides)
+    ix = state.ix
+    facts, reached = GRAPH.revalue(state.facts, observed, frozenset(overrides), ix.kb)
     for name in dropped:
         facts.pop(name, None)
-    ix = state.ix
-    rerun = ix.delta.run(state.facts, state.now, facts)
-    decision = state.now if rerun is None else decide(ix.ruleset, rerun[0], rerun[1], facts)
+    rerun = ix.delta.run(state.facts, state.now, facts, reached)
+    decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else decide(
+        ix.ruleset, rerun[0], rerun[1], facts)
     if len(memo) >= _WHAT_IFS_KEPT:
         memo.clear()
     memo[key] = decision
     return decision
+
+
+def _same_decision(state: State, fired: list[str], reached: frozenset[str]) -> bool:
+    """Whether `decide` must give the state's own decision: the same rules fired, no fact `decide` reads itself
+    changed (`facts_read`) and no conflict cap holds (then it reads what the fired rules read)."""
+    now = state.now
+    ix = state.ix
+    return (len(fired) == len(now.fired) and now.fired.issuperset(fired) and reached.isdisjoint(ix.decide_reads)
+            and ix.conflict_caps.isdisjoint(now.findings))
+
+
+def _with(answers: Mapping[str, Value], overrides: Mapping[str, Value | None]) -> dict[str, Value]:
+    """The answers with `overrides` set (None: left out)."""
+    observed = dict(answers)
+    for name, value in overrides.items():
+        if value is None:
+            observed.pop(name, None)
+        else:
+            observed[name] = value
+    return observed
 
 
 _PLANS_KEPT = 256  # session states kept per Expert and thread (tens of KiB each; sessions start alike)
@@ -455,18 +502,25 @@ def _route_credit(routes: list[frozenset[str]]) -> dict[str, float]:
 
 def _credit(plan: Plan) -> None:
     state = plan.state
+    # (fact, its credit, the leaf it settles) per set of probed leaves: every region of a leaf probes the same set
+    settles: dict[frozenset[str], list[tuple[str, float, str]]] = {}
     for probe in plan.probes:
         weight, minor = weigh(state.now, probe.answer)
         if weight == 0 and minor == 0:
             continue
         share = 1.0 / probe.regions if probe.kind == "leaf" else 1.0 / max(1, len(probe.leaves))
-        routes = [frozenset[str]()]
-        for leaf in sorted(probe.leaves):
-            routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
-        credit = _route_credit(routes)
-        for fact, c in credit.items():
+        leaves = probe.leaves
+        credits = settles.get(leaves)
+        if credits is None:
+            ordered = sorted(leaves)
+            routes = [frozenset[str]()]
+            for leaf in ordered:
+                routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
+            credits = settles[leaves] = [
+                (fact, c, next((leaf for leaf in ordered if any(fact in r for r in state.routes(leaf))), fact))
+                for fact, c in _route_credit(routes).items()]
+        for fact, c, link in credits:
             if weight:
-                link = next((leaf for leaf in sorted(probe.leaves) if any(fact in r for r in state.routes(leaf))), fact)
                 plan.scores[fact] = plan.scores.get(fact, 0.0) + weight * share * c
                 plan.credited.setdefault(fact, []).append((weight * share * c, probe, link))
             else:

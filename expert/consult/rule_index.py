@@ -6,14 +6,15 @@ which rules, which rules decide, the conflict readings, the combined questions, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._weakcache import PerObject
-from ..diagnosis.decide import Decision, decide
+from ..diagnosis.decide import Decision, decide, facts_read
 from ..engine.pure import PureEngine
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, KnowledgeBase
+from ..rules.evaluate import generate_condition
 from ..rules.logic import conjunctions, fact_tests, facts_used, findings_used
 from ..rules.ruleset import LoadedRule
 
@@ -35,6 +36,7 @@ class Index:
         # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
         self.what_ifs: dict[tuple[frozenset[tuple[str, type, Value]], frozenset[str]], Decision] = {}
         self.regions: dict[str, list[tuple[str, Value]]] = {}  # fact -> its regions (`fact_regions`)
+        self.gates: dict[int, tuple[Any, Any, Any]] = {}  # id(gate) -> (gate, compiled, compiled possibility)
         self.local = threading.local()  # per-thread session states (`analysis`)
         self.askable = [name for name, spec in self.kb.facts.items() if spec.askable]
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
@@ -55,6 +57,9 @@ class Index:
                 self.finding_readers.setdefault(finding, []).append(lr)
         self.producers = expert.ruleset.producers
         self.delta = _DeltaRules(self)
+        # a what-if that changes none of these nor the fired rules, while no conflict cap holds, decides as before
+        self.decide_reads = facts_read(self.ruleset)
+        self.conflict_caps = frozenset(cap.finding for cap in self.kb.regimes.evidence_caps if cap.conflict)
         # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding thin evidence
         # decide too; a conflict is checked between the answers given, never a reason to ask for a second reading
         capping = {cap.finding for cap in self.kb.regimes.evidence_caps if not cap.conflict}
@@ -101,6 +106,10 @@ class Index:
                 self.tool_of[name] = m.tool
 
 
+_PLANS_KEPT = 4096  # re-run plans kept per Expert, one per set of changed facts seen
+_GENERATE_AFTER = 2048  # what-if re-runs after which the rules' conditions are generated code (a few turns' worth;
+# building them takes tens of ms, more than a one-question session would save)
+
 _Rule = tuple[str, Any, str | None, frozenset[str]]  # (id, compiled condition, finding it concludes, findings it reads)
 
 
@@ -110,14 +119,13 @@ class _DeltaRules:
     state's own run. `reach[fact]` is that set of rules for one fact."""
 
     def __init__(self, ix: Index) -> None:
-        by_stratum: dict[int, list[_Rule]] = {}
-        self.concludes: dict[str, str | None] = {}
-        for lr in sorted(ix.rules, key=lambda r: (r.stratum, r.id)):  # the pure engine's order
-            pos, _ = findings_used(lr.condition)
-            finding = lr.rule.then.finding.id if lr.rule.then.finding else None
-            by_stratum.setdefault(lr.stratum, []).append((lr.id, lr.evaluator, finding, frozenset(pos)))
-            self.concludes[lr.id] = finding
-        self.strata = [by_stratum[s] for s in sorted(by_stratum)]
+        self._rules = ix.rules
+        self._producers = ix.producers
+        self.concludes: dict[str, str | None] = {
+            lr.id: lr.rule.then.finding.id if lr.rule.then.finding else None for lr in ix.rules}
+        self.readers = ix.readers
+        self._runs = 0
+        self._compile({lr.id: lr.evaluator for lr in ix.rules})
         readers_of_finding: dict[str, set[str]] = {
             name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
         self.reach: dict[str, frozenset[str]] = {}
@@ -132,22 +140,63 @@ class _DeltaRules:
                         todo.append(rule)
             self.reach[fact] = frozenset(seen)
 
-    def run(self, base_facts: Mapping[str, Value], base: Decision,
-            facts: Mapping[str, Value]) -> tuple[list[str], set[str]] | None:
+    def _compile(self, evaluators: Mapping[str, Any]) -> None:
+        """The rules in the pure engine's order and in dependency order, with these compiled conditions."""
+        by_stratum: dict[int, list[_Rule]] = {}
+        for lr in sorted(self._rules, key=lambda r: (r.stratum, r.id)):  # the pure engine's order
+            pos, _ = findings_used(lr.condition)
+            by_stratum.setdefault(lr.stratum, []).append((lr.id, evaluators[lr.id], self.concludes[lr.id],
+                                                          frozenset(pos)))
+        self.strata = [by_stratum[s] for s in sorted(by_stratum)]
+        self.order = _dependency_order(self._rules, self._producers, evaluators)
+        # a set of changed facts -> (the rules they reach, each stratum's rules among them, or the reached rules in
+        # dependency order, each marked with whether it reads a changed fact): the same few sets recur
+        self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...],
+                                                tuple[tuple[str, Any, str | None, frozenset[str], bool], ...]]] = {}
+
+    def run(self, base_facts: Mapping[str, Value], base: Decision, facts: Mapping[str, Value],
+            candidates: Iterable[str] | None = None) -> tuple[list[str], set[str]] | None:
         """(fired, findings) of the pure engine on `facts`, from the run on `base_facts` (which gave `base`): only
         the rules the changed facts reach are evaluated again, stratum by stratum to a fixpoint, as the pure engine
-        does. None when no fact changed."""
-        changed = [k for k in facts.keys() | base_facts.keys() if facts.get(k) != base_facts.get(k)]
+        does. `candidates`: the only facts that may differ (default: every fact). None when no fact changed."""
+        keys = facts.keys() | base_facts.keys() if candidates is None else candidates
+        changed = frozenset(k for k in keys if facts.get(k) != base_facts.get(k))
         if not changed:
             return None
-        empty: frozenset[str] = frozenset()
-        affected = empty.union(*(self.reach.get(k, empty) for k in changed))
+        self._runs += 1
+        if self._runs == _GENERATE_AFTER:  # warm: the conditions as generated functions (as the pure engine does)
+            self._compile({lr.id: generate_condition(lr.condition) for lr in self._rules})
+        plan = self._plans.get(changed)
+        if plan is None:
+            empty: frozenset[str] = frozenset()
+            reached = empty.union(*(self.reach.get(k, empty) for k in changed))
+            direct = empty.union(*(self.readers.get(k, ()) for k in changed))
+            ordered = () if self.order is None else tuple(
+                (rule_id, evaluator, finding, reads, rule_id in direct)
+                for rule_id, evaluator, finding, reads in self.order if rule_id in reached)
+            plan = (reached, tuple(tuple(r for r in stratum if r[0] in reached) for stratum in self.strata), ordered)
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.clear()
+            self._plans[changed] = plan
+        affected, strata, in_order = plan
         fired = [r for r in base.fired if r not in affected]
         findings = {f for r in fired if (f := self.concludes[r]) is not None}
-        if not affected:
+        if self.order is not None:
+            # one pass in dependency order: a rule that reads no changed fact and no finding whose presence changed
+            # keeps the outcome it had (the stratified fixpoint is monotone, so its outcome depends on those alone)
+            was_fired, had = base.fired, base.findings
+            for rule_id, evaluator, finding, reads, reads_changed in in_order:
+                if reads_changed or (reads and any((f in findings) != (f in had) for f in reads)):
+                    if evaluator(facts, findings, None, False) != "true":
+                        continue
+                elif rule_id not in was_fired:
+                    continue
+                fired.append(rule_id)
+                if finding is not None:
+                    findings.add(finding)
             return fired, findings
-        for stratum in self.strata:
-            pending = [r for r in stratum if r[0] in affected]
+        for stratum in strata:
+            pending: Sequence[_Rule] = stratum
             done: set[str] = set()
             while pending:
                 new: set[str] = set()
@@ -161,8 +210,34 @@ class _DeltaRules:
                         new.add(finding)
                 if not new:
                     break
-                pending = [r for r in stratum if r[0] in affected and r[0] not in done and not new.isdisjoint(r[3])]
+                pending = [r for r in stratum if r[0] not in done and not new.isdisjoint(r[3])]
         return fired, findings
+
+
+def _dependency_order(rules: list[LoadedRule], producers: Mapping[str, list[str]],
+                      evaluators: Mapping[str, Any]) -> list[tuple[str, Any, str | None, frozenset[str]]] | None:
+    """(id, compiled condition, finding it concludes, findings it reads) of every rule, stratum by stratum, each
+    after every rule concluding a finding it reads; None when, within a stratum, findings feed back into a rule."""
+    by_id = {lr.id: lr for lr in rules}
+    reads: dict[str, frozenset[str]] = {}
+    for lr in rules:
+        pos, neg = findings_used(lr.condition)
+        reads[lr.id] = frozenset(pos | neg)
+    out: list[tuple[str, Any, str | None, frozenset[str]]] = []
+    placed: set[str] = set()
+    for stratum in sorted({lr.stratum for lr in rules}):
+        todo = sorted(lr.id for lr in rules if lr.stratum == stratum)
+        while todo:
+            ready = [r for r in todo if all(p in placed for f in reads[r] for p in producers.get(f, ()))]
+            if not ready:
+                return None
+            for rule_id in ready:
+                lr = by_id[rule_id]
+                out.append((rule_id, evaluators[rule_id], lr.rule.then.finding.id if lr.rule.then.finding else None,
+                            reads[rule_id]))
+                placed.add(rule_id)
+            todo = [r for r in todo if r not in placed]
+    return out
 
 
 def decisive(lr: LoadedRule) -> bool:

@@ -62,6 +62,8 @@ class _Bound:
     askable_inputs: dict[str, list[str]] = field(default_factory=dict)
     # the names of the observed facts -> the steps of the plan they could lead to (see `steps_for`)
     reachable: dict[frozenset[str], tuple[_Step, ...]] = field(default_factory=dict)
+    # a set of changed facts -> (the facts whose value it may change, the steps deriving them), for `revalue`
+    reached: dict[frozenset[str], tuple[frozenset[str], tuple[_Step, ...]] | None] = field(default_factory=dict)
 
     def steps_for(self, observed: frozenset[str]) -> tuple[_Step, ...]:
         """The steps of the plan, in order, whose needs the observed facts and the outputs of such steps could meet,
@@ -266,16 +268,57 @@ class DerivationGraph:
         what a what-if probe needs."""
         return self._walk(observed, kb, None, memo)
 
+    def revalue(self, facts: Mapping[str, Value], observed: Facts, changed: frozenset[str],
+                kb: KnowledgeBase) -> tuple[dict[str, Value], frozenset[str]]:
+        """`values(observed, kb)`, from `facts`, the values of observed facts that differ from `observed` at most in
+        `changed` (given another value, added or left out): only the derivations the changed facts reach are applied
+        again. Also returns the facts whose value may differ from `facts` (the changed ones and all they reach)."""
+        bound = self._bound(kb)
+        if changed in bound.reached:
+            reach = bound.reached[changed]
+        else:
+            reach = self._reach(bound, changed)
+            if len(bound.reached) >= _MEMO_MAX:
+                bound.reached.clear()
+            bound.reached[changed] = reach
+        if reach is None:  # the walk's order is not the graph's: walk it all
+            out = self._walk(observed, kb, None)
+            return out, frozenset(out.keys() | facts.keys())
+        dirty, steps = reach
+        start = dict(facts)
+        for name in dirty:
+            if name in observed:
+                start[name] = observed[name]
+            else:
+                start.pop(name, None)
+        return self._walk(observed, kb, None, start=start, steps=steps), dirty
+
+    def _reach(self, bound: _Bound, changed: frozenset[str]) -> tuple[frozenset[str], tuple[_Step, ...]] | None:
+        """The facts `changed` may change and the steps that derive them, in walk order; None when some step reads
+        a fact derived after it (then a partial walk could see a value the whole walk does not)."""
+        later: set[str] = set()  # the outputs of this step and the ones after it
+        for step in reversed(bound.plan):
+            later.add(step[0])
+            if not bound.reads[id(step[7])].isdisjoint(later):
+                return None
+        dirty = set(changed)
+        for step in bound.plan:
+            if not bound.reads[id(step[7])].isdisjoint(dirty):
+                dirty.add(step[0])
+        return frozenset(dirty), tuple(step for step in bound.plan if step[0] in dirty)
+
     def _walk(self, observed: Facts, kb: KnowledgeBase, records: dict[str, DerivedValue] | None,
-              memo: DeriveMemo | None = None, applied: dict[str, _Applied] | None = None) -> dict[str, Value]:
+              memo: DeriveMemo | None = None, applied: dict[str, _Applied] | None = None, *,
+              start: dict[str, Value] | None = None, steps: Sequence[_Step] | None = None) -> dict[str, Value]:
         """The one pass over the derivations: the facts it ends with; each derived value's record into `records`,
-        or what it is made from into `applied` (see DerivedRecords)."""
-        facts: dict[str, Value] = dict(observed)
+        or what it is made from into `applied` (see DerivedRecords). `start` and `steps` (for `revalue`): the facts
+        to start from and the steps to walk, instead of the observed facts and the steps they could lead to."""
+        facts: dict[str, Value] = dict(observed) if start is None else start
         kept = memo.entries(kb) if memo is not None else None
         known = facts.keys()
         result: Result | None
-        for output, needs, gate, compute, unit, formula, source, d, keyed in self._bound(kb).steps_for(
-                frozenset(facts)):
+        for output, needs, gate, compute, unit, formula, source, d, keyed in (
+                self._bound(kb).steps_for(frozenset(facts)) if steps is None else steps):
             if output in facts or not known >= needs:
                 continue
             if keyed is not None and kept is not None:

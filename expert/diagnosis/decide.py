@@ -233,3 +233,12 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     return Decision(frozenset(ordered), frozenset(findings), candidates, verdict, table, proposed, wasted,
                     frozenset(proposed.keys() - wasted.keys() - set(applied)), bands, caps, tuple(withheld),
                     tuple(axis_votes), c.kb)
+
+
+def facts_read(ruleset: RuleSet) -> frozenset[str]:
+    """The facts `decide` reads itself: the scorecard's, the regimes' shares of the step, the optimizations already
+    applied (keep in step with `decide`). Besides these it reads only what the fired rules read, and only while a
+    conflict cap's finding holds (`_fired_without`): otherwise the same fired rules on the same values of these facts
+    make the same decision."""
+    c = _conclusions(ruleset)
+    return frozenset({fact for fact, _ in c.bands} | set(c.share_fact.values()) | {"applied_optimizations"})
