@@ -134,7 +134,7 @@ def test_training_drops_phase_and_the_tools_question_comes_next() -> None:
     assert q is not None and q.fact == AVAILABLE_TOOLS  # tools.yaml: it waits only for the kind of job
     c.answer(AVAILABLE_TOOLS, "all")
     q = c.next_question()
-    assert q is not None and q.fact == "roof" and q.facts == ["hardware", "dtype"]
+    assert q is not None and q.fact == "roof" and q.facts == ["hardware", "dtype", "num_gpus"]
     seen = []
     while (q := c.next_question()) is not None:
         seen.append(q.fact)
@@ -165,12 +165,14 @@ def test_the_job_question_accepts_choices_values_and_mappings(raw: Any, expected
     ("bf16", {"dtype": "bf16"}),
     ("h100-sxm, unknown", {"hardware": "h100-sxm"}),
     (["h100-sxm", "fp16"], {"hardware": "h100-sxm", "dtype": "fp16"}),
+    ("h100 bf16 8", {"hardware": "h100-sxm", "dtype": "bf16", "num_gpus": 8}),
+    ("h100-sxm, bf16, 64", {"hardware": "h100-sxm", "dtype": "bf16", "num_gpus": 64}),
 ])
-def test_the_roof_question_reads_the_accelerator_and_precision(raw: Any, expected: dict[str, str]) -> None:
+def test_the_roof_question_reads_the_accelerator_and_precision(raw: Any, expected: dict[str, Any]) -> None:
     c = Consultation()
     c.answer("roof", raw)
     assert c.answers == expected
-    assert set(c.unknowns) == {"hardware", "dtype"} - set(expected)
+    assert set(c.unknowns) == {"hardware", "dtype", "num_gpus"} - set(expected)
 
 
 @pytest.mark.parametrize(("question", "raw", "expected", "shown"), [
@@ -268,8 +270,8 @@ def test_unknown_words_record_unknown(word: str, known: dict[str, str]) -> None:
     # combined questions
     ("job", "serving", ["cannot read 'serving' as workload, phase", "accepted: one of training, llm-decode"]),
     ("job", {"workload": "training", "dtype": "bf16"}, ["dtype is not asked by this question"]),
-    ("roof", "h1000 bf16", ["hardware: unknown hardware 'h1000 bf16'", "accepted: the values of hardware, dtype"]),
-    ("roof", "h100-sxm, bf16, fp8", ["3 values for 2 facts"]),
+    ("roof", "h1000 bf16", ["hardware: unknown hardware 'h1000 bf16'", "accepted: the values of hardware, dtype, num_gpus"]),
+    ("roof", "h100-sxm, bf16, 8, fp8", ["4 values for 3 facts"]),
     ("roof", {"dtype": "fp64"}, ["dtype", "not one of"]),
     ("job", 3, ["expected text or a mapping"]),
 ])

@@ -74,7 +74,7 @@ def test_answers_file_runs_to_the_report(tmp_path: Path, env: dict[str, str]) ->
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "Q1. What kind of job is slow?" in out and "> training" in out
-    assert "Which accelerator does the job run on, and in which precision" in out and "> h100-sxm, bf16" in out
+    assert "Which accelerator does the job run on, in which precision" in out and "> h100-sxm, bf16" in out
     assert "unknown (not in" in out
     assert "Consultation finished after" in out and "Verdict: input" in out
     saved = Consultation.from_json(session.read_text())
@@ -189,7 +189,7 @@ def test_terminal_prompts_why_back_ctrl_c_and_resume(tmp_path: Path, env: dict[s
         child.sendline("training")
         child.expect(r"Q2\. ")
         child.sendline("all")
-        child.expect(r"Q3\. Which accelerator does the job run on, and in which precision")
+        child.expect(r"Q3\. Which accelerator does the job run on, in which precision")
         child.sendline("h1000 bf16")
         child.expect("unknown hardware")
         child.sendline("NVIDIA H100 80GB HBM3, bf16")
