@@ -270,7 +270,8 @@ def test_unknown_words_record_unknown(word: str, known: dict[str, str]) -> None:
     # combined questions
     ("job", "serving", ["cannot read 'serving' as workload, phase", "accepted: one of training, llm-decode"]),
     ("job", {"workload": "training", "dtype": "bf16"}, ["dtype is not asked by this question"]),
-    ("roof", "h1000 bf16", ["hardware: unknown hardware 'h1000 bf16'", "accepted: the values of hardware, dtype, num_gpus"]),
+    ("roof", "h1000 bf16", ["hardware: unknown hardware 'h1000 bf16'",
+                            "accepted: the values of hardware, dtype, num_gpus"]),
     ("roof", "h100-sxm, bf16, 8, fp8", ["4 values for 3 facts"]),
     ("roof", {"dtype": "fp64"}, ["dtype", "not one of"]),
     ("job", 3, ["expected text or a mapping"]),
