@@ -135,23 +135,37 @@ def save(consultation: Consultation, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def interrupts_deferred(pending: bool = False) -> Iterator[None]:
-    """While an answer is recorded and saved, Ctrl-C waits: it takes effect (KeyboardInterrupt) right after, so an
-    answer the user submitted is never lost. `pending`: a Ctrl-C already arrived. Outside the main thread this only
-    honours `pending`."""
+def interrupts_deferred(pending: bool = False) -> Iterator[list[int]]:
+    """While an answer is read to its end, recorded and saved, Ctrl-C waits: it takes effect (KeyboardInterrupt) right
+    after, so an answer the user submitted is never lost. `pending`: a Ctrl-C already arrived; the caller may also
+    append to the list it is given (a Ctrl-C its reader saw). A KeyboardInterrupt raised inside (Ctrl-C at an empty
+    prompt) passes through. Outside the main thread this only honours what is pending."""
+    arrived: list[int] = [signal.SIGINT] if pending else []
     if threading.current_thread() is not threading.main_thread():
-        yield
-        if pending:
+        yield arrived
+        if arrived:
             raise KeyboardInterrupt
         return
-    arrived: list[int] = [signal.SIGINT] if pending else []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
     try:
-        yield
+        yield arrived
     finally:
         signal.signal(signal.SIGINT, previous)
     if arrived:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in here (in the main thread), whatever handler is in place around it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 MAX_ANSWER_BYTES = 64 * 1024  # one answer line; an endless line (a stray binary on stdin) is refused, not buffered
@@ -192,21 +206,25 @@ class TerminalReader:
     def read(self, prompt: str) -> tuple[str, bool]:
         fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
         if fd is None or threading.current_thread() is not threading.main_thread():
-            return bounded_input(prompt), False
+            with _interruptible():
+                return bounded_input(prompt), False
         try:
             import select
             import termios
         except ImportError:  # pragma: no cover - not a POSIX terminal
-            return bounded_input(prompt), False
-        sys.stdout.write(prompt)
-        sys.stdout.flush()
+            with _interruptible():
+                return bounded_input(prompt), False
         arrived: list[int] = []
         saved = termios.tcgetattr(fd)
         changed = list(saved)
         changed[3] = changed[3] | termios.NOFLSH
+        # no flush and the flag handler before the prompt shows: a line typed the moment it appears, then Ctrl-C,
+        # would otherwise be thrown away by the terminal before this reads it
         previous = signal.signal(signal.SIGINT, lambda signum, frame: arrived.append(signum))
         try:
             termios.tcsetattr(fd, termios.TCSANOW, changed)
+            sys.stdout.write(prompt)
+            sys.stdout.flush()
             while b"\n" not in self.buffer:
                 ready, _, _ = select.select([fd], [], [], 0.1)
                 if ready:
@@ -399,8 +417,11 @@ class _Session:
                 return "finished"
             self.show_question(q)
             while True:
-                line = self.ask(q)
-                with interrupts_deferred(pending=self.interrupted):
+                # deferred from before the read: a Ctrl-C right after Enter waits until the answer is saved
+                with interrupts_deferred() as arrived:
+                    line = self.ask(q)
+                    if self.interrupted:
+                        arrived.append(signal.SIGINT)
                     outcome = self.handle(q, line)
                 if outcome == "again":
                     continue
