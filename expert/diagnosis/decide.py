@@ -201,9 +201,10 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
                   default=max(regimes.strengths.values()))
     for tally in votes.values():
         tally[0] = min(tally[0], ceiling)
-    # conflicting evidence: a regime none of whose votes stands without the facts in question is only a suspicion
+    # conflicting evidence: a regime none of whose votes stands without the facts in question gets the weakest
+    # strength (a suspicion, knowledge_base/regimes.yaml `strengths`)
     withheld: list[tuple[str, str]] = []
-    suspect = regimes.strengths["suspect"]
+    suspect = min(regimes.strengths.values())
     for cap in regimes.evidence_caps:
         if not cap.conflict or cap.finding not in caps:
             continue
