@@ -4,11 +4,10 @@ abandoned stuck jobs, --resume, --scheduler ADDR and a cluster of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
 import os
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,22 +20,20 @@ pytest.importorskip("distributed")
 import dask
 import fleet_support
 import pyarrow.parquet as pq
-from distributed import Client, LocalCluster
+from distributed import Client
 from fleet_support import REAL_TRACES, diagnose_cli, example_manifest, reference, write_inputs, write_slow_trace
 
 import cli
 import expert.fleet
+from expert.fleet._dask import local_cluster
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
-    with warnings.catch_warnings():  # the scheduler's loopback health endpoint moves off a busy port 8787
-        warnings.filterwarnings("ignore", message="Port .* is already in use")
+    with contextlib.ExitStack() as stack:
         with dask.config.set({"distributed.scheduler.allowed-failures": 1}):  # a crashing job fails sooner
-            cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                   host="127.0.0.1", silence_logs=logging.ERROR)
-    with cluster, Client(cluster) as c:
-        yield c
+            cluster = stack.enter_context(local_cluster(2))
+        yield stack.enter_context(Client(cluster))
 
 
 def by_key(result: Any) -> dict[str, dict[str, Any]]:
@@ -152,3 +149,17 @@ def test_a_job_that_kills_its_worker_becomes_an_error_row(client: Client, tmp_pa
     assert rows["crash"]["error_kind"] == "crash" and "the Dask task failed" in rows["crash"]["error"]
     assert rows["fine"]["bottleneck"] == "input"  # its chunk was split, and it ran on its own
     client.wait_for_workers(2, timeout=60)
+
+
+def test_a_worker_removed_before_it_was_seen_does_not_break_closing_the_cluster() -> None:
+    # dask/distributed#5407: the cluster's worker-status watcher dies of a KeyError on a worker it never saw added
+    # (a worker restarted after a crash and removed at once), and closing the cluster raised it again
+    with local_cluster(1) as cluster, Client(cluster) as c:
+        address = next(iter(cluster.scheduler_info["workers"]))
+        del cluster.scheduler_info["workers"][address]  # as if its "add" had not arrived yet
+        c.retire_workers([address])
+        deadline = time.monotonic() + 30
+        while not cluster._watch_worker_status_task.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert isinstance(cluster._watch_worker_status_task.exception(), KeyError)
+    assert cluster.status.name == "closed"

@@ -35,6 +35,34 @@ def _plugin(options: ExpertOptions) -> Any:
     return ExpertPlugin(options)
 
 
+@contextlib.contextmanager
+def local_cluster(workers: int) -> Any:
+    """A LocalCluster of `workers` single-threaded processes on loopback, closed on exit.
+
+    When a job kills its worker, the nanny restarts it; if the restarted worker is removed before the cluster has
+    seen it added, distributed's worker-status watcher dies of a KeyError (dask/distributed#5407) and closing the
+    cluster raises it again, after the scheduler and the workers are closed. Every task has ended by then, so that
+    KeyError is dropped here and the cluster is marked closed.
+    """
+    from distributed import LocalCluster
+
+    with warnings.catch_warnings():  # the scheduler's (loopback) health endpoint moves off a busy port 8787
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
+                               processes=True, dashboard_address=None, host="127.0.0.1",
+                               silence_logs=logging.ERROR)
+    try:
+        yield cluster
+    finally:
+        try:
+            cluster.close()
+        except KeyError:  # raised after the scheduler and the workers were closed; finish what close() left
+            from distributed.core import Status
+
+            cluster.status = Status.closed
+            cluster._loop_runner.stop()  # type: ignore[no-untyped-call]
+
+
 def _threaded(state: WorkerState, task: Task, chunk: Chunk) -> tuple[dict[str, Any], bool]:
     """Run one job on its own thread; give up on it (an error row) when it outlives its limit and the grace."""
     box: dict[str, Any] = {}
@@ -83,7 +111,7 @@ class DaskEngine:
 
     @contextlib.contextmanager
     def _connect(self) -> Any:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         if self.client is not None:
             yield self.client
@@ -105,12 +133,7 @@ class DaskEngine:
             with client:
                 yield client
             return
-        with warnings.catch_warnings():  # the scheduler's (loopback) health endpoint moves off a busy port 8787
-            warnings.filterwarnings("ignore", message="Port .* is already in use")
-            cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
-                                   processes=True, dashboard_address=None, host="127.0.0.1",
-                                   silence_logs=logging.ERROR)
-        with cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
+        with local_cluster(self.workers) as cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
             yield client
 
     def _done(self, result: ChunkResult, callbacks: Callbacks) -> None:
