@@ -139,3 +139,37 @@ def test_impossible_pairs_withhold_the_verdict(evidence: dict[str, Any], pair: d
     assert report.state == "conflicting evidence"
     assert any(c.effect == "withheld" and c.facts for c in report.conflicts)
     _check_wasted(report)
+
+
+def _fired_without_plainly(rs: Any, fired: list[str], facts: dict[str, Any], doubtful: frozenset[str]) -> set[str]:
+    """`decide._fired_without` as its docstring defines it: every fired rule evaluated again, to a fixpoint."""
+    known = {k: v for k, v in facts.items() if k not in doubtful}
+    standing: set[str] = set()
+    findings: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for rule_id in fired:
+            lr = rs.rules[rule_id]
+            if rule_id not in standing and lr.evaluator(known, findings, None, False) == "true":
+                standing.add(rule_id)
+                if lr.rule.then.finding is not None:
+                    findings.add(lr.rule.then.finding.id)
+                changed = True
+    return standing
+
+
+@SETTINGS
+@given(st.one_of(*ONE_REGIME.values()), st.one_of(*DISAGREEING, *IMPOSSIBLE))
+def test_the_votes_standing_without_a_conflicts_facts_are_those_a_plain_fixpoint_finds(
+        evidence: dict[str, Any], pair: dict[str, Any]) -> None:
+    from expert.derive.graph import GRAPH
+    from expert.diagnosis.decide import _conclusions, _fired_without
+    from expert.observations.normalise import normalise
+
+    rs = EXPERT.ruleset
+    facts, _ = GRAPH.derive_deferred(normalise(EXPERT.kb, _combine(evidence, pair)).values(), EXPERT.kb)
+    fired = sorted(EXPERT.engine.run(facts).matched, key=_conclusions(rs).position.__getitem__)
+    for cap in EXPERT.kb.regimes.evidence_caps:
+        for doubtful in (frozenset(cap.conflict), frozenset(list(cap.conflict)[:1])):
+            assert _fired_without(rs, fired, facts, doubtful) == _fired_without_plainly(rs, fired, facts, doubtful)

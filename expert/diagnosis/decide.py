@@ -16,6 +16,7 @@ from .._lazy import cached_property
 from .._weakcache import PerObject
 from ..kb.knowledge import Axis, KnowledgeBase, Strength
 from ..observations.normalise import applied_optimizations
+from ..rules.logic import facts_used
 from ..rules.model import RegimeTable
 from ..rules.ruleset import RuleSet
 
@@ -56,6 +57,7 @@ class _Conclusions:
     strength_names: dict[int, Strength]
     threshold: int
     bands: tuple[tuple[str, Callable[[float | None], str]], ...]  # (fact, its band function) per scorecard metric
+    reads: dict[str, tuple[frozenset[str], bool]]  # rule id -> (the facts its condition tests, reads a finding)
 
 
 def _build(ruleset: RuleSet) -> _Conclusions:
@@ -77,6 +79,8 @@ def _build(ruleset: RuleSet) -> _Conclusions:
         strength_names={v: k for k, v in regimes.strengths.items()},
         threshold=regimes.strengths[regimes.verdict_min_strength],
         bands=tuple((metric.fact, metric.band) for metric in kb.scorecard.metrics),
+        reads={rule_id: (frozenset(facts_used(lr.condition)), bool(pos or neg))
+               for rule_id, lr in ruleset.rules.items() for pos, neg in [ruleset.findings_read[rule_id]]},
     )
 
 
@@ -150,23 +154,38 @@ def _largest_share_first(ranked: list[tuple[str, list[Any]]], c: _Conclusions,
 def _fired_without(ruleset: RuleSet, fired: list[str], facts: Mapping[str, Value],
                    doubtful: frozenset[str]) -> set[str]:
     """The fired rules that still fire when the facts in question are unknown (and the findings of the rules that
-    no longer fire are gone), to a fixpoint: the votes that do not rest on a disputed fact."""
-    known = {name: value for name, value in facts.items() if name not in doubtful}
+    no longer fire are gone), to a fixpoint: the votes that do not rest on a disputed fact. A fired rule that reads
+    neither a disputed fact nor a finding fires again unchanged, so it stands without being evaluated again."""
+    reads = _conclusions(ruleset).reads
     rules = ruleset.rules
     standing: set[str] = set()
     findings: set[str] = set()
+    pending: list[str] = []
+    for rule_id in fired:
+        facts_read, reads_finding = reads[rule_id]
+        if reads_finding or not facts_read.isdisjoint(doubtful):
+            pending.append(rule_id)
+        else:
+            standing.add(rule_id)
+            if (spec := rules[rule_id].rule.then.finding) is not None:
+                findings.add(spec.id)
+    if not pending:
+        return standing
+    known = dict(facts)
+    for name in doubtful:
+        known.pop(name, None)
     changed = True
     while changed:
         changed = False
-        for rule_id in fired:
+        for rule_id in pending:
             if rule_id in standing:
                 continue
             lr = rules[rule_id]
             if lr.evaluator(known, findings, None, False) == "true":
                 standing.add(rule_id)
-                if lr.rule.then.finding is not None:
-                    findings.add(lr.rule.then.finding.id)
-                changed = True
+                if (spec := lr.rule.then.finding) is not None and spec.id not in findings:
+                    findings.add(spec.id)
+                    changed = True  # a rule passed over may read it
     return standing
 
 
@@ -208,6 +227,8 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     for cap in regimes.evidence_caps:
         if not cap.conflict or cap.finding not in caps:
             continue
+        if all(tally[0] <= suspect for tally in votes.values()):
+            continue  # nothing to withhold
         standing = _fired_without(ruleset, ordered, facts, frozenset(cap.conflict))
         for regime, tally in votes.items():
             if tally[0] > suspect and not standing.intersection(tally[2]):
