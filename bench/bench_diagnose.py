@@ -314,6 +314,16 @@ def concurrency(items: list[dict[str, Any]]) -> None:
         print(f"{exp.engine_name:15s} 8 threads / 1 thread: {ratio:.2f}x ({statistics.median(eight):.0f} vs "
               f"{statistics.median(one):.0f} diag/s; per CPU second {statistics.median(cpu_ratios):.2f}x; "
               f"target ≥ 1.0x: {verdict(ratio >= 1.0)})")
+        # where a shortfall goes: the same rounds with the interpreter switching threads every 50 ms, not every 5
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(0.05)
+        try:
+            slow_switch = statistics.median(_throughput(exp, items, 8)[0] / _throughput(exp, items, 1)[0]
+                                            for _ in range(3))
+        finally:
+            sys.setswitchinterval(interval)
+        print(f"{'':15s} the same, switching threads every 50 ms instead of {interval * 1e3:.0f}: {slow_switch:.2f}x "
+              f"(the difference is the interpreter's thread switching, not waiting in dam-expert)")
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(2) as pool:
         pool.map(_proc_worker, [("auto", items[:50])] * 2, chunksize=1)  # start both workers before timing
