@@ -215,3 +215,14 @@ def test_progress_is_reported_for_files() -> None:
     ingest(TWO_STEPS, progress=lambda done, total: seen.append((done, total)))
     size = TWO_STEPS.stat().st_size
     assert seen and seen[-1] == (size, size)
+
+
+def test_a_knowledge_base_without_kernel_classes_is_a_problem_naming_the_trace() -> None:
+    import copy
+
+    kb = copy.copy(expert.default_expert().kb)
+    kb.kernels = None  # a knowledge base directory without kernels.yaml
+    with pytest.raises(ObservationError) as err:
+        ingest_result(TWO_STEPS, kb=kb)
+    (problem,) = err.value.problems
+    assert problem.where == str(TWO_STEPS) and "no kernels.yaml" in problem.message

@@ -10,9 +10,12 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ..errors import ObservationError, Problem, not_a_file
+
+if TYPE_CHECKING:
+    from ..kb.knowledge import KernelCatalog, KnowledgeBase
 
 Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests"]
 FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests")
@@ -75,6 +78,13 @@ class Source:
         """An ObservationError naming this file (and line, when known)."""
         where = f"{self.label}:{line}" if line is not None else self.label
         return ObservationError([Problem(where, message, hint)], title="cannot read telemetry")
+
+    def kernel_catalog(self, kb: KnowledgeBase) -> KernelCatalog:
+        """The knowledge base's kernel classes (kernels.yaml), which trace analysis needs; a problem naming this file
+        where there are none."""
+        if kb.kernels is None:
+            raise self.problem("the knowledge base has no kernels.yaml (kernel classes for trace analysis)")
+        return kb.kernels
 
     def head(self) -> bytes:
         """The first bytes of the (decompressed) content, for format sniffing; the stream is not consumed."""

@@ -35,7 +35,7 @@ from ._source import Progress, Source
 from .intervals import Interval, total, union
 from .kineto_collect import _collect, _Collected
 from .kineto_read import _HINT, _fast_batches, _from_dicts, _metadata, _Tap
-from .timeline import Cover, Roof, analyse, steady_window, step_windows
+from .timeline import Cover, analyse, roof_of, steady_window, step_windows
 
 FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us",
          "kernels_per_step", "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "flops", "achieved_tflops",
@@ -246,7 +246,7 @@ class _Analysis:
             label = f"--window {_fmt_s(lo - c.first)}–{_fmt_s(hi - c.first)} (no ProfilerStep spans)"
             reason = f"the window given ({label})"
         else:
-            steady = steady_window(tl, c.first, c.last, devices or None, self._catalog())
+            steady = steady_window(tl, c.first, c.last, devices or None, self.src.kernel_catalog(self.kb))
             windows, reason, excluded = steady.windows, steady.reason, steady.excluded_us
             n_steps = 0
             label = (f"steady state {_fmt_s(windows[0][0] - c.first)}–{_fmt_s(windows[-1][1] - c.first)} "
@@ -279,9 +279,10 @@ class _Analysis:
             for fact in _GPU_FACTS:
                 r.missing(fact, why)
         else:
-            analysis = analyse(tl, windows, devices or None, self._catalog(), roof=self._roof(),
-                               source=self.src.name, window=trace_window, steps=numbered,
-                               kernel_wait_us=self.kernel_wait_us, torch_types=self.kb.units.torch_types())
+            analysis = analyse(tl, windows, devices or None, self.src.kernel_catalog(self.kb),
+                               roof=roof_of(self.kb, self.r.measured), source=self.src.name, window=trace_window,
+                               steps=numbered, kernel_wait_us=self.kernel_wait_us,
+                               torch_types=self.kb.units.torch_types())
             if analysis is None:
                 for fact in _GPU_FACTS:
                     r.missing(fact, f"no GPU activity inside {label}")
@@ -292,19 +293,6 @@ class _Analysis:
                     r.time_breakdown = analysis.breakdown
         self._flops(span, analysis)
         self._workload()
-
-    def _catalog(self) -> Any:
-        if self.kb.kernels is None:
-            raise self.src.problem("the knowledge base has no kernels.yaml (kernel classes for trace analysis)")
-        return self.kb.kernels
-
-    def _roof(self) -> Roof | None:
-        m = self.r.measured.get("hardware")
-        hw = self.kb.hardware.get(str(m.value)) if m is not None else None
-        if hw is None or hw.memory_bandwidth_gbs is None:  # no roof without a published bandwidth
-            return None
-        return Roof(hardware=hw.id, peak_tflops={str(k): v for k, v in hw.peak_tflops.items()},
-                    bandwidth_gbs=hw.memory_bandwidth_gbs)
 
     def _steps_and_data(self, steps: list[tuple[int, float, float]], windows: list[Interval]) -> None:
         c, r, n = self.c, self.r, self.n_steps

@@ -28,7 +28,7 @@ from ..intervals import Interval, overlap, total, union
 from ..rank_trace import RankTrace
 from ..timeline.classes import Classifier
 from ..timeline.result import TimelineAnalysis
-from ..timeline.roofline import Roof
+from ..timeline.roofline import Roof, roof_of
 from . import parallel
 from .analysis_sweep import analyse_device
 from .cluster import CLUSTER_FACTS, COMM_FACTS, job_facts
@@ -314,22 +314,9 @@ class _Analysis:
                       "profiled without torch.autograd.profiler.emit_nvtx()")
 
     # -- devices ---------------------------------------------------------------------------------------------------
-    def _catalog(self) -> KernelCatalog:
-        if self.kb.kernels is None:
-            raise self.src.problem("the knowledge base has no kernels.yaml (kernel classes for trace analysis)")
-        return self.kb.kernels
-
-    def _roof(self) -> Roof | None:
-        m = self.r.measured.get("hardware")
-        hw = self.kb.hardware.get(str(m.value)) if m is not None else None
-        if hw is None or hw.memory_bandwidth_gbs is None:
-            return None
-        return Roof(hardware=hw.id, peak_tflops={str(k): v for k, v in hw.peak_tflops.items()},
-                    bandwidth_gbs=hw.memory_bandwidth_gbs)
-
     def _analyse_devices(self, steps_by_proc: dict[int, StepList]) -> None:
         """Sweep the chosen devices, one at a time, through the shared analysis (rows streamed, never held)."""
-        catalog, roof = self._catalog(), self._roof()
+        catalog, roof = self.src.kernel_catalog(self.kb), roof_of(self.kb, self.r.measured)
         cls = Classifier(catalog)
         acts = sum(int(self.r.stats.get(k, 0)) for k in ("kernels", "memcpys", "memsets"))
         host = sum(int(self.r.stats.get(k, 0)) for k in ("runtime_calls", "nvtx_events"))
@@ -353,7 +340,7 @@ class _Analysis:
                      tick: Callable[[int], None] | None, catalog: KernelCatalog | None = None,
                      cls: Classifier | None = None) -> DeviceResult:
         """One device swept through the shared analysis (its notes in `device_notes`)."""
-        catalog = catalog or self._catalog()
+        catalog = catalog or self.src.kernel_catalog(self.kb)
         return self._device(dev, steps_by_proc, catalog, roof, cls or Classifier(catalog), tick)
 
     def _device(self, dev: int, steps_by_proc: dict[int, StepList], catalog: KernelCatalog, roof: Roof | None,

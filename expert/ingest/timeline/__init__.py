@@ -53,9 +53,9 @@ from .classes import Classifier
 from .cover import Cover, intersect_all, subtract, union_columns
 from .model import H2D, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KINDS, PAGEABLE, PINNED, Timeline
 from .result import DeviceIdle, TimelineAnalysis
-from .roofline import Roof
+from .roofline import Roof, roof_of
 from .windows import SteadyWindow, steady_window, step_windows
 
 __all__ = ["H2D", "KINDS", "KIND_KERNEL", "KIND_MEMCPY", "KIND_MEMSET", "PAGEABLE", "PINNED", "Classifier", "Cover",
            "DeviceIdle", "Roof", "SteadyWindow", "Timeline", "TimelineAnalysis", "analyse", "intersect_all",
-           "steady_window", "step_windows", "subtract", "union_columns"]
+           "roof_of", "steady_window", "step_windows", "subtract", "union_columns"]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...kb.knowledge import KnowledgeBase
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,17 @@ class Roof:
         if flops / moved <= ridge:
             return moved / seconds / (self.bandwidth_gbs * 1e9)
         return flops / seconds / (peak * 1e12)
+
+
+def roof_of(kb: KnowledgeBase, measured: Mapping[str, Any]) -> Roof | None:
+    """The roof of the part the trace measured (fact `hardware`), from the hardware catalog; None for a part not in
+    the catalog or one without a published memory bandwidth (no roof without it)."""
+    m = measured.get("hardware")
+    hw = kb.hardware.get(str(m.value)) if m is not None else None
+    if hw is None or hw.memory_bandwidth_gbs is None:
+        return None
+    return Roof(hardware=hw.id, peak_tflops={str(k): v for k, v in hw.peak_tflops.items()},
+                bandwidth_gbs=hw.memory_bandwidth_gbs)
 
 
 
