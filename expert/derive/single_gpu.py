@@ -204,24 +204,28 @@ SCORECARD: tuple[Derivation, ...] = (
                lambda f, kb: clamp_fraction(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"),
                                              "bandwidth utilization")),
 )
+
+
+def _weights_only_decode(name: str, note: str, source: str, fn: Callable[[Facts, KnowledgeBase], Result]) -> Derivation:
+    """A decode derivation from the weights streamed per token alone (the bytes of the KV cache not counted)."""
+    return Derivation(name, ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+                      "(tokens_per_s / batch_size) · params · bytes_per_weight / num_gpus / peak_bandwidth "
+                      f"(num_gpus: 1 unless given{note})", source, fn, gate=LLM_DECODE, substitutes=ACTIVE_PARAMS,
+                      optional=("num_gpus",))
+
+
 # weight-streaming decode bandwidth (after the KV-cache-aware one, which wins when its inputs are known)
 DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
-    Derivation("mem_bw_util", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
-               "(tokens_per_s / batch_size) · params · bytes_per_weight / num_gpus / peak_bandwidth "
-               "(num_gpus: 1 unless given)",
-               "domain.md §B, LLM decode bytes per step and MBU (Databricks)", _decode_bw_util, gate=LLM_DECODE,
-               substitutes=ACTIVE_PARAMS, optional=("num_gpus",)),
+    _weights_only_decode("mem_bw_util", "", "domain.md §B, LLM decode bytes per step and MBU (Databricks)",
+                         _decode_bw_util),
     Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
                "roofline: no step exceeds the peak memory bandwidth",
                lambda f, kb: Result(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"))),
 )
 # the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
 IRON_LAW: tuple[Derivation, ...] = (
-    Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
-               "(tokens_per_s / batch_size) · params · bytes_per_weight / num_gpus / peak_bandwidth "
-               "(num_gpus: 1 unless given; unclamped)",
-               "domain.md §B, LLM decode bytes per step", _decode_bw_ratio, gate=LLM_DECODE,
-               substitutes=ACTIVE_PARAMS, optional=("num_gpus",)),
+    _weights_only_decode("bandwidth_to_peak", "; unclamped", "domain.md §B, LLM decode bytes per step",
+                         _decode_bw_ratio),
     Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
                "seed screening signals (timeline gaps not explained by data wait)",
                lambda f, kb: Result(max(0.0, num(f, "gpu_idle_gap_frac") - num(f, "io_overhead")))),
