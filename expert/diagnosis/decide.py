@@ -8,7 +8,7 @@ scorecard bands.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -151,6 +151,30 @@ def _largest_share_first(ranked: list[tuple[str, list[Any]]], c: _Conclusions,
     return [tied[i] for i in order] + ranked[len(tied):]
 
 
+class _Without(Mapping[str, Value]):
+    """The facts less the disputed ones (read by name, as rule conditions read facts)."""
+
+    __slots__ = ("_facts", "_hidden")
+
+    def __init__(self, facts: Mapping[str, Value], hidden: frozenset[str]) -> None:
+        self._facts = facts
+        self._hidden = hidden
+
+    def __getitem__(self, name: str) -> Value:
+        if name in self._hidden:
+            raise KeyError(name)
+        return self._facts[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return default if name in self._hidden else self._facts.get(name, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self._facts if name not in self._hidden)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def _fired_without(ruleset: RuleSet, fired: list[str], facts: Mapping[str, Value],
                    doubtful: frozenset[str]) -> set[str]:
     """The fired rules that still fire when the facts in question are unknown (and the findings of the rules that
@@ -171,9 +195,7 @@ def _fired_without(ruleset: RuleSet, fired: list[str], facts: Mapping[str, Value
                 findings.add(spec.id)
     if not pending:
         return standing
-    known = dict(facts)
-    for name in doubtful:
-        known.pop(name, None)
+    known = _Without(facts, doubtful)
     changed = True
     while changed:
         changed = False
