@@ -281,8 +281,8 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
 
 def facts_read(ruleset: RuleSet) -> frozenset[str]:
     """The facts `decide` reads itself: the scorecard's, the regimes' shares of the step, the optimizations already
-    applied (keep in step with `decide`). Besides these it reads only what the fired rules read, and only while a
-    conflict cap's finding holds (`_fired_without`): otherwise the same fired rules on the same values of these facts
-    make the same decision."""
+    applied. Besides these it reads only what the fired rules read, and only while a conflict cap's finding holds
+    (`_fired_without`): otherwise the same fired rules on the same values of these facts make the same decision
+    (tests/test_decide_reads.py holds `decide` to it)."""
     c = _conclusions(ruleset)
     return frozenset({fact for fact, _ in c.bands} | set(c.share_fact.values()) | {"applied_optimizations"})
