@@ -353,3 +353,24 @@ def test_implausible_values_are_not_derived_instead_of_failing(tmp_path: Path) -
     assert "top_op_pct_of_roof" in result.not_derived and "implausible" in result.not_derived["top_op_pct_of_roof"]
     assert "achieved_tflops" in result.not_derived
     expert.diagnose(result.observations)  # what remains is valid input
+
+
+def test_a_figure_above_the_roof_gets_a_note_saying_why() -> None:
+    from expert.breakdown import ClassShare, TimeEntry
+    from expert.ingest.timeline.breakdown import _above_roof_note
+
+    def cls(name: str, pct: float | None) -> ClassShare:
+        return ClassShare(class_=name, gpu_time_s=1.0, share=0.5, count=1, memory_bound_by_nature=False,
+                          pct_of_roof=pct)
+
+    def entry(pct: float | None) -> TimeEntry:
+        return TimeEntry(name="k", gpu_time_s=1.0, share=0.5, count=1, class_="gemm", pct_of_roof=pct)
+
+    assert _above_roof_note([cls("gemm", 0.9), cls("copy", None)], [entry(1.0)], [entry(None)], ["sgemm"]) is None
+    winograd = _above_roof_note([cls("gemm", 1.42)], [entry(1.58), entry(1.1), entry(0.5)], [entry(0.7)],
+                                ["volta_sgemm_64x64_nt", "cudnn::winograd_nonfused::winogradForwardData4x4"])
+    assert winograd is not None
+    assert "class gemm at 142%, 2 of the top kernels (up to 158%)" in winograd and "Winograd or FFT" in winograd
+    plain = _above_roof_note([], [], [entry(1.3)], ["ampere_sgemm_128x64_nn"])
+    assert plain is not None
+    assert "1 of the top operators (up to 130%)" in plain and "overstates the work" in plain

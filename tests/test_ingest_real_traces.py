@@ -39,6 +39,14 @@ def test_resnet50_with_four_workers_is_not_input_bound() -> None:
     assert values["data_wait_s"] / values["step_time_s"] < 0.02  # the README: ≈ 1 %
     assert "_MultiProcessingDataLoaderIter" in result.not_derived["num_workers"]
     assert expert.diagnose(result.observations).bottleneck != "input"
+    # cuDNN's non-fused Winograd runs volta_sgemm kernels, credited with the direct convolution's FLOPs: the gemm
+    # class shows more than 100 % of the V100's fp32 roof, and a note says why
+    tb = result.time_breakdown
+    assert tb is not None
+    gemm = next(c for c in tb.classes if c.class_ == "gemm")
+    assert gemm.pct_of_roof is not None and gemm.pct_of_roof > 1
+    (note,) = [n for n in tb.notes if n.startswith("above the roof")]
+    assert f"class gemm at {gemm.pct_of_roof:.0%}" in note and "Winograd" in note
 
 
 @pytest.mark.parametrize("path", ALL, ids=[p.name for p in ALL])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...breakdown import ClassShare, Roofline, RoofSpec, StepTime, TimeBreakdown, TimeEntry, TraceWindow
@@ -212,6 +212,10 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
                      "them)")
     if graph_launches:
         notes.append(f"{graph_launches} graph launches: the GPU replays captured CUDA/HIP graphs")
+    above = _above_roof_note(class_list, top_kernels, top_ops,
+                             (kernel_names[nm] for nm, (_, _, kind) in per_kernel.items() if int(kind) == KIND_KERNEL))
+    if above is not None:
+        notes.append(above)
     bd = TimeBreakdown(
         source=source, window=window or TraceWindow(start_us=0.0, end_us=0.0, reason=""), devices=devices,
         gpu_time_s=sig6(gpu_total / 1e6), kernels=kernels,
@@ -280,3 +284,25 @@ def _modules(tl: Timeline, in_w: list[int], act_op: array[int], gpu_total: float
                       share=sig6(t[0] / gpu_total if gpu_total else 0.0), count=len(seen[label]))
             for label, t in sorted(per.items(), key=lambda kv: -kv[1][0])[:top_n]]
 
+
+_FAST_CONVOLUTION = ("winograd", "fft")  # kernel-name marks of convolution algorithms that do fewer multiply-adds
+
+
+def _above_roof_note(classes: list[ClassShare], kernels: list[TimeEntry], ops: list[TimeEntry],
+                     kernel_names: Iterable[str]) -> str | None:
+    """Why a class, kernel or operator shows more than 100 % of the roof, where one does: its FLOPs are the
+    launching operator's count from its shapes (the direct algorithm), which a fast convolution algorithm beats."""
+    parts = [f"class {c.class_} at {c.pct_of_roof:.0%}" for c in classes if (c.pct_of_roof or 0) > 1]
+    for what, entries in (("top kernels", kernels), ("top operators", ops)):
+        over = [e.pct_of_roof for e in entries if e.pct_of_roof is not None and e.pct_of_roof > 1]
+        if over:
+            parts.append(f"{len(over)} of the {what} (up to {max(over):.0%})")
+    if not parts:
+        return None
+    if any(mark in name.lower() for name in kernel_names for mark in _FAST_CONVOLUTION):
+        reason = ("cuDNN ran Winograd or FFT convolution kernels, which do fewer multiply-adds than that count: read "
+                  "these as effective FLOP/s, not as work above the hardware's peak")
+    else:
+        reason = "no kernel runs above the roof, so that count overstates the work these kernels did"
+    return (f"above the roof: {', '.join(parts)}; FLOPs are counted from each launching operator's shapes (the "
+            f"direct algorithm) and split over its kernels by GPU time; {reason}")
