@@ -219,9 +219,38 @@ def test_16_bit_gemms_leave_lower_precision_open_where_fp8_exists_or_the_part_is
     assert why in reason and "lower_precision not marked" in reason
 
 
-def test_fp32_gemms_without_graphs_fill_nothing(tmp_path: Path) -> None:
-    result = ingest_result(_gemm_trace(tmp_path / "t.json", "ampere_sgemm_128x64_nn"))
+@pytest.mark.parametrize("kernel", [
+    "ampere_sgemm_128x64_nn",  # CUDA cores
+    # TF32 tensor cores on fp32 tensors (kernels.yaml tf32_gemm): not 16-bit math, so lower precision is still open;
+    # cuBLAS 11's untagged CUTLASS s1688 kernels on sm80 were read as fp16 before (the HTA trace_diff samples)
+    "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(Params)",
+    "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8",
+])
+def test_fp32_gemms_without_graphs_fill_nothing(tmp_path: Path, kernel: str) -> None:
+    result = ingest_result(_gemm_trace(tmp_path / "t.json", kernel, device=A100))
     assert "applied_optimizations" not in result.observations.facts
+    assert "no GEMM time mostly in 16-bit" in result.files[0].not_derived["applied_optimizations"]
+
+
+@pytest.mark.parametrize(("kernel", "fmt"), [
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(Params)", "tf32"),
+    ("cutlass_80_tensorop_s1688gemm_f16_128x128_32x3_nn_align8", "fp16"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_relu_f16_64x64_32x6_tn_align8>(Params)", "fp16"),
+    ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "fp16"),
+    ("ampere_sgemm_128x64_nn", None),
+])
+def test_tf32_gemm_kernels_are_told_from_16_bit_ones(kernel: str, fmt: str | None) -> None:
+    from expert.ingest.timeline.classes import Classifier
+
+    cls = Classifier(expert.default_expert().kb.kernels)
+    assert cls.tf32 is not None and cls.low_precision is not None
+    if fmt == "tf32":
+        assert cls.tf32.search(kernel)
+    else:
+        assert not cls.tf32.search(kernel)
+        assert bool(cls.low_precision.search(kernel)) == (fmt is not None)
+        if fmt is not None:
+            assert next(f for f, rx in cls.low_formats if rx.search(kernel)) == fmt
 
 
 @pytest.mark.parametrize(("kernel", "device", "outcome"), [

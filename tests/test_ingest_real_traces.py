@@ -148,3 +148,16 @@ def test_a_trace_that_replays_graphs_is_never_told_to_use_them() -> None:
     assert result.observations.values()["uses_cuda_graphs"] == "yes"
     report = expert.diagnose(result.observations)
     assert "cuda_graphs" not in [r.id for r in report.recommended]
+
+
+def test_tf32_gemms_on_an_a100_are_not_read_as_16_bit_math() -> None:
+    # HTA's trace_diff sample: fp32 matmuls on A100s run cuBLAS 11's cutlass_80_tensorop_s1688gemm (TF32) kernels;
+    # they were read as fp16 (lower_precision "applied") and held to the CUDA-core fp32 roof (gemm at 128 %)
+    result = ingest_result(TRACES / "hta" / "trace_diff_control_control.json.gz")
+    assert "applied_optimizations" not in result.observations.facts
+    assert result.observations.facts["dtype"].value == "tf32"
+    tb = result.time_breakdown
+    assert tb is not None
+    gemm = next(c for c in tb.classes if c.class_ == "gemm")
+    assert gemm.dtype == "tf32" and gemm.pct_of_roof is not None and gemm.pct_of_roof < 1
+    assert not [n for n in tb.notes if n.startswith("above the roof")]

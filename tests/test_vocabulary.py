@@ -53,6 +53,7 @@ def test_a_new_dtype_needs_yaml_only(tmp_path: Path) -> None:
      "the choices of `dtype` must be units.yaml `dtypes`"),
     ("regimes.yaml", "confirm_axis: machine", "confirm_axis: network", "unknown axis 'network'"),
     ("regimes.yaml", "term: compute", "term: thermal", "unknown term 'thermal'"),
+    ("kernels.yaml", "patterns: ['tf32', ", "patterns: ['tf32(', ", "pattern 'tf32(' is not a regular expression"),
 ])
 def test_names_outside_the_vocabulary_are_load_errors(tmp_path: Path, file: str, old: str, new: str,
                                                        message: str) -> None:

@@ -424,14 +424,19 @@ class KernelClass(_Strict):
 
     @model_validator(mode="after")
     def _patterns_compile(self) -> KernelClass:
-        import re
-
-        for pattern in self.patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
+        _check_patterns(self.patterns)
         return self
+
+
+def _check_patterns(patterns: list[str]) -> None:
+    """Raise ValueError naming the first pattern that is not a regular expression."""
+    import re
+
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
 
 
 class CallPatterns(_Strict):
@@ -471,6 +476,19 @@ class LowPrecisionGemm(_Strict):
     formats: dict[str, list[str]] = Field(default_factory=dict)
 
 
+class Tf32Gemm(_Strict):
+    """GEMM kernel names that run TF32 tensor-core math on fp32 tensors (regular expressions, case-insensitive)."""
+
+    source: str
+    rationale: str
+    patterns: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> Tf32Gemm:
+        _check_patterns(self.patterns)
+        return self
+
+
 class KernelCatalog(_Strict):
     """knowledge_base/kernels.yaml: kernel classes, host call roles and the trace analysis thresholds."""
 
@@ -478,6 +496,7 @@ class KernelCatalog(_Strict):
     classes: list[KernelClass]
     calls: KernelCalls
     low_precision_gemm: LowPrecisionGemm | None = None
+    tf32_gemm: Tf32Gemm | None = None
     analysis: TraceAnalysisSettings
 
     @model_validator(mode="after")

@@ -33,6 +33,8 @@ def _gemm_precision(names: list[str], cls: Classifier,
         if cls.of(names, nm, int(kind)) != "gemm":
             continue
         gemm += t
+        if cls.tf32 is not None and cls.tf32.search(names[nm]):
+            continue  # TF32 math on fp32 tensors: not 16-bit (kernels.yaml tf32_gemm)
         if low is not None and low.search(names[nm]):
             lowp += t
             fmt = next((f for f, rx in cls.low_formats if rx.search(names[nm])), None)
@@ -132,7 +134,7 @@ def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | No
         if dtype == "fp32":
             is_tf32 = tf32.get(nm)
             if is_tf32 is None:
-                is_tf32 = tf32[nm] = "tf32" in names[nm].lower()
+                is_tf32 = tf32[nm] = cls.tf32 is not None and cls.tf32.search(names[nm]) is not None
             if is_tf32:
                 dtype = "tf32"
         share = d / inst_time[inst] if inst_time[inst] > 0 else 0.0
