@@ -390,6 +390,7 @@ def _session_turns(exp: expert.Expert, facts: dict[str, Any], fresh: bool) -> li
     if fresh:
         ix = index(exp)
         ix.what_ifs.clear()
+        ix.decisions.clear()
         getattr(ix.local, "plans", {}).clear()
     c = Consultation(exp)
     q = c.next_question()

@@ -21,8 +21,9 @@ When no rule that can still change can reach the verdict or the recommendations,
 
 Cost: a what-if derives again only what its changed facts feed (`DerivationGraph.revalue`), re-runs only the rules
 they reach, once in dependency order and only those reading a changed fact or finding (`_DeltaRules`; the others keep
-the state's own outcome), and decides again only when the fired rules or a fact `decide` reads changed; its decision
-is memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
+the state's own outcome), and decides again only when the fired rules or a fact `decide` reads changed (and then
+only for a set of fired rules and values of those facts not decided before, `Index.decide`); its decision is
+memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
 answers and unknowns (`analysis`), so sessions that start alike plan their first turns once. The possibility analysis
 reads the rules' conditions compiled (`expert.consult.outcomes`). All of these give exactly what the long way gives
 (tests/test_consult_planner.py, tests/test_fast_paths.py, the golden transcripts).
@@ -39,7 +40,7 @@ from typing import Literal
 from ..derive.formulas import DerivedValue
 from ..derive.graph import GRAPH, derive
 from ..derive.registry import Derivation
-from ..diagnosis.decide import Decision, decide
+from ..diagnosis.decide import Decision
 from ..observations.normalise import format_value
 from ..rules.evaluate import Evaluator, compile_condition, evaluate
 from ..rules.logic import OUTCOMES, Constraints, Outcome, facts_used, possible
@@ -354,8 +355,8 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     for name in dropped:
         facts.pop(name, None)
     rerun = ix.delta.run(state.facts, state.now, facts, reached)
-    decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else decide(
-        ix.ruleset, rerun[0], rerun[1], facts)
+    decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else ix.decide(
+        rerun[0], rerun[1], facts)
     if len(memo) >= _WHAT_IFS_KEPT:
         memo.clear()
     memo[key] = decision

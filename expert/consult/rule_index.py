@@ -6,7 +6,7 @@ which rules, which rules decide, the conflict readings, the combined questions, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._weakcache import PerObject
@@ -59,7 +59,11 @@ class Index:
         self.delta = _DeltaRules(self)
         # a what-if that changes none of these nor the fired rules, while no conflict cap holds, decides as before
         self.decide_reads = facts_read(self.ruleset)
+        self._decide_keys = tuple(sorted(self.decide_reads))
         self.conflict_caps = frozenset(cap.finding for cap in self.kb.regimes.evidence_caps if cap.conflict)
+        # decisions by (fired rules, values of `decide_reads`): what-ifs on different facts often fire the same
+        # rules on the same scorecard and shares (bounded, emptied when full; shared like `what_ifs`)
+        self.decisions: dict[tuple[frozenset[str], tuple[tuple[type, Value] | None, ...]], Decision] = {}
         # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding thin evidence
         # decide too; a conflict is checked between the answers given, never a reason to ask for a second reading
         capping = {cap.finding for cap in self.kb.regimes.evidence_caps if not cap.conflict}
@@ -106,6 +110,26 @@ class Index:
                 self.tool_of[name] = m.tool
 
 
+    def decide(self, fired: Collection[str], findings: Collection[str], facts: Mapping[str, Value]) -> Decision:
+        """`decide` on these fired rules (and the findings they conclude) and facts, memoised by the fired rules and
+        the values of the facts `decide` reads itself (`facts_read`: the same fired rules on the same values of
+        these make the same decision), except while a conflict cap's finding holds (then it reads more). The
+        decision is shared: callers must not change it."""
+        if not self.conflict_caps.isdisjoint(findings):
+            return decide(self.ruleset, fired, findings, facts)
+        get = facts.get
+        key = (frozenset(fired),
+               tuple([None if (v := get(name)) is None else (type(v), v) for name in self._decide_keys]))  # 1 != 1.0
+        found = self.decisions.get(key)
+        if found is None:
+            found = decide(self.ruleset, fired, findings, facts)
+            if len(self.decisions) >= _DECISIONS_KEPT:
+                self.decisions.clear()
+            self.decisions[key] = found
+        return found
+
+
+_DECISIONS_KEPT = 8192  # decisions kept per Expert by `Index.decide` (a few KiB each)
 _PLANS_KEPT = 4096  # re-run plans kept per Expert, one per set of changed facts seen
 _GENERATE_AFTER = 2048  # what-if re-runs after which the rules' conditions are generated code (a few turns' worth;
 # building them takes tens of ms, more than a one-question session would save)
@@ -252,4 +276,4 @@ def decision_on(ix: Index, facts: Mapping[str, Value]) -> Decision:
     """What the user cares about on these facts (verdict, recommended set, scorecard bands, fired rules): the
     diagnosis's own `decide`, without building a Report."""
     result = ix.engine.run(facts)
-    return decide(ix.ruleset, result.fired, result.findings, facts)
+    return ix.decide(result.fired, result.findings, facts)
