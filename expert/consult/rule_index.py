@@ -209,15 +209,20 @@ class _DeltaRules:
             # one pass in dependency order: a rule that reads no changed fact and no finding whose presence changed
             # keeps the outcome it had (the stratified fixpoint is monotone, so its outcome depends on those alone)
             was_fired, had = base.fired, base.findings
+            flipped = findings ^ had  # the findings whose presence differs from the state's run, kept up to date
             for rule_id, evaluator, finding, reads, reads_changed in in_order:
-                if reads_changed or (reads and any((f in findings) != (f in had) for f in reads)):
+                if reads_changed or (flipped and not flipped.isdisjoint(reads)):
                     if evaluator(facts, findings, None, False) != "true":
                         continue
                 elif rule_id not in was_fired:
                     continue
                 fired.append(rule_id)
-                if finding is not None:
+                if finding is not None and finding not in findings:
                     findings.add(finding)
+                    if finding in had:
+                        flipped.discard(finding)
+                    else:
+                        flipped.add(finding)
             return fired, findings
         for stratum in strata:
             pending: Sequence[_Rule] = stratum
