@@ -439,10 +439,15 @@ def make_plan(state: State) -> Plan:
         key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
         plan.probes.append(Probe(kind, condition, key, answer, rules, subject, regions))
 
-    for leaf in state.open_leaves():
+    for leaf in state.open_leaves():  # `run` for a leaf probe, inlined: one override, nothing to describe or trim
         regions = fact_regions(ix, leaf)
+        readers = tuple(ix.readers.get(leaf, []))
         for label, value in regions:
-            run("leaf", label, {leaf: value}, tuple(ix.readers.get(leaf, [])), leaf, len(regions))
+            key = ((leaf, value),)
+            answer = cache.get(key)
+            if answer is None:
+                answer = cache[key] = what_if(state, {leaf: value})
+            plan.probes.append(Probe("leaf", label, key, answer, readers, leaf, len(regions)))
     witness = Witness(state)
     by_regime: dict[str, list[LoadedRule]] = {}
     for lr in live_decisive:
