@@ -43,7 +43,7 @@ from ..derive.registry import Derivation
 from ..diagnosis.decide import Decision
 from ..observations.normalise import format_value
 from ..rules.evaluate import Evaluator, compile_condition, evaluate
-from ..rules.logic import OUTCOMES, Constraints, Outcome, facts_used, possible
+from ..rules.logic import OUTCOMES, Constraints, Outcome, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
 from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, rule_outcomes
@@ -225,14 +225,15 @@ class State:
 
     def open_leaves(self) -> list[str]:
         """Open facts tested by rules that can still change and can reach the verdict or the recommendations."""
-        out: list[str] = []
+        out: dict[str, None] = {}  # ordered
+        facts_of, live, relevant = self.ix.facts_of, self.live, self.relevant
         for lr in self.ix.rules:
-            if lr.id not in self.live or lr.id not in self.relevant:
+            if lr.id not in live or lr.id not in relevant:
                 continue
-            for fact in facts_used(lr.condition):
+            for fact in facts_of[lr.id]:
                 if fact not in out and self.is_open(fact):
-                    out.append(fact)
-        return out
+                    out[fact] = None
+        return list(out)
 
 
 def _minimal(sets: list[frozenset[str]]) -> list[frozenset[str]]:
@@ -510,8 +511,11 @@ def _credit(plan: Plan) -> None:
     state = plan.state
     # (fact, its credit, the leaf it settles) per set of probed leaves: every region of a leaf probes the same set
     settles: dict[frozenset[str], list[tuple[str, float, str]]] = {}
+    now = state.now
     for probe in plan.probes:
-        weight, minor = weigh(state.now, probe.answer)
+        if probe.answer is now:  # a what-if that kept the state's own decision changes nothing
+            continue
+        weight, minor = weigh(now, probe.answer)
         if weight == 0 and minor == 0:
             continue
         share = 1.0 / probe.regions if probe.kind == "leaf" else 1.0 / max(1, len(probe.leaves))

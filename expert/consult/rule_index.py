@@ -42,13 +42,14 @@ class Index:
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
         self.tests: dict[str, list[tuple[str, Any]]] = {}
         self.readers: dict[str, list[str]] = {}  # fact -> rules testing it
+        self.facts_of: dict[str, list[str]] = {lr.id: facts_used(lr.condition) for lr in self.rules}  # in order
         for lr in self.rules:
             for node in fact_tests(lr.condition):
                 ops = self.tests.setdefault(node.fact, [])
                 for op_const in node.ops():
                     if op_const not in ops:
                         ops.append(op_const)
-            for fact in facts_used(lr.condition):
+            for fact in self.facts_of[lr.id]:
                 self.readers.setdefault(fact, []).append(lr.id)
         self.finding_readers: dict[str, list[LoadedRule]] = {}  # finding -> rules whose condition refers to it
         for lr in self.rules:
