@@ -392,6 +392,7 @@ def _session_turns(exp: expert.Expert, facts: dict[str, Any], fresh: bool) -> li
         ix = index(exp)
         ix.what_ifs.clear()
         ix.decisions.clear()
+        ix.witnesses.clear()
         getattr(ix.local, "plans", {}).clear()
     c = Consultation(exp)
     q = c.next_question()
@@ -431,12 +432,14 @@ def _turn_shares(exp: expert.Expert, cases: dict[str, dict[str, Any]]) -> None:
     for answers, unknowns in seen.values():
         ix.what_ifs.clear()
         ix.decisions.clear()
+        ix.witnesses.clear()
         t0 = time.process_time()
         state = State(ix, answers, unknowns)
         t1 = time.process_time()
         make_plan(state)
         t2 = time.process_time()
         counts.append(len(ix.what_ifs))
+        ix.witnesses.clear()
         again = State(ix, answers, unknowns)
         t3 = time.process_time()
         make_plan(again)  # every what-if a memo hit now

@@ -12,7 +12,7 @@ import expert
 from expert._resources import examples_dir
 from expert.consult.planner import State, analysis, fact_regions, make_plan, what_if
 from expert.consult.rule_index import index
-from expert.consult.session import Consultation, play
+from expert.consult.session import Consultation, answer_from, play
 from expert.derive.graph import GRAPH
 from expert.diagnosis.decide import Decision, decide
 from expert.observations.file import read_observation_file
@@ -156,3 +156,34 @@ def test_compiled_possibility_is_possible() -> None:
             assert got == sum(BIT[o] for o in want), lr.id
             checked += 1
     assert checked > 100
+
+
+def test_memoised_witnesses_are_searched_afresh() -> None:
+    """`rule_witness` (memoised by what the search reads of the state) gives on every state of whole sessions what
+    a fresh search gives, for every rule a plan asks it about."""
+    import itertools
+
+    from expert.consult.planner import rule_witness
+    from expert.consult.rule_index import decisive
+    from expert.consult.witness import MAX_WITNESSES, Witness
+
+    IX.witnesses.clear()
+    checked = hits = 0
+    for name in ("ddp_exposed_allreduce_pcie", "well_scaled_cluster", "llm_decode_kv_cache", "large_gemm"):
+        session = Consultation(EXPERT)
+        while (q := session.next_question()) is not None:
+            state = session._analysis()[0]
+            witness = Witness(state)
+            for lr in IX.rules:
+                if lr.id not in state.live or lr.id in state.now.fired or not decisive(lr):
+                    continue
+                before = len(IX.witnesses)
+                got = rule_witness(state, witness, lr)
+                hits += len(IX.witnesses) == before
+                fresh = next((o for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)),
+                                                              MAX_WITNESSES) if (o := witness.overrides(boxes))), None)
+                assert got == fresh, (name, lr.id)
+                checked += 1
+            raw = answer_from(q, EXAMPLES[name], EXPERT)
+            session.answer(q.fact, raw) if raw is not None else session.unknown(q.fact)
+    assert checked > 100 and hits > 0

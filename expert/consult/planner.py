@@ -456,11 +456,9 @@ def make_plan(state: State) -> Plan:
             continue
         if lr.rule.then.bottleneck:
             by_regime.setdefault(lr.rule.then.bottleneck.regime, []).append(lr)
-        for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)), MAX_WITNESSES):
-            overrides = witness.overrides(boxes)
-            if overrides:
-                run("rule", f"if rule {lr.id} fired ({{}})", overrides, (lr.id,))
-                break
+        overrides = rule_witness(state, witness, lr)
+        if overrides:
+            run("rule", f"if rule {lr.id} fired ({{}})", dict(overrides), (lr.id,))
     for regime, rules in by_regime.items():
         if len(rules) < 2:
             continue
@@ -476,6 +474,34 @@ def make_plan(state: State) -> Plan:
             run("regime", f"if the rules voting {regime} fired ({{}})", overrides, tuple(used))
     _credit(plan)
     return plan
+
+
+_WITNESSES_KEPT = 8192  # rule witnesses kept per Expert (`rule_witness`)
+
+
+def rule_witness(state: State, witness: Witness, lr: LoadedRule) -> dict[str, Value | None] | None:
+    """The values of the first of a rule's witnesses (at most MAX_WITNESSES tried) that sets some fact, or None.
+    Memoised (`Index.witnesses`) by all the search reads of the state (`Index.witness_reads`): whether each fact
+    it may test is open and, if not, its value; whether each finding it may follow is open and whether it holds.
+    Shared: callers must not change it."""
+    ix = state.ix
+    facts, findings = ix.witness_reads[lr.id]
+    known, concluded, opened = state.facts, state.now.findings, state.open_findings
+    key = (lr.id, tuple([None if state.is_open(f) else (type(v := known.get(f)), v) for f in facts]),
+           tuple([(f in opened, f in concluded) for f in findings]))
+    memo = ix.witnesses
+    if key in memo:
+        return memo[key]
+    found = None
+    for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)), MAX_WITNESSES):
+        overrides = witness.overrides(boxes)
+        if overrides:
+            found = overrides
+            break
+    if len(memo) >= _WITNESSES_KEPT:
+        memo.clear()
+    memo[key] = found
+    return found
 
 
 def _describe(state: State, overrides: Mapping[str, Value | None]) -> str:

@@ -58,6 +58,25 @@ class Index:
                 self.finding_readers.setdefault(finding, []).append(lr)
         self.producers = expert.ruleset.producers
         self.delta = _DeltaRules(self)
+        # what a rule's witness search reads (`planner.rule_witness`): the facts its condition tests and the findings
+        # it refers to, and those of every rule concluding such a finding, transitively
+        self.witness_reads: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        for lr in self.rules:
+            rules, findings, todo = {lr.id}, set[str](), [lr]
+            while todo:
+                pos, neg = findings_used(todo.pop().condition)
+                for finding in pos | neg:
+                    findings.add(finding)
+                    for producer in self.producers.get(finding, []):
+                        if producer not in rules:
+                            rules.add(producer)
+                            todo.append(expert.ruleset.rules[producer])
+            self.witness_reads[lr.id] = (tuple(sorted({f for r in rules for f in self.facts_of[r]})),
+                                         tuple(sorted(findings)))
+        # a rule's first witness values by what its search reads of a state (bounded, emptied when full): one answer
+        # leaves most rules' searches as they were
+        self.witnesses: dict[tuple[str, tuple[tuple[type, Value | None] | None, ...], tuple[tuple[bool, bool], ...]],
+                             dict[str, Value | None] | None] = {}
         # a what-if that changes none of these nor the fired rules, while no conflict cap holds, decides as before
         self.decide_reads = facts_read(self.ruleset)
         self._decide_keys = tuple(sorted(self.decide_reads))
