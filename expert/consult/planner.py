@@ -477,6 +477,7 @@ def make_plan(state: State) -> Plan:
 
 
 _WITNESSES_KEPT = 8192  # rule witnesses kept per Expert (`rule_witness`)
+_NOT_SEARCHED = object()
 
 
 def rule_witness(state: State, witness: Witness, lr: LoadedRule) -> dict[str, Value | None] | None:
@@ -490,8 +491,9 @@ def rule_witness(state: State, witness: Witness, lr: LoadedRule) -> dict[str, Va
     key = (lr.id, tuple([None if state.is_open(f) else (type(v := known.get(f)), v) for f in facts]),
            tuple([(f in opened, f in concluded) for f in findings]))
     memo = ix.witnesses
-    if key in memo:
-        return memo[key]
+    cached = memo.get(key, _NOT_SEARCHED)  # one lookup: another thread may empty the memo in between
+    if cached is not _NOT_SEARCHED:
+        return cached  # type: ignore[return-value]
     found = None
     for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)), MAX_WITNESSES):
         overrides = witness.overrides(boxes)
