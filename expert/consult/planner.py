@@ -25,7 +25,8 @@ the state's own outcome), and decides again only when the fired rules or a fact 
 only for a set of fired rules and values of those facts not decided before, `Index.decide`); its decision is
 memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
 answers and unknowns (`analysis`), so sessions that start alike plan their first turns once. The possibility analysis
-reads the rules' conditions compiled (`expert.consult.outcomes`). All of these give exactly what the long way gives
+reads the rules' conditions compiled (`expert.consult.outcomes`), and a rule's first witness is memoised by what its
+search reads of the state (`rule_witness`). All of these give exactly what the long way gives
 (tests/test_consult_planner.py, tests/test_fast_paths.py, the golden transcripts).
 """
 
