@@ -93,6 +93,8 @@ def cold_turns(all_cases: list[tuple[str, str, dict[str, Any]]]) -> tuple[float,
         EXPERT.diagnose(facts)
         diagnoses.append(time.process_time() - start)
         IX.what_ifs.clear()
+        IX.decisions.clear()
+        IX.witnesses.clear()
         getattr(IX.local, "plans", {}).clear()
         c, seconds = consult(facts, "tools", time.process_time)
         per_turn.append(seconds / max(1, c.questions_asked + 1))

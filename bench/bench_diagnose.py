@@ -14,6 +14,7 @@ baseline from the same run:
 * cold start: `dam --version` and `dam diagnose --example ...` against `python -c pass`;
 * a consultation turn (answer + next question) against one warm diagnose: on sessions whose states are all new
   (the planner memo emptied before each, the target) and, labelled apart, on the same sessions replayed (memo hits);
+  then where a new state's planning goes (the state, its what-ifs, the rest of the plan);
 * each stage's share of a warm diagnose: normalise, derive, engine, build (without provenance), then what a diagnosis
   defers until first read (provenance graph, rule evaluations) and to_json.
 """
@@ -400,6 +401,8 @@ def _session_turns(exp: expert.Expert, facts: dict[str, Any], fresh: bool) -> li
     if fresh:
         ix = index(exp)
         ix.what_ifs.clear()
+        ix.decisions.clear()
+        ix.witnesses.clear()
         getattr(ix.local, "plans", {}).clear()
     c = Consultation(exp)
     q = c.next_question()
@@ -414,6 +417,51 @@ def _session_turns(exp: expert.Expert, facts: dict[str, Any], fresh: bool) -> li
         q = c.next_question()
         out.append((time.perf_counter() - t, time.process_time() - cpu))
     return out
+
+
+def _turn_shares(exp: expert.Expert, cases: dict[str, dict[str, Any]]) -> None:
+    """Where a new state's planning goes (medians over the states of the bundled examples' sessions, each planned
+    with the what-if memos emptied): the state (derive, decide, the possibility analysis), the what-ifs (a plan with
+    them against the same plan with every what-if memoised), and the rest of the plan (witnesses, crediting)."""
+    from expert.consult.planner import State, make_plan
+    from expert.consult.rule_index import index
+
+    ix = index(exp)
+    seen: dict[tuple[tuple[tuple[str, Any], ...], frozenset[str]], tuple[dict[str, Any], set[str]]] = {}
+    for facts in cases.values():
+        c = Consultation(exp)
+        q = c.next_question()
+        while q is not None:
+            answers, unknowns = c._replay()
+            seen.setdefault((tuple(answers.items()), frozenset(unknowns)), (answers, unknowns))
+            raw = answer_from(q, facts, exp)
+            c.answer(q.fact, raw) if raw is not None else c.unknown(q.fact)
+            q = c.next_question()
+    parts: dict[str, list[float]] = {"state": [], "what-ifs": [], "rest of the plan": []}
+    counts: list[int] = []
+    for answers, unknowns in seen.values():
+        ix.what_ifs.clear()
+        ix.decisions.clear()
+        ix.witnesses.clear()
+        t0 = time.process_time()
+        state = State(ix, answers, unknowns)
+        t1 = time.process_time()
+        make_plan(state)
+        t2 = time.process_time()
+        counts.append(len(ix.what_ifs))
+        ix.witnesses.clear()
+        again = State(ix, answers, unknowns)
+        t3 = time.process_time()
+        make_plan(again)  # every what-if a memo hit now
+        t4 = time.process_time()
+        parts["state"].append(t1 - t0)
+        parts["what-ifs"].append(max(0.0, (t2 - t1) - (t4 - t3)))
+        parts["rest of the plan"].append(t4 - t3)
+    medians = {k: statistics.median(v) for k, v in parts.items()}
+    whole = sum(medians.values())
+    print(f"a new state's planning, medians over {len(seen)} states: "
+          + "  ".join(f"{k} {v * 1e3:.2f} ms ({v / whole:.0%})" for k, v in medians.items())
+          + f"; {statistics.median(counts):.0f} what-ifs decided per state")
 
 
 def consultation() -> None:
@@ -442,6 +490,8 @@ def consultation() -> None:
         judged = f" (target ≤ 1x: {verdict(ratio <= 1)})" if target else ""
         print(f"turn, {label}: median {turn * 1e3:.2f} ms = {ratio:.2f}x{judged}; "
               f"CPU {turn_cpu * 1e3:.2f} ms = {turn_cpu / diag_cpu:.2f}x ({len(turns)} turns)")
+    _turn_shares(exp, cases)
+    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
 def main() -> None:

@@ -11,14 +11,27 @@ import pytest
 import expert
 from expert._resources import examples_dir
 from expert.consult.planner import State, analysis, fact_regions, make_plan, what_if
-from expert.consult.rule_index import decision_on, index
-from expert.consult.session import Consultation, play
+from expert.consult.rule_index import index
+from expert.consult.session import Consultation, answer_from, play
 from expert.derive.graph import GRAPH
+from expert.diagnosis.decide import Decision, decide
 from expert.observations.file import read_observation_file
 
 EXPERT = expert.default_expert()
 IX = index(EXPERT)
 EXAMPLES = {p.stem: dict(read_observation_file(p).observations) for p in sorted(examples_dir().glob("*.yaml"))}
+
+
+def _fields(d: Decision) -> tuple[Any, ...]:
+    """Every field of a decision, and its axes."""
+    return (d.fired, d.findings, d.candidates, d.verdict, d.table, d.proposed, d.wasted, d.recommended, d.bands,
+            d.caps, d.withheld, d._axis_votes, d.axes)
+
+
+def _full(facts: dict[str, Any]) -> Decision:
+    """The decision of a whole engine run, decided afresh (no memo)."""
+    result = IX.engine.run(facts)
+    return decide(IX.ruleset, result.fired, result.findings, facts)
 
 
 def _state(facts: dict[str, Any], drop: int) -> State:
@@ -39,7 +52,7 @@ def test_a_what_if_reaches_the_full_engine_run(name: str) -> None:
         for _, value in fact_regions(IX, fact)[:5]:
             IX.what_ifs.clear()
             got = what_if(state, {fact: value})
-            full = decision_on(IX, GRAPH.values({**state.answers, fact: value}, IX.kb))
+            full = _full(GRAPH.values({**state.answers, fact: value}, IX.kb))
             assert (got.verdict, got.recommended, got.fired, got.findings, got.bands) == (
                 full.verdict, full.recommended, full.fired, full.findings, full.bands), (fact, value)
             checked += 1
@@ -48,9 +61,37 @@ def test_a_what_if_reaches_the_full_engine_run(name: str) -> None:
     dropped = what_if(state, {unknown: None})  # leaving an answered fact out is a what-if too
     facts = GRAPH.values({k: v for k, v in state.answers.items() if k != unknown}, IX.kb)
     facts.pop(unknown, None)
-    full = decision_on(IX, facts)
+    full = _full(facts)
     assert (dropped.verdict, dropped.fired, dropped.findings) == (full.verdict, full.fired, full.findings)
     assert checked > 0
+
+
+def test_memoised_decisions_are_decided_afresh() -> None:
+    """`Index.decide` (memoised by the fired rules and the facts `decide` reads) gives, field by field, what a fresh
+    `decide` gives on every what-if of whole sessions, with the memos emptied first."""
+    import expert.consult.planner as planner
+
+    seen: list[tuple[list[str], set[str], dict[str, Any], Decision]] = []
+    original = IX.decide
+
+    def checked(fired: Any, findings: Any, facts: Any) -> Decision:
+        got = original(fired, findings, facts)
+        seen.append((list(fired), set(findings), dict(facts), got))
+        return got
+
+    IX.what_ifs.clear()
+    IX.decisions.clear()
+    getattr(IX.local, "plans", {}).clear()
+    IX.decide = checked  # type: ignore[method-assign]
+    try:
+        for name in ("ddp_exposed_allreduce_pcie", "well_scaled_cluster", "llm_decode_kv_cache"):
+            play(EXAMPLES[name], EXPERT)
+    finally:
+        del IX.decide
+    assert planner.what_if is what_if and len(seen) > 100
+    for fired, findings, facts, got in seen:
+        assert _fields(got) == _fields(decide(IX.ruleset, fired, findings, facts))
+    assert len({id(d) for *_, d in seen}) < len(seen)  # some were memo hits
 
 
 def test_sessions_share_states_without_sharing_answers() -> None:
@@ -115,3 +156,34 @@ def test_compiled_possibility_is_possible() -> None:
             assert got == sum(BIT[o] for o in want), lr.id
             checked += 1
     assert checked > 100
+
+
+def test_memoised_witnesses_are_searched_afresh() -> None:
+    """`rule_witness` (memoised by what the search reads of the state) gives on every state of whole sessions what
+    a fresh search gives, for every rule a plan asks it about."""
+    import itertools
+
+    from expert.consult.planner import rule_witness
+    from expert.consult.rule_index import decisive
+    from expert.consult.witness import MAX_WITNESSES, Witness
+
+    IX.witnesses.clear()
+    checked = hits = 0
+    for name in ("ddp_exposed_allreduce_pcie", "well_scaled_cluster", "llm_decode_kv_cache", "large_gemm"):
+        session = Consultation(EXPERT)
+        while (q := session.next_question()) is not None:
+            state = session._analysis()[0]
+            witness = Witness(state)
+            for lr in IX.rules:
+                if lr.id not in state.live or lr.id in state.now.fired or not decisive(lr):
+                    continue
+                before = len(IX.witnesses)
+                got = rule_witness(state, witness, lr)
+                hits += len(IX.witnesses) == before
+                fresh = next((o for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)),
+                                                              MAX_WITNESSES) if (o := witness.overrides(boxes))), None)
+                assert got == fresh, (name, lr.id)
+                checked += 1
+            raw = answer_from(q, EXAMPLES[name], EXPERT)
+            session.answer(q.fact, raw) if raw is not None else session.unknown(q.fact)
+    assert checked > 100 and hits > 0

@@ -21,10 +21,12 @@ When no rule that can still change can reach the verdict or the recommendations,
 
 Cost: a what-if derives again only what its changed facts feed (`DerivationGraph.revalue`), re-runs only the rules
 they reach, once in dependency order and only those reading a changed fact or finding (`_DeltaRules`; the others keep
-the state's own outcome), and decides again only when the fired rules or a fact `decide` reads changed; its decision
-is memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
+the state's own outcome), and decides again only when the fired rules or a fact `decide` reads changed (and then
+only for a set of fired rules and values of those facts not decided before, `Index.decide`); its decision is
+memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
 answers and unknowns (`analysis`), so sessions that start alike plan their first turns once. The possibility analysis
-reads the rules' conditions compiled (`expert.consult.outcomes`). All of these give exactly what the long way gives
+reads the rules' conditions compiled (`expert.consult.outcomes`), and a rule's first witness is memoised by what its
+search reads of the state (`rule_witness`). All of these give exactly what the long way gives
 (tests/test_consult_planner.py, tests/test_fast_paths.py, the golden transcripts).
 """
 
@@ -39,10 +41,10 @@ from typing import Literal
 from ..derive.formulas import DerivedValue
 from ..derive.graph import GRAPH, derive
 from ..derive.registry import Derivation
-from ..diagnosis.decide import Decision, decide
+from ..diagnosis.decide import Decision
 from ..observations.normalise import format_value
 from ..rules.evaluate import Evaluator, compile_condition, evaluate
-from ..rules.logic import OUTCOMES, Constraints, Outcome, facts_used, possible
+from ..rules.logic import OUTCOMES, Constraints, Outcome, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
 from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, rule_outcomes
@@ -224,14 +226,15 @@ class State:
 
     def open_leaves(self) -> list[str]:
         """Open facts tested by rules that can still change and can reach the verdict or the recommendations."""
-        out: list[str] = []
+        out: dict[str, None] = {}  # ordered
+        facts_of, live, relevant = self.ix.facts_of, self.live, self.relevant
         for lr in self.ix.rules:
-            if lr.id not in self.live or lr.id not in self.relevant:
+            if lr.id not in live or lr.id not in relevant:
                 continue
-            for fact in facts_used(lr.condition):
+            for fact in facts_of[lr.id]:
                 if fact not in out and self.is_open(fact):
-                    out.append(fact)
-        return out
+                    out[fact] = None
+        return list(out)
 
 
 def _minimal(sets: list[frozenset[str]]) -> list[frozenset[str]]:
@@ -354,8 +357,8 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     for name in dropped:
         facts.pop(name, None)
     rerun = ix.delta.run(state.facts, state.now, facts, reached)
-    decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else decide(
-        ix.ruleset, rerun[0], rerun[1], facts)
+    decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else ix.decide(
+        rerun[0], rerun[1], facts)
     if len(memo) >= _WHAT_IFS_KEPT:
         memo.clear()
     memo[key] = decision
@@ -438,10 +441,15 @@ def make_plan(state: State) -> Plan:
         key = tuple(sorted(overrides.items(), key=lambda kv: kv[0]))
         plan.probes.append(Probe(kind, condition, key, answer, rules, subject, regions))
 
-    for leaf in state.open_leaves():
+    for leaf in state.open_leaves():  # `run` for a leaf probe, inlined: one override, nothing to describe or trim
         regions = fact_regions(ix, leaf)
+        readers = tuple(ix.readers.get(leaf, []))
         for label, value in regions:
-            run("leaf", label, {leaf: value}, tuple(ix.readers.get(leaf, [])), leaf, len(regions))
+            key = ((leaf, value),)
+            answer = cache.get(key)
+            if answer is None:
+                answer = cache[key] = what_if(state, {leaf: value})
+            plan.probes.append(Probe("leaf", label, key, answer, readers, leaf, len(regions)))
     witness = Witness(state)
     by_regime: dict[str, list[LoadedRule]] = {}
     for lr in live_decisive:
@@ -449,11 +457,9 @@ def make_plan(state: State) -> Plan:
             continue
         if lr.rule.then.bottleneck:
             by_regime.setdefault(lr.rule.then.bottleneck.regime, []).append(lr)
-        for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)), MAX_WITNESSES):
-            overrides = witness.overrides(boxes)
-            if overrides:
-                run("rule", f"if rule {lr.id} fired ({{}})", overrides, (lr.id,))
-                break
+        overrides = rule_witness(state, witness, lr)
+        if overrides:
+            run("rule", f"if rule {lr.id} fired ({{}})", dict(overrides), (lr.id,))
     for regime, rules in by_regime.items():
         if len(rules) < 2:
             continue
@@ -469,6 +475,36 @@ def make_plan(state: State) -> Plan:
             run("regime", f"if the rules voting {regime} fired ({{}})", overrides, tuple(used))
     _credit(plan)
     return plan
+
+
+_WITNESSES_KEPT = 8192  # rule witnesses kept per Expert (`rule_witness`)
+_NOT_SEARCHED = object()
+
+
+def rule_witness(state: State, witness: Witness, lr: LoadedRule) -> dict[str, Value | None] | None:
+    """The values of the first of a rule's witnesses (at most MAX_WITNESSES tried) that sets some fact, or None.
+    Memoised (`Index.witnesses`) by all the search reads of the state (`Index.witness_reads`): whether each fact
+    it may test is open and, if not, its value; whether each finding it may follow is open and whether it holds.
+    Shared: callers must not change it."""
+    ix = state.ix
+    facts, findings = ix.witness_reads[lr.id]
+    known, concluded, opened = state.facts, state.now.findings, state.open_findings
+    key = (lr.id, tuple([None if state.is_open(f) else (type(v := known.get(f)), v) for f in facts]),
+           tuple([(f in opened, f in concluded) for f in findings]))
+    memo = ix.witnesses
+    cached = memo.get(key, _NOT_SEARCHED)  # one lookup: another thread may empty the memo in between
+    if cached is not _NOT_SEARCHED:
+        return cached  # type: ignore[return-value]
+    found = None
+    for boxes in itertools.islice(witness.of(lr.condition, True, {}, (lr.id,)), MAX_WITNESSES):
+        overrides = witness.overrides(boxes)
+        if overrides:
+            found = overrides
+            break
+    if len(memo) >= _WITNESSES_KEPT:
+        memo.clear()
+    memo[key] = found
+    return found
 
 
 def _describe(state: State, overrides: Mapping[str, Value | None]) -> str:
@@ -504,8 +540,11 @@ def _credit(plan: Plan) -> None:
     state = plan.state
     # (fact, its credit, the leaf it settles) per set of probed leaves: every region of a leaf probes the same set
     settles: dict[frozenset[str], list[tuple[str, float, str]]] = {}
+    now = state.now
     for probe in plan.probes:
-        weight, minor = weigh(state.now, probe.answer)
+        if probe.answer is now:  # a what-if that kept the state's own decision changes nothing
+            continue
+        weight, minor = weigh(now, probe.answer)
         if weight == 0 and minor == 0:
             continue
         share = 1.0 / probe.regions if probe.kind == "leaf" else 1.0 / max(1, len(probe.leaves))

@@ -6,7 +6,7 @@ which rules, which rules decide, the conflict readings, the combined questions, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._weakcache import PerObject
@@ -42,13 +42,14 @@ class Index:
         self.order = {name: i for i, name in enumerate(self.kb.facts)}
         self.tests: dict[str, list[tuple[str, Any]]] = {}
         self.readers: dict[str, list[str]] = {}  # fact -> rules testing it
+        self.facts_of: dict[str, list[str]] = {lr.id: facts_used(lr.condition) for lr in self.rules}  # in order
         for lr in self.rules:
             for node in fact_tests(lr.condition):
                 ops = self.tests.setdefault(node.fact, [])
                 for op_const in node.ops():
                     if op_const not in ops:
                         ops.append(op_const)
-            for fact in facts_used(lr.condition):
+            for fact in self.facts_of[lr.id]:
                 self.readers.setdefault(fact, []).append(lr.id)
         self.finding_readers: dict[str, list[LoadedRule]] = {}  # finding -> rules whose condition refers to it
         for lr in self.rules:
@@ -57,9 +58,32 @@ class Index:
                 self.finding_readers.setdefault(finding, []).append(lr)
         self.producers = expert.ruleset.producers
         self.delta = _DeltaRules(self)
+        # what a rule's witness search reads (`planner.rule_witness`): the facts its condition tests and the findings
+        # it refers to, and those of every rule concluding such a finding, transitively
+        self.witness_reads: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        for lr in self.rules:
+            rules, findings, todo = {lr.id}, set[str](), [lr]
+            while todo:
+                pos, neg = findings_used(todo.pop().condition)
+                for finding in pos | neg:
+                    findings.add(finding)
+                    for producer in self.producers.get(finding, []):
+                        if producer not in rules:
+                            rules.add(producer)
+                            todo.append(expert.ruleset.rules[producer])
+            self.witness_reads[lr.id] = (tuple(sorted({f for r in rules for f in self.facts_of[r]})),
+                                         tuple(sorted(findings)))
+        # a rule's first witness values by what its search reads of a state (bounded, emptied when full): one answer
+        # leaves most rules' searches as they were
+        self.witnesses: dict[tuple[str, tuple[tuple[type, Value | None] | None, ...], tuple[tuple[bool, bool], ...]],
+                             dict[str, Value | None] | None] = {}
         # a what-if that changes none of these nor the fired rules, while no conflict cap holds, decides as before
         self.decide_reads = facts_read(self.ruleset)
+        self._decide_keys = tuple(sorted(self.decide_reads))
         self.conflict_caps = frozenset(cap.finding for cap in self.kb.regimes.evidence_caps if cap.conflict)
+        # decisions by (fired rules, values of `decide_reads`): what-ifs on different facts often fire the same
+        # rules on the same scorecard and shares (bounded, emptied when full; shared like `what_ifs`)
+        self.decisions: dict[tuple[frozenset[str], tuple[tuple[type, Value] | None, ...]], Decision] = {}
         # evidence caps (knowledge_base/regimes.yaml) can take a verdict away, so the rules concluding thin evidence
         # decide too; a conflict is checked between the answers given, never a reason to ask for a second reading
         capping = {cap.finding for cap in self.kb.regimes.evidence_caps if not cap.conflict}
@@ -106,6 +130,26 @@ class Index:
                 self.tool_of[name] = m.tool
 
 
+    def decide(self, fired: Collection[str], findings: Collection[str], facts: Mapping[str, Value]) -> Decision:
+        """`decide` on these fired rules (and the findings they conclude) and facts, memoised by the fired rules and
+        the values of the facts `decide` reads itself (`facts_read`: the same fired rules on the same values of
+        these make the same decision), except while a conflict cap's finding holds (then it reads more). The
+        decision is shared: callers must not change it."""
+        if not self.conflict_caps.isdisjoint(findings):
+            return decide(self.ruleset, fired, findings, facts)
+        get = facts.get
+        key = (frozenset(fired),
+               tuple([None if (v := get(name)) is None else (type(v), v) for name in self._decide_keys]))  # 1 != 1.0
+        found = self.decisions.get(key)
+        if found is None:
+            found = decide(self.ruleset, fired, findings, facts)
+            if len(self.decisions) >= _DECISIONS_KEPT:
+                self.decisions.clear()
+            self.decisions[key] = found
+        return found
+
+
+_DECISIONS_KEPT = 8192  # decisions kept per Expert by `Index.decide` (a few KiB each)
 _PLANS_KEPT = 4096  # re-run plans kept per Expert, one per set of changed facts seen
 _GENERATE_AFTER = 2048  # what-if re-runs after which the rules' conditions are generated code (a few turns' worth;
 # building them takes tens of ms, more than a one-question session would save)
@@ -185,15 +229,20 @@ class _DeltaRules:
             # one pass in dependency order: a rule that reads no changed fact and no finding whose presence changed
             # keeps the outcome it had (the stratified fixpoint is monotone, so its outcome depends on those alone)
             was_fired, had = base.fired, base.findings
+            flipped = findings ^ had  # the findings whose presence differs from the state's run, kept up to date
             for rule_id, evaluator, finding, reads, reads_changed in in_order:
-                if reads_changed or (reads and any((f in findings) != (f in had) for f in reads)):
+                if reads_changed or (flipped and not flipped.isdisjoint(reads)):
                     if evaluator(facts, findings, None, False) != "true":
                         continue
                 elif rule_id not in was_fired:
                     continue
                 fired.append(rule_id)
-                if finding is not None:
+                if finding is not None and finding not in findings:
                     findings.add(finding)
+                    if finding in had:
+                        flipped.discard(finding)
+                    else:
+                        flipped.add(finding)
             return fired, findings
         for stratum in strata:
             pending: Sequence[_Rule] = stratum
@@ -252,4 +301,4 @@ def decision_on(ix: Index, facts: Mapping[str, Value]) -> Decision:
     """What the user cares about on these facts (verdict, recommended set, scorecard bands, fired rules): the
     diagnosis's own `decide`, without building a Report."""
     result = ix.engine.run(facts)
-    return decide(ix.ruleset, result.fired, result.findings, facts)
+    return ix.decide(result.fired, result.findings, facts)
