@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from .._bare import bare_model
 from .._yaml import check_size, load_yaml, read_text
 from ..breakdown import TimeBreakdown
 from ..errors import KnowledgeBaseError, ObservationError, Problem, printable
@@ -17,7 +18,7 @@ from .normalise import RankFigures
 class ObservationFile(BaseModel):
     """The file format `dam diagnose FILE` reads (JSON Schema: `dam schema observations`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # see _observation_file
 
     description: str | None = None
     observations: dict[str, Any]
@@ -94,6 +95,21 @@ def read_observation_file(path: Path) -> ObservationFile:
                                                 "time_breakdown is what `dam ingest` wrote; remove it or re-ingest")]
                                        ) from exc
         # a description is free text shown in every report: control characters become visible escapes (\x1b)
-        return ObservationFile(description=printable(str(description)) if description is not None else None,
-                               observations=data["observations"], ranks=ranks, time_breakdown=breakdown)
-    return ObservationFile(observations=data)
+        return _observation_file({"description": printable(str(description)) if description is not None else None,
+                                  "observations": data["observations"], "ranks": ranks, "time_breakdown": breakdown})
+    return _observation_file({"observations": data})
+
+
+_FILE_FIELDS = tuple(ObservationFile.model_fields)
+
+
+def _observation_file(given: dict[str, Any]) -> ObservationFile:
+    """`ObservationFile(**given)`. Every field but `observations` arrives checked; where its keys are all strings the
+    instance is built as validation would build it (a copy of the mapping, the other fields as given, the given ones
+    marked as set) without building the model's validator, which a cold `dam diagnose FILE` would pay for (~10 ms
+    of its first validator); other keys are validated, and rejected as before."""
+    observations = given["observations"]
+    if not all(type(key) is str for key in observations):
+        return ObservationFile(**given)
+    fields = {name: None for name in _FILE_FIELDS} | given | {"observations": dict(observations)}
+    return bare_model(ObservationFile, fields, set(given))

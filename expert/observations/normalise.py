@@ -27,7 +27,9 @@ _TEXT_MAX = 300  # text facts are quoted in messages: a few names, not a documen
 class Observation(BaseModel):
     """One observed value and where it came from."""
 
-    model_config = ConfigDict(extra="forbid")
+    # defer_build: built on first validation; `normalise` builds checked instances without validating, so a command
+    # that only diagnoses never builds a validator (the first one imports pydantic's plugin loader, ~10 ms)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     value: Scalar
     source: str = "user"
@@ -38,7 +40,7 @@ class RankFigures(BaseModel):
     """One rank of a multi-GPU job as its profiler trace shows it (expert/ingest/ranks.py): per step, in seconds, and
     shares of the step. `sync_wait_s` is the time it waits inside collectives for the slowest rank."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     rank: int
     file: str
@@ -58,7 +60,7 @@ class Observations(BaseModel):
 
     `ranks`, when the observations come from the traces of a multi-GPU job, holds each rank's figures."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     facts: dict[str, Observation] = Field(default_factory=dict)
     ranks: list[RankFigures] = Field(default_factory=list)
