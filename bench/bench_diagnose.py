@@ -11,7 +11,8 @@ baseline from the same run:
 * the slowdown of a new diagnosis with 10,000 reports alive, against none alive;
 * 8 threads vs 1 on one Expert (both engines; also per CPU second, which the machine's other load leaves alone),
   and 2 processes vs 1;
-* cold start: `dam --version` and `dam diagnose --example ...` against `python -c pass`;
+* cold start: `dam --version` and `dam diagnose --example ...` against `python -c pass`, and the cold diagnose step
+  by step (command line, reading the example, the Expert's imports and build, diagnose, rendering);
 * a consultation turn (answer + next question) against one warm diagnose: on sessions whose states are all new
   (the planner memo emptied before each, the target) and, labelled apart, on the same sessions replayed (memo hits);
   then where a new state's planning goes (the state, its what-ifs, the rest of the plan);
@@ -391,6 +392,61 @@ def cold_start(runs: int) -> None:
         target = f" (target ≤ {limit}x: {verdict(m[name] / base <= limit)})" if limit else ""
         print(f"{name}: {m[name] * 1e3:.0f} ms = {m[name] / base:.1f}x python -c pass{target}")
     print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    cold_phases(runs, env, base)
+
+
+# The steps of `dam diagnose --example data_starved_training` as expert.commands runs them, timed one after another in
+# a fresh process (bytecode and rule cache as above); prints {step: seconds} as JSON.
+COLD_PHASES = """
+import contextlib, gc, io, json, sys, time
+gc.set_threshold(100_000, *gc.get_threshold()[1:])  # as the dam script runs
+marks = [("", time.perf_counter())]
+def mark(name):
+    marks.append((name, time.perf_counter()))
+import expert.commands as commands
+args = commands.build_parser(["diagnose"]).parse_args(["diagnose", "--example", "data_starved_training"])
+mark("command line (expert.commands, argparse)")
+from expert.commands import diagnose
+raw, description = diagnose.gather(args, {})
+mark("read the example (pydantic; observation, knowledge-base models)")
+import expert.expert
+mark("import the Expert (rules, derive, diagnosis, report models)")
+from expert.commands._common import make_expert
+diagnostician = make_expert(args)
+mark("build the Expert (rules from the cache, engine)")
+report = diagnostician.diagnose(raw)
+mark("diagnose")
+from expert.report.render import console, terminal
+mark("import the terminal renderer (rich)")
+with contextlib.redirect_stdout(io.StringIO()):
+    diagnose.emit(report, "rich", None, description)
+mark("render the report")
+print(json.dumps({b: t1 - t0 for (_, t0), (b, t1) in zip(marks, marks[1:])}))
+"""
+
+
+def cold_phases(runs: int, env: dict[str, str], base: float) -> None:
+    """Where a cold `dam diagnose --example` goes: each step's median (of `runs` fresh processes), in ms, in
+    multiples of `python -c pass` and as a share of the steps' sum (the interpreter's own start is `python -c pass`)."""
+    import json
+
+    scratch = Path(tempfile.mkdtemp(prefix="dam-bench-phases-"))
+    env = {**env, "PYTHONPYCACHEPREFIX": str(scratch / "pycache"), "XDG_CACHE_HOME": str(scratch / "cache")}
+    samples: dict[str, list[float]] = {}
+    try:
+        for i in range(runs + 1):  # the first writes the bytecode and the caches
+            out = subprocess.run([sys.executable, "-c", COLD_PHASES], check=True, capture_output=True, text=True,
+                                 cwd="/tmp", env=env).stdout
+            if i:
+                for name, seconds in json.loads(out.strip().splitlines()[-1]).items():
+                    samples.setdefault(name, []).append(seconds)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    medians = {name: statistics.median(v) for name, v in samples.items()}
+    total = sum(medians.values())
+    print(f"where it goes (medians of {runs} fresh processes; {total * 1e3:.0f} ms after the interpreter's start):")
+    for name, seconds in medians.items():
+        print(f"  {name}: {seconds * 1e3:.1f} ms = {seconds / base:.1f}x python -c pass ({seconds / total:.0%})")
 
 
 def _session_turns(exp: expert.Expert, facts: dict[str, Any], fresh: bool) -> list[tuple[float, float]]:

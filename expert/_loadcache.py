@@ -11,6 +11,9 @@ An entry is keyed by a hash of everything the loaded objects depend on: the cont
 module of this package (so an edited checkout never reuses objects built by other code), and the versions of this
 package, Python and pydantic. The entry is a pickle: it is read only from a directory and a file owned by this
 user that no one else may write, and written atomically (a temporary file renamed into place).
+
+The bundled example files are kept here parsed too (`bundled_yaml`, keyed by their bytes, the package code and
+PyYAML's files), so that `dam diagnose --example NAME` and `dam examples` need not import PyYAML.
 """
 
 from __future__ import annotations
@@ -106,8 +109,9 @@ def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def _read(directory: Path, key: str) -> tuple[KnowledgeBase, RuleSet] | None:
-    path = directory / f"{_PREFIX}{key}{_SUFFIX}"
+def _unpickle(directory: Path, name: str) -> Any:
+    """The object stored as `name`, or None (missing, unreadable, truncated, from other code, or not private)."""
+    path = directory / name
     try:
         if not _private(os.stat(directory)):
             return None
@@ -115,9 +119,13 @@ def _read(directory: Path, key: str) -> tuple[KnowledgeBase, RuleSet] | None:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode) or not _private(st):
                 return None
-            entry = pickle.load(f)  # our own file, in a directory only this user can write
+            return pickle.load(f)  # our own file, in a directory only this user can write
     except Exception:  # missing, unreadable, truncated or from other code: load afresh
         return None
+
+
+def _read(directory: Path, key: str) -> tuple[KnowledgeBase, RuleSet] | None:
+    entry = _unpickle(directory, f"{_PREFIX}{key}{_SUFFIX}")
     if (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == key and isinstance(entry[1], KnowledgeBase)
             and isinstance(entry[2], RuleSet)):
         return entry[1], entry[2]
@@ -125,8 +133,13 @@ def _read(directory: Path, key: str) -> tuple[KnowledgeBase, RuleSet] | None:
 
 
 def _write(directory: Path, key: str, kb: KnowledgeBase, ruleset: RuleSet) -> None:
+    _store(directory, _PREFIX, key, (key, kb, ruleset), KEEP)
+
+
+def _store(directory: Path, prefix: str, key: str, entry: Any, keep: int) -> None:
+    """Write `entry` as `prefix + key` atomically, keeping the `keep` newest entries of that prefix."""
     try:
-        data = pickle.dumps((key, kb, ruleset), protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # something unpicklable in a custom rule set: just not cached
         return
     tmp: str | None = None
@@ -137,9 +150,9 @@ def _write(directory: Path, key: str, kb: KnowledgeBase, ruleset: RuleSet) -> No
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=directory)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, directory / f"{_PREFIX}{key}{_SUFFIX}")
+        os.replace(tmp, directory / f"{prefix}{key}{_SUFFIX}")
         tmp = None
-        _prune(directory)
+        _prune(directory, prefix, keep)
     except OSError:  # read-only, full, or gone: nothing is stored
         pass
     finally:
@@ -148,15 +161,15 @@ def _write(directory: Path, key: str, kb: KnowledgeBase, ruleset: RuleSet) -> No
                 os.unlink(tmp)
 
 
-def _prune(directory: Path) -> None:
-    """Keep the KEEP most recently written entries."""
+def _prune(directory: Path, prefix: str = _PREFIX, keep: int = KEEP) -> None:
+    """Keep the `keep` most recently written entries of `prefix`."""
     entries = []
-    for path in directory.glob(f"{_PREFIX}*{_SUFFIX}"):
+    for path in directory.glob(f"{prefix}*{_SUFFIX}"):
         try:
             entries.append((path.stat().st_mtime_ns, path))
         except OSError:
             continue
-    for _, path in sorted(entries, reverse=True)[KEEP:]:
+    for _, path in sorted(entries, reverse=True)[keep:]:
         with contextlib.suppress(OSError):
             path.unlink()
 
@@ -176,3 +189,60 @@ def load(kb_dir: Path, rules_dirs: list[Path]) -> tuple[KnowledgeBase, RuleSet]:
     if directory is not None and key is not None and cache_key(kb_dir, rules_dirs) == key:  # no file changed meanwhile
         _write(directory, key, kb, ruleset)
     return kb, ruleset
+
+
+# ---- bundled example files, parsed ---------------------------------------------------------------------------------
+
+_EXAMPLE_PREFIX = "example-"
+KEEP_EXAMPLES = 64  # the bundled examples of a few checkouts or versions
+
+
+def _pyyaml_fingerprint(update: Any) -> None:
+    """Feed the name, size and mtime of PyYAML's files into the hash, found without importing it (the parse is what
+    this PyYAML makes of the bytes; importing it is the ~7 ms this cache saves)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("yaml")
+    if spec is None or not spec.submodule_search_locations:
+        raise OSError("PyYAML not found")
+    for location in spec.submodule_search_locations:
+        with os.scandir(location) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_file():
+                    st = entry.stat()
+                    update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+
+
+def _example_key(path: Path, raw: bytes) -> str:
+    digest = hashlib.sha256()
+    update = digest.update
+    update(f"{FORMAT}\0{__version__}\0{sys.version}\0example\0{path}\0".encode())
+    _code_fingerprint(update)
+    _pyyaml_fingerprint(update)
+    update(raw)
+    return digest.hexdigest()
+
+
+def bundled_yaml(path: Path) -> Any:
+    """`load_yaml(path)` for a bundled example file (`dam diagnose --example`, `dam examples`): from the cache where
+    an entry for exactly these bytes, this package code and this PyYAML exists, so the command need not import
+    PyYAML; otherwise parsed as `load_yaml` parses it (its errors raised) and stored. Only the package's own example
+    files come here: nothing a user wrote is copied into the cache."""
+    from ._yaml import MAX_FILE_BYTES, load_yaml
+
+    directory = None if disabled() else cache_dir()
+    key = None
+    if directory is not None:
+        try:
+            if path.is_file() and path.stat().st_size <= MAX_FILE_BYTES:
+                key = _example_key(path, path.read_bytes())
+        except (OSError, ValueError):
+            key = None
+    if directory is not None and key is not None:
+        entry = _unpickle(directory, f"{_EXAMPLE_PREFIX}{key}{_SUFFIX}")
+        if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == key:
+            return entry[1]
+    data = load_yaml(path)
+    if directory is not None and key is not None and _example_key(path, path.read_bytes()) == key:  # unchanged since
+        _store(directory, _EXAMPLE_PREFIX, key, (key, data), KEEP_EXAMPLES)
+    return data

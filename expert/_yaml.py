@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import KnowledgeBaseError, Problem, not_a_file
 
-M = TypeVar("M", bound=BaseModel)
+if TYPE_CHECKING:
+    import yaml
 
-try:  # the C parser is ~10x faster; both are safe loaders (no arbitrary objects)
-    _Base: Any = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - libyaml missing
-    _Base = yaml.SafeLoader
+M = TypeVar("M", bound=BaseModel)
 
 # Limits on what a small input may cost. Every file this project reads is far below them.
 MAX_FILE_BYTES = 32 * 2**20  # a YAML or JSON input file
@@ -23,29 +21,39 @@ MAX_NODES = 1_000_000  # values after alias expansion ("billion laughs": 600 byt
 MAX_DEPTH = 200  # nesting of mappings and lists
 
 
-class DuplicateKeyError(yaml.MarkedYAMLError):
-    """A mapping names the same key twice (YAML's last-wins would silently drop the first)."""
+@functools.cache
+def _loader() -> Any:
+    """The safe loader that refuses duplicate and non-string mapping keys, made on first use: PyYAML is imported only
+    when a YAML file is read (~7 ms; a command given JSON, --set values or cached rules reads none)."""
+    import yaml
 
+    try:  # the C parser is ~10x faster; both are safe loaders (no arbitrary objects)
+        base: Any = yaml.CSafeLoader
+    except AttributeError:  # pragma: no cover - libyaml missing
+        base = yaml.SafeLoader
 
-class _Loader(_Base):  # type: ignore[misc]
-    """A safe loader that refuses duplicate and non-string mapping keys."""
+    class DuplicateKeyError(yaml.MarkedYAMLError):
+        """A mapping names the same key twice (YAML's last-wins would silently drop the first)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, yaml.Node] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, str):
-                raise DuplicateKeyError(None, None, f"the key {key!r} is not a name (quote it if it is meant as text)",
-                                        key_node.start_mark)
-            if key in seen:
-                raise DuplicateKeyError(None, None, f"duplicate key {key!r} (also on line "
-                                        f"{seen[key].start_mark.line + 1}); each key may appear once",
-                                        key_node.start_mark)
-            seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+    class _Loader(base):  # type: ignore[misc]
+        """A safe loader that refuses duplicate and non-string mapping keys."""
 
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, str):
+                    raise DuplicateKeyError(None, None, f"the key {key!r} is not a name (quote it if it is meant as "
+                                            "text)", key_node.start_mark)
+                if key in seen:
+                    raise DuplicateKeyError(None, None, f"duplicate key {key!r} (also on line "
+                                            f"{seen[key].start_mark.line + 1}); each key may appear once",
+                                            key_node.start_mark)
+                seen[key] = key_node
+            return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
 
-_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+    _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_yaml_map)
+    return _Loader
 
 
 def read_text(path: Path, error: type[KnowledgeBaseError] | Any = KnowledgeBaseError) -> str:
@@ -90,9 +98,11 @@ def check_size(data: Any, where: str, error: type[KnowledgeBaseError] | Any = Kn
 def load_yaml(path: Path) -> Any:
     """Parse a YAML file safely; syntax errors, duplicate or non-name keys, oversize, over-deep or alias-bomb
     input become a KnowledgeBaseError naming file and line."""
+    import yaml
+
     text = read_text(path)
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -177,7 +187,7 @@ _Path = tuple[str | int, ...]  # keys and indices from the document root (rules.
 def load_positioned(path: Path) -> tuple[Any, dict[_Path, int], list[tuple[int, str]]]:
     """Parse YAML safely, recording each node's line; returns (data, lines, duplicate keys as (line, key))."""
     text = path.read_text(encoding="utf-8")
-    loader = _Loader(text)
+    loader = _loader()(text)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
@@ -192,6 +202,8 @@ def load_positioned(path: Path) -> tuple[Any, dict[_Path, int], list[tuple[int, 
 
 def _record(node: yaml.Node, data: Any, path: _Path, lines: dict[_Path, int],
             duplicates: list[tuple[int, str]]) -> None:
+    import yaml
+
     lines.setdefault(path, node.start_mark.line + 1)  # a mapping entry keeps the line of its key
     if isinstance(node, yaml.MappingNode) and isinstance(data, dict):
         by_text = {str(k): k for k in data}
@@ -224,6 +236,8 @@ def nearest_line(lines: dict[_Path, int], at: _Path) -> int | None:
 
 def line_of(path: Path, at: _Path) -> int | None:
     """The line of the node at `at` in a YAML file (read again: for error messages only), or None."""
+    import yaml
+
     try:
         return nearest_line(load_positioned(path)[1], at)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):

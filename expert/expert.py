@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _loadcache
 from ._resources import data_dir
@@ -12,11 +12,13 @@ from .breakdown import TimeBreakdown
 from .derive.graph import GRAPH, DeriveMemo
 from .diagnosis.build import build_report
 from .engine import EngineName, make_engine
-from .kb.custom import ExtraHardware, extra_hardware_specs
 from .kb.knowledge import KnowledgeBase
 from .observations.normalise import Observations, normalise
 from .report.model import Report
 from .rules.ruleset import RuleSet
+
+if TYPE_CHECKING:
+    from .kb.custom import ExtraHardware
 
 
 class Expert:
@@ -44,6 +46,8 @@ class Expert:
         if extra_hardware is None:
             self.kb, self.ruleset = _loadcache.load(kb_dir, dirs)  # both from the cache where it holds them
         else:
+            from .kb.custom import extra_hardware_specs  # only for extra hardware
+
             kb = KnowledgeBase.load(kb_dir)
             specs, where = extra_hardware_specs(extra_hardware)
             self.kb = kb.with_hardware(specs, where)

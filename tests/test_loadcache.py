@@ -250,3 +250,64 @@ def test_the_cli_output_is_the_same_with_and_without_the_cache(tmp_path: Path) -
                for e in (env, env, {**env, "DAM_NO_CACHE": "1"})]
     assert outputs[0] == outputs[1] == outputs[2]
     assert len(_entries(tmp_path / "dam-expert")) == 1
+
+
+# ---- bundled examples, parsed (`_loadcache.bundled_yaml`) -----------------------------------------------------------
+
+
+def _examples(directory: Path) -> list[Path]:
+    return sorted(directory.glob("example-*.pickle")) if directory.is_dir() else []
+
+
+def test_a_bundled_example_from_the_cache_is_what_the_file_parses_to(cache: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from expert import _yaml
+    from expert._resources import examples_dir
+
+    paths = sorted(examples_dir().glob("*.yaml"))
+    parsed = [_yaml.load_yaml(path) for path in paths]
+    assert [_loadcache.bundled_yaml(path) for path in paths] == parsed  # parsed, and stored
+    assert len(_examples(cache)) == len(paths)
+    with monkeypatch.context() as m:
+        def refuse(path: Path) -> None:
+            raise AssertionError("parsed, not read from the cache")
+
+        m.setattr(_yaml, "load_yaml", refuse)
+        assert [_loadcache.bundled_yaml(path) for path in paths] == parsed  # from the cache: load_yaml would raise
+    # an edited file is parsed again (its bytes are in the key), and a corrupted entry is ignored
+    copy = tmp_path / "edited.yaml"
+    copy.write_text("description: one\nobservations: {gpu_util: 0.5}\n")
+    assert _loadcache.bundled_yaml(copy)["description"] == "one"
+    copy.write_text("description: two\nobservations: {gpu_util: 0.5}\n")
+    assert _loadcache.bundled_yaml(copy)["description"] == "two"
+    for entry in _examples(cache):
+        entry.write_bytes(b"not a pickle")
+    assert _loadcache.bundled_yaml(copy)["description"] == "two"
+
+
+def test_a_bundled_example_without_the_cache_is_parsed(cache: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from expert.errors import KnowledgeBaseError
+
+    monkeypatch.setenv("DAM_NO_CACHE", "1")
+    path = tmp_path / "x.yaml"
+    path.write_text("gpu_util: 0.5\n")
+    assert _loadcache.bundled_yaml(path) == {"gpu_util": 0.5}
+    assert not _examples(cache)
+    monkeypatch.delenv("DAM_NO_CACHE")
+    path.write_text("gpu_util: 0.5\ngpu_util: 0.6\n")  # errors as load_yaml raises them, and nothing stored
+    with pytest.raises(KnowledgeBaseError, match="duplicate key"):
+        _loadcache.bundled_yaml(path)
+    assert not _examples(cache)
+
+
+def test_dam_diagnose_example_reads_no_yaml_once_cached(cache: Path) -> None:
+    """The second cold `dam diagnose --example` imports no PyYAML: the example and the rules come from the cache."""
+    code = ("import contextlib, io, sys\nfrom expert.commands import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['diagnose', '--example', 'data_starved_training']) == 0\n"
+            "print('yaml' in sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                           check=True).stdout.split()[-1] for _ in range(2)]
+    assert runs == ["True", "False"]

@@ -55,6 +55,7 @@ def register(sub: Any) -> None:
 def gather(args: argparse.Namespace, origins: dict[str, str] | None = None) -> tuple[dict[str, Any], str | None]:
     """The raw observations named on the command line (file or example, then --set), and a description. The
     per-rank figures of a multi-GPU job (from --from traces or the file) are left in `args.ranks`."""
+    from .._loadcache import bundled_yaml
     from ..observations.file import read_observation_file
 
     raw: dict[str, Any] = {}
@@ -70,7 +71,7 @@ def gather(args: argparse.Namespace, origins: dict[str, str] | None = None) -> t
         args.time_breakdown = result.time_breakdown  # where the GPU time goes, for the report
     path = example_path(args.example) if args.example else (Path(args.file) if args.file else None)
     if path is not None:
-        obs_file = read_observation_file(path)
+        obs_file = read_observation_file(path, parse_yaml=bundled_yaml) if args.example else read_observation_file(path)
         raw.update(obs_file.observations)
         args.ranks = list(obs_file.ranks or args.ranks)
         description = obs_file.description or description

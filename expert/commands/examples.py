@@ -12,9 +12,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .._loadcache import bundled_yaml
     from .._resources import examples_dir
     from ..observations.file import read_observation_file
 
     for path in sorted(examples_dir().glob("*.yaml")):
-        print(f"{path.stem:32s} {read_observation_file(path).description or ''}")
+        print(f"{path.stem:32s} {read_observation_file(path, parse_yaml=bundled_yaml).description or ''}")
     return 0

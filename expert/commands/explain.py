@@ -69,7 +69,12 @@ def load_report(path: str | None, example: str | None, rules_args: argparse.Name
                                         "or --example NAME")])
     if source.suffix.lower() == ".json" and _looks_like_report(source):
         return load(source)
-    observations = read_observation_file(source).observations
+    if example:
+        from .._loadcache import bundled_yaml
+
+        observations = read_observation_file(source, parse_yaml=bundled_yaml).observations
+    else:
+        observations = read_observation_file(source).observations
     if rules_args is not None:
         return make_expert(rules_args).diagnose(observations)
     import expert

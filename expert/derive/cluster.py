@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
-from ..rules.model import AllOf, Condition
-from .derivation import Derivation, Gate, Result, any_of, clamp_fraction, fact_test, hardware_of, num, required
+from ..rules.model import Condition
+from .derivation import Derivation, Gate, Result, all_of, any_of, clamp_fraction, fact_test, hardware_of, num, required
 from .formulas import (
     Facts,
     comm_term,
@@ -28,7 +28,7 @@ SOME_FAILURES = Gate("the job fails at all (no failures: no time between them)",
 
 def _own_links(kb: KnowledgeBase) -> Condition:
     """interconnect = nvlink (pcie) and hardware is one whose catalog entry gives its own NVLink (PCIe) link."""
-    return any_of([AllOf(all=[fact_test("interconnect", eq=kind), fact_test(
+    return any_of([all_of([fact_test("interconnect", eq=kind), fact_test(
         "hardware", **{"in": [hw.id for hw in kb.hardware.values() if _own_link(hw, kind) is not None]})])
         for kind in _HARDWARE_LINKS])
 

@@ -87,19 +87,37 @@ def required(value: _T | None, what: str) -> _T:
 # ---- shared helpers: gates, facts, catalog look-ups --------------------------------------------------------------
 
 
+# Gates are written here in code, from constants and catalog ids, so their condition models are built as validation
+# would build them (`model_construct`: the same fields, defaults and fields set; tests/test_gates.py checks every gate
+# of the registry against `model_validate`) without building the condition models' validators when the derivation
+# modules import: a cold `dam diagnose` builds none at all.
+
+
 def fact_test(name: str, **test: Any) -> FactTest:
     """A fact test of the rule language (`{"fact": name, **test}`), for gates."""
-    return FactTest.model_validate({"fact": name, **test})
+    built = FactTest.model_construct(fact=name, **test)
+    built.ops()  # what validating leaves behind beside the fields: its operator check caches the (operator, constant)s
+    return built
+
+
+def all_of(branches: list[Condition]) -> AllOf:
+    """`{"all": branches}`: every branch holds."""
+    return AllOf.model_construct(all=branches)
+
+
+def either(branches: list[Condition]) -> AnyOf:
+    """`{"any": branches}`: some branch holds."""
+    return AnyOf.model_construct(any=branches)
 
 
 def any_of(branches: list[Condition]) -> Condition:
     """One branch as itself, several as `any`."""
-    return branches[0] if len(branches) == 1 else AnyOf(any=branches)
+    return branches[0] if len(branches) == 1 else either(branches)
 
 
-LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", AllOf(all=[
+LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", all_of([
     fact_test("phase", eq="decode"),
-    AnyOf(any=[fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))
+    either([fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))
 
 
 def hardware_of(f: Facts, kb: KnowledgeBase) -> HardwareSpec:

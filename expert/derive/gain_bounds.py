@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
-from ..rules.model import AllOf, Condition
-from .derivation import Derivation, Gate, Result, any_of, fact_test, hardware_of, num, required
+from ..rules.model import Condition
+from .derivation import Derivation, Gate, Result, all_of, any_of, fact_test, hardware_of, num, required
 from .formulas import Facts, Value
 
 _CATALOG = "knowledge_base/hardware.yaml (dense peaks per dtype)"
@@ -36,7 +36,7 @@ def _dtypes(kb: KnowledgeBase) -> list[str]:
 
 def _by_dtype(kb: KnowledgeBase, applies: Callable[[HardwareSpec, str], bool]) -> Condition:
     """One branch per dtype: dtype = d and hardware is one for which `applies(hw, d)`."""
-    return any_of([AllOf(all=[fact_test("dtype", eq=dtype), fact_test(
+    return any_of([all_of([fact_test("dtype", eq=dtype), fact_test(
         "hardware", **{"in": [hw.id for hw in kb.hardware.values() if applies(hw, dtype)]})])
         for dtype in _dtypes(kb)] or [fact_test("hardware", **{"in": []})])
 

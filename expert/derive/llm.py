@@ -7,15 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..kb.knowledge import KnowledgeBase, MemoryModel
-from ..rules.model import AllOf, AnyOf, Condition
+from ..rules.model import Condition
 from .derivation import (
     ACTIVE_PARAMS,
     LLM_DECODE,
     Derivation,
     Gate,
     Result,
+    all_of,
     clamp_fraction,
     decode_gpus,
+    either,
     fact_test,
     hardware_of,
     num,
@@ -37,15 +39,15 @@ from .formulas import (
 from .formulas import decode_bytes_per_token as bytes_per_decoded_token
 
 TRAINING = Gate("a training job", fact_test("workload", eq="training"))
-PREFILL_OR_FORWARD = Gate("inference outside token decode (prompt prefill, or the phase not given)", AllOf(all=[
+PREFILL_OR_FORWARD = Gate("inference outside token decode (prompt prefill, or the phase not given)", all_of([
     fact_test("workload", eq="inference"),
-    AnyOf(any=[fact_test("phase", eq="prefill"), fact_test("phase", known=False)])]))
+    either([fact_test("phase", eq="prefill"), fact_test("phase", known=False)])]))
 SERVING = Gate("an inference service (or a job whose kind is not given): only serving holds a KV cache",
-               AnyOf(any=[fact_test("workload", eq="inference"), fact_test("workload", known=False)]))
+               either([fact_test("workload", eq="inference"), fact_test("workload", known=False)]))
 OPTIMIZER_ON_GPU = Gate("a training job whose optimizer states stay on the GPU (not offloaded, or not said)",
-                        AllOf(all=[fact_test("workload", eq="training"), AnyOf(any=[
+                        all_of([fact_test("workload", eq="training"), either([
                             fact_test("optimizer_offload", eq="no"), fact_test("optimizer_offload", known=False)])]))
-OPTIMIZER_OFFLOADED = Gate("a training job whose optimizer states and step are offloaded to the host", AllOf(all=[
+OPTIMIZER_OFFLOADED = Gate("a training job whose optimizer states and step are offloaded to the host", all_of([
     fact_test("workload", eq="training"), fact_test("optimizer_offload", eq="yes")]))
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
-from ..rules.model import AllOf, Condition
+from ..rules.model import Condition
 from .derivation import (
     ACTIVE_PARAMS,
     LLM_DECODE,
     Derivation,
     Gate,
     Result,
+    all_of,
     any_of,
     clamp_fraction,
     decode_gpus,
@@ -42,7 +43,7 @@ def _published_peaks(kb: KnowledgeBase) -> Condition:
     spec = kb.facts.get("dtype")
     dtypes = list(spec.choices or []) if spec is not None else []
     dtypes += sorted({d for hw in kb.hardware.values() for d in hw.peak_tflops if d not in dtypes})
-    return any_of([AllOf(all=[fact_test("dtype", eq=dtype), fact_test(
+    return any_of([all_of([fact_test("dtype", eq=dtype), fact_test(
         "hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.peak(dtype) is not None]})])
         for dtype in dtypes] or [fact_test("hardware", **{"in": []})])
 
@@ -125,7 +126,7 @@ _ETA = ("seed, iron law compute term O/(R_peak·η); η = achieved FLOP/s over p
 
 def _busy_gate(name: str) -> Gate:
     return Gate(f"mfu and {name} above zero (an idle GPU, or one doing no model FLOPs, has no efficiency to take)",
-                AllOf(all=[fact_test("mfu", gt=0), fact_test(name, gt=0)]))
+                all_of([fact_test("mfu", gt=0), fact_test(name, gt=0)]))
 
 
 def _efficiency(busy: str) -> Callable[[Facts, KnowledgeBase], Result]:

@@ -310,6 +310,10 @@ class _RuleSetParts:
         return found
 
 
+_TABLE_FIELDS = tuple(RegimeTableRecord.model_fields)
+_IRON_LAW_FIELDS = tuple(IronLaw.model_fields)
+
+
 def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
     """The rule set's report records; the regime tables become report records here, once."""
     rules = ruleset.rules
@@ -320,8 +324,9 @@ def _build_parts(ruleset: RuleSet) -> _RuleSetParts:
             recommends.setdefault((lr.id, rec.id), []).append(rec)
         for waste in lr.rule.then.waste:
             wastes.setdefault((lr.id, waste.id), []).append(waste)
-    tables = [RegimeTableRecord(regime=t.regime, source=t.source, effective=list(t.effective),
-                                wasted={w.id: w.reason for w in t.wasted})
+    # checked values (from the loaded rule set), built as validation builds them (no validator to build on a cold run)
+    tables = [bare_model(RegimeTableRecord, {"regime": t.regime, "source": t.source, "effective": list(t.effective),
+                                             "wasted": {w.id: w.reason for w in t.wasted}}, set(_TABLE_FIELDS))
               for _, (_, t) in sorted(ruleset.tables.items())]
     strengths = ruleset.kb.regimes.strengths
     askable: dict[str, tuple[int, tuple[str, ...]]] = {}
@@ -637,8 +642,11 @@ def _iron_law(kb: KnowledgeBase, facts: Mapping[str, Value],
         terms.append(IronLawTerm(term=UNEXPLAINED_TERM, label=kb.regimes.unexplained_label, seconds=rest,
                                  share=rest / step))
     efficiency, efficiency_source = _efficiency(facts, derived or {})
-    return IronLaw(step_time_s=step, terms=terms, sequential_s=num("t_sequential_s"),
-                   overlapped_s=num("t_overlapped_s"), efficiency=efficiency, efficiency_source=efficiency_source)
+    # every value is a float or None (a str or None for the source) and the terms are IronLawTerm: what validating
+    # IronLaw(...) would build, without building its validator on a cold run
+    return bare_model(IronLaw, {"step_time_s": step, "terms": terms, "sequential_s": num("t_sequential_s"),
+                                "overlapped_s": num("t_overlapped_s"), "efficiency": efficiency,
+                                "efficiency_source": efficiency_source}, set(_IRON_LAW_FIELDS))
 
 
 def _efficiency(facts: Mapping[str, Value], derived: Mapping[str, DerivedValue]) -> tuple[float | None, str | None]:

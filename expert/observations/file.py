@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from .._bare import bare_model
 from .._yaml import check_size, load_yaml, read_text
 from ..breakdown import TimeBreakdown
 from ..errors import KnowledgeBaseError, ObservationError, Problem, printable
@@ -17,7 +19,7 @@ from .normalise import RankFigures
 class ObservationFile(BaseModel):
     """The file format `dam diagnose FILE` reads (JSON Schema: `dam schema observations`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # see _observation_file
 
     description: str | None = None
     observations: dict[str, Any]
@@ -43,8 +45,9 @@ def _cannot_read(problems: list[Problem]) -> ObservationError:
     return ObservationError(problems, title="cannot read the observation file")
 
 
-def read_observation_file(path: Path) -> ObservationFile:
-    """Read an observation file; every failure is an ObservationError naming the file (and line where known)."""
+def read_observation_file(path: Path, *, parse_yaml: Callable[[Path], Any] = load_yaml) -> ObservationFile:
+    """Read an observation file; every failure is an ObservationError naming the file (and line where known).
+    `parse_yaml` reads a YAML file as `load_yaml` does (the commands pass a cached one for the bundled examples)."""
     if not path.exists() and not path.is_symlink():
         raise ObservationError([Problem(str(path), "no such file")], title="cannot read the observation file")
     if path.suffix.lower() == ".json":
@@ -63,7 +66,7 @@ def read_observation_file(path: Path) -> ObservationFile:
         check_size(data, str(path), ObservationError)
     else:
         try:
-            data = load_yaml(path)
+            data = parse_yaml(path)
         except KnowledgeBaseError as exc:
             raise ObservationError(exc.problems, title="cannot read the observation file") from exc
     if data is None:
@@ -94,6 +97,21 @@ def read_observation_file(path: Path) -> ObservationFile:
                                                 "time_breakdown is what `dam ingest` wrote; remove it or re-ingest")]
                                        ) from exc
         # a description is free text shown in every report: control characters become visible escapes (\x1b)
-        return ObservationFile(description=printable(str(description)) if description is not None else None,
-                               observations=data["observations"], ranks=ranks, time_breakdown=breakdown)
-    return ObservationFile(observations=data)
+        return _observation_file({"description": printable(str(description)) if description is not None else None,
+                                  "observations": data["observations"], "ranks": ranks, "time_breakdown": breakdown})
+    return _observation_file({"observations": data})
+
+
+_FILE_FIELDS = tuple(ObservationFile.model_fields)
+
+
+def _observation_file(given: dict[str, Any]) -> ObservationFile:
+    """`ObservationFile(**given)`. Every field but `observations` arrives checked; where its keys are all strings the
+    instance is built as validation would build it (a copy of the mapping, the other fields as given, the given ones
+    marked as set) without building the model's validator, which a cold `dam diagnose FILE` would pay for (~10 ms
+    of its first validator); other keys are validated, and rejected as before."""
+    observations = given["observations"]
+    if not all(type(key) is str for key in observations):
+        return ObservationFile(**given)
+    fields = {name: None for name in _FILE_FIELDS} | given | {"observations": dict(observations)}
+    return bare_model(ObservationFile, fields, set(given))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -27,7 +26,9 @@ _TEXT_MAX = 300  # text facts are quoted in messages: a few names, not a documen
 class Observation(BaseModel):
     """One observed value and where it came from."""
 
-    model_config = ConfigDict(extra="forbid")
+    # defer_build: built on first validation; `normalise` builds checked instances without validating, so a command
+    # that only diagnoses never builds a validator (the first one imports pydantic's plugin loader, ~10 ms)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     value: Scalar
     source: str = "user"
@@ -38,7 +39,7 @@ class RankFigures(BaseModel):
     """One rank of a multi-GPU job as its profiler trace shows it (expert/ingest/ranks.py): per step, in seconds, and
     shares of the step. `sync_wait_s` is the time it waits inside collectives for the slowest rank."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     rank: int
     file: str
@@ -58,7 +59,7 @@ class Observations(BaseModel):
 
     `ranks`, when the observations come from the traces of a multi-GPU job, holds each rank's figures."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     facts: dict[str, Observation] = Field(default_factory=dict)
     ranks: list[RankFigures] = Field(default_factory=list)
@@ -101,6 +102,13 @@ def _as_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         else:
             facts[str(name)] = {"value": raw}
     return {"facts": facts}
+
+
+def _close_matches(word: str, possibilities: list[str], n: int, cutoff: float) -> list[str]:
+    """`difflib.get_close_matches`, imported only for a message (a valid input never needs it)."""
+    import difflib
+
+    return difflib.get_close_matches(word, possibilities, n=n, cutoff=cutoff)
 
 
 def is_unknown(raw: object) -> bool:
@@ -186,7 +194,7 @@ def _optimization_ids(raw: object, kb: KnowledgeBase) -> str:
     if unknown:
         hints = []
         for item in unknown:
-            close = difflib.get_close_matches(item.casefold(), list(kb.optimizations), n=1, cutoff=0.6)
+            close = _close_matches(item.casefold(), list(kb.optimizations), n=1, cutoff=0.6)
             hints.append(f"{item!r}" + (f" (did you mean {close[0]}?)" if close else ""))
         raise ValueError(f"unknown optimization {', '.join(hints)}; known: {', '.join(kb.optimizations)}")
     given = {item.casefold() for item in items}
@@ -208,7 +216,7 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
             raise ValueError("expected a hardware id such as h100-sxm")
         resolved = kb.resolve_hardware(raw)
         if resolved is None:
-            close = difflib.get_close_matches(raw.casefold(), list(kb.hardware), n=3, cutoff=0.5)
+            close = _close_matches(raw.casefold(), list(kb.hardware), n=3, cutoff=0.5)
             hint = f"did you mean {', '.join(close)}?" if close else "see `dam hardware list`"
             raise ValueError(f"unknown hardware {raw!r}; {hint}")
         return resolved
@@ -312,7 +320,7 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
     for name, value_in, source, detail in _raw_items(raw):
         spec = kb.facts.get(name)
         if spec is None:
-            close = difflib.get_close_matches(name, list(kb.facts), n=3, cutoff=0.6)
+            close = _close_matches(name, list(kb.facts), n=3, cutoff=0.6)
             hint = f"did you mean {', '.join(close)}?" if close else "see knowledge_base/facts.yaml for the vocabulary"
             problems.append(Problem(name, "unknown fact", hint))
             continue

@@ -11,7 +11,6 @@ from pydantic import (
     ConfigDict,
     Field,
     FieldSerializationInfo,
-    RootModel,
     SerializerFunctionWrapHandler,
     field_serializer,
     model_validator,
@@ -300,6 +299,8 @@ _AS_MODEL: dict[str, Any] = {}  # field name -> RootModel[list[its item]] (or di
 def _as_model(name: str) -> Any:
     """A deferred list (or dict) field as one model, so that it is written by its schema's serializer (made on first
     use: a parametrised RootModel builds its schema as it is created)."""
+    from pydantic import RootModel  # not at import: defining RootModel builds a validator (a cold diagnose builds none)
+
     found = _AS_MODEL.get(name)
     if found is None and name in _LIST_ITEMS:
         found = _AS_MODEL[name] = RootModel[list[_LIST_ITEMS[name]]]  # type: ignore[valid-type]

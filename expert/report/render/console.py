@@ -20,8 +20,11 @@ class SafeConsole(Console):
     """A rich Console that prints control characters in text as visible escapes (issue 21)."""
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        segments = list(buffer)
+        if printable(text := "".join([s.text for s in segments if not s.control])) is text:
+            return super()._render_buffer(segments)  # nothing to escape: one look at the text, not one per segment
         return super()._render_buffer(
-            s if s.control else Segment(printable(s.text), s.style, s.control) for s in buffer)
+            s if s.control else Segment(printable(s.text), s.style, s.control) for s in segments)
 
     def export_text(self, *, clear: bool = True, styles: bool = False) -> str:
         text = super().export_text(clear=clear, styles=styles)
