@@ -54,6 +54,9 @@ def test_a_new_dtype_needs_yaml_only(tmp_path: Path) -> None:
     ("regimes.yaml", "confirm_axis: machine", "confirm_axis: network", "unknown axis 'network'"),
     ("regimes.yaml", "term: compute", "term: thermal", "unknown term 'thermal'"),
     ("kernels.yaml", "patterns: ['tf32', ", "patterns: ['tf32(', ", "pattern 'tf32(' is not a regular expression"),
+    ("kernels.yaml", "patterns: ['^(cuda|hip)Launch', ", "patterns: ['^(cuda|hip)Launch[', ",
+     "pattern '^(cuda|hip)Launch[' is not a regular expression"),
+    ("kernels.yaml", "fp8: ['e4m3', ", "fp8: ['e4m3)', ", "pattern 'e4m3)' is not a regular expression"),
 ])
 def test_names_outside_the_vocabulary_are_load_errors(tmp_path: Path, file: str, old: str, new: str,
                                                        message: str) -> None:

@@ -439,12 +439,21 @@ def _check_patterns(patterns: list[str]) -> None:
             raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
 
 
-class CallPatterns(_Strict):
-    """Host runtime/driver calls of one role, by name patterns (regular expressions, case-sensitive)."""
+class _Patterns(_Strict):
+    """Names recognised by patterns (regular expressions, each checked when the knowledge base loads)."""
 
     source: str
     rationale: str
     patterns: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> _Patterns:
+        _check_patterns(self.patterns)
+        return self
+
+
+class CallPatterns(_Patterns):
+    """Host runtime/driver calls of one role, by name patterns (regular expressions, case-sensitive)."""
 
 
 class KernelCalls(_Strict):
@@ -465,28 +474,22 @@ class TraceAnalysisSettings(_Strict):
     warmup_source: str
 
 
-class LowPrecisionGemm(_Strict):
+class LowPrecisionGemm(_Patterns):
     """GEMM kernel names that run 16-bit or narrower tensor-core math, and the share of GEMM time that shows it."""
 
-    source: str
-    rationale: str
-    patterns: list[str] = Field(min_length=1)
     min_share: float = Field(gt=0, le=1)
     # the format (a units.yaml dtype) each matching kernel computes in: the first entry whose patterns match wins
     formats: dict[str, list[str]] = Field(default_factory=dict)
 
-
-class Tf32Gemm(_Strict):
-    """GEMM kernel names that run TF32 tensor-core math on fp32 tensors (regular expressions, case-insensitive)."""
-
-    source: str
-    rationale: str
-    patterns: list[str] = Field(min_length=1)
-
     @model_validator(mode="after")
-    def _patterns_compile(self) -> Tf32Gemm:
-        _check_patterns(self.patterns)
+    def _formats_compile(self) -> LowPrecisionGemm:
+        for patterns in self.formats.values():
+            _check_patterns(patterns)
         return self
+
+
+class Tf32Gemm(_Patterns):
+    """GEMM kernel names that run TF32 tensor-core math on fp32 tensors (regular expressions, case-insensitive)."""
 
 
 class KernelCatalog(_Strict):
