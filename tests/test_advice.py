@@ -258,6 +258,10 @@ def test_fp32_gemms_without_graphs_fill_nothing(tmp_path: Path, kernel: str) -> 
     ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1_AFC1", None),
     ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1", None),
     ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x16_MI32x32x8x1_SN_1LDSB0", "fp16"),
+    # rocBLAS's older Tensile names: the type, then B for beta, H for high-precision accumulate
+    ("Cijk_Ailk_Bljk_HB_MT128x128x16_MI16x16x16x1_SN_1LDSB0_APM1_ABV0", "fp16"),
+    ("Cijk_Ailk_Bljk_HBH_MT128x128x16_MI32x32x8x1_SN_1LDSB0", "fp16"),
+    ("Cijk_Alik_Bljk_BBH_MT256x256x16_SE_AMAS3_BW_DTL0_BL1_DRB16_ALT_KME0", "bf16"),
     # templated kernels spell the C++ element type
     ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int>, "
      "cutlass::bfloat16_t, cutlass::bfloat16_t, float>>(Params)", "bf16"),
