@@ -96,6 +96,13 @@ assert CATALOG is not None
     ("userbuffers_fp16_sum_inplace_gpu_rr_rs", "kernel", "communication"),
     ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<1, __nv_bfloat16, 8>",
      "kernel", "communication"),
+    # resampling and (de)quantization kernels fell to other; GEMMs naming a quantized format stay GEMMs
+    ("void at::native::(anonymous namespace)::upsample_bilinear2d_out_frame<float, float>(int, float, float, bool)",
+     "kernel", "elementwise"),
+    ("void vllm::dynamic_per_token_scaled_fp8_quant_kernel<float>(c10::Float8_e4m3fn*, float*, float const*)",
+     "kernel", "elementwise"),
+    ("_w8a8_block_fp8_matmul", "kernel", "gemm"),
+    ("void gemm_half_q_half_gptq_4bit_kernel<true, 1>(__half const*, unsigned int const*)", "kernel", "gemm"),
     # reductions in the real traces that fell to other (shared/traces/hta/trace_diff_*)
     ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long, long, float const*)",
      "kernel", "reduction"),
