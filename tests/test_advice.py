@@ -238,6 +238,46 @@ def test_fp32_gemms_without_graphs_fill_nothing(tmp_path: Path, kernel: str) -> 
     ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_relu_f16_64x64_32x6_tn_align8>(Params)", "fp16"),
     ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "fp16"),
     ("ampere_sgemm_128x64_nn", None),
+    # nvjet (cuBLAS 12.x on Hopper/Blackwell): the letters after nvjet_[smNN_] are the operand types as public traces
+    # pair them with the tensors' (kernels.yaml low_precision_gemm): t bf16 (aten::mm on c10::BFloat16 launching
+    # nvjet_sm100_tst_*; the bf16 job of shared/traces/nsys/mfu_2gpu_*), h fp16, qq fp8 (torch._scaled_mm),
+    # sss_tf32 TF32. Before, only nvjet_hs* was read (as fp16): bf16 and fp8 nvjet GEMMs counted as no lower precision
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", "bf16"),
+    ("nvjet_sm100_tst_64x8_64x16_2x4_h_bz_splitK_TNT", "bf16"),
+    ("nvjet_sm90_tst_192x8_64x8_2x1_v_bz_TNT", "bf16"),
+    ("nvjet_tss_256x128_64x4_1x2_h_bz_coopA_TNT", "bf16"),
+    ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", "fp16"),
+    ("nvjet_sm90_hss_320x128_64x3_2x1_v_bz_TNN", "fp16"),
+    ("nvjet_qqtst_128x256_128x6_2x1_2cta_v_bz_TNT", "fp8"),
+    ("nvjet_sm100_qqtst_128x256_128x6_2x2_2cta_h_bz_Avec32UE8M0_Bvec32UE8M0_TNT", "fp8"),
+    ("nvjet_qqhsh_128x128_64x4_1x2_h_bz_TNN", "fp8"),
+    ("nvjet_sss_tf32_128x256_64x4_1x2_h_bz_TNT", "tf32"),
+    # hipBLASLt Tensile: the type field after the index letters (shared/traces/tracelens/mi300_*: B_BS_BH under
+    # aten::mm on c10::BFloat16 was read as no lower precision; S_B_ / SB_ under float inputs are fp32)
+    ("Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT128x224x64_MI16x16x1_SN_LDSB1_AFC1", "bf16"),
+    ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1_AFC1", None),
+    ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1", None),
+    ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x16_MI32x32x8x1_SN_1LDSB0", "fp16"),
+    # rocBLAS's older Tensile names: the type, then B for beta, H for high-precision accumulate
+    ("Cijk_Ailk_Bljk_HB_MT128x128x16_MI16x16x16x1_SN_1LDSB0_APM1_ABV0", "fp16"),
+    ("Cijk_Ailk_Bljk_HBH_MT128x128x16_MI32x32x8x1_SN_1LDSB0", "fp16"),
+    ("Cijk_Alik_Bljk_BBH_MT256x256x16_SE_AMAS3_BW_DTL0_BL1_DRB16_ALT_KME0", "bf16"),
+    # templated kernels spell the C++ element type
+    ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int>, "
+     "cutlass::bfloat16_t, cutlass::bfloat16_t, float>>(Params)", "bf16"),
+    ("void splitKreduce_kernel<32, 16, int, __nv_bfloat16, __nv_bfloat16, float, __nv_bfloat16, true, false, false>",
+     "bf16"),
+    ("void gemv2T_kernel_val<int, int, __half, __half, __half, float, 128, 16, 4, 4, false, false>", "fp16"),
+    ("void wvSplitK_hf_sml_<__hip_bfloat16, 64, 4, 16, 8, 1, 4>(int)", "bf16"),
+    ("void marlin::Marlin<__half, vllm::kU4.id(), 256, 1, 16, 4, 4, false, true, -1>(int4 const*)", "fp16"),
+    # int8 tensor-core GEMMs (IMMA): were read as no lower precision
+    ("sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize64x64x64_stage4_warpsize2x2x1_tensor16x8x32", "int8"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_i16832gemm_s8_256x128_64x3_tn_align16>(Params)", "int8"),
+    ("ampere_int8_i16832gemm_int8_256x128_ldg16_relu_mods_stages_64x3_nt", "int8"),
+    # fp8 names whose output type is 16-bit
+    ("sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128", "fp8"),
+    ("bmm_E4m3_E4m3E4m3_Fp32_t128x128x128", "fp8"),
+    ("void deep_gemm::sm90_fp8_gemm_1d2d_impl<(cute::UMMA::Major)0, 0u, 4096u, 1024u, 1u, 256u, 128u>", "fp8"),
 ])
 def test_tf32_gemm_kernels_are_told_from_16_bit_ones(kernel: str, fmt: str | None) -> None:
     from expert.ingest.timeline.classes import Classifier
@@ -251,6 +291,20 @@ def test_tf32_gemm_kernels_are_told_from_16_bit_ones(kernel: str, fmt: str | Non
         assert bool(cls.low_precision.search(kernel)) == (fmt is not None)
         if fmt is not None:
             assert next(f for f, rx in cls.low_formats if rx.search(kernel)) == fmt
+
+
+@pytest.mark.parametrize("kernel", [
+    # Marlin's older names spell the types as vllm::ScalarType ids (FP16/BF16 activations, int4 weights)
+    "void marlin::Marlin<(long)1125899906910725, (long)1125899906843648, (long)1125899906910725, (long)1>",
+    # FP4 (e2m1) math with a bf16 output (TensorRT-LLM on Blackwell): not bf16, and no units.yaml format
+    "bmm_Bfloat16_E2m1E2m1_Fp32_bA16_bB16_t128x8x512_s3_et128x8_m128x8x64_cga1x1x1_16dp256b_rM_TN",
+])
+def test_narrow_gemms_whose_names_spell_no_known_format_are_counted_unspelled(kernel: str) -> None:
+    from expert.ingest.timeline.classes import Classifier
+
+    cls = Classifier(expert.default_expert().kb.kernels)
+    assert cls.low_precision is not None and cls.low_precision.search(kernel)
+    assert not any(rx.search(kernel) for _, rx in cls.low_formats)
 
 
 @pytest.mark.parametrize(("kernel", "device", "outcome"), [

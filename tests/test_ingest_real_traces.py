@@ -161,3 +161,18 @@ def test_tf32_gemms_on_an_a100_are_not_read_as_16_bit_math() -> None:
     gemm = next(c for c in tb.classes if c.class_ == "gemm")
     assert gemm.dtype == "tf32" and gemm.pct_of_roof is not None and gemm.pct_of_roof < 1
     assert not [n for n in tb.notes if n.startswith("above the roof")]
+
+
+@pytest.mark.parametrize(("path", "reason"), [
+    # hipBLASLt's Cijk_Alik_Bljk_B_BS_BH_* under aten::mm on c10::BFloat16 (MI300X) and cuBLAS 12's nvjet_tst_* of a
+    # bf16 job (the nsys export, flash attention on cutlass::bfloat16_t): both were read as no 16-bit GEMM time
+    ("tracelens/mi300_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "mi300x also has fp8"),
+    ("nsys/mfu_2gpu_before.sqlite", "the hardware is unknown"),
+])
+def test_bf16_gemms_of_hipblaslt_and_nvjet_are_read_as_bf16(path: str, reason: str) -> None:
+    source = TRACES / path
+    if not source.is_file():
+        pytest.skip(f"{source} is not here")
+    result = ingest_result(source)
+    why = result.files[0].not_derived["applied_optimizations"]
+    assert "mostly bf16" in why and reason in why

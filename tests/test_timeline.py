@@ -39,6 +39,75 @@ assert CATALOG is not None
     ("Memcpy HtoD (Pageable -> Device)", "memcpy", "memcpy"),
     ("Memset (Device)", "memset", "memset"),
     ("my_custom_kernel", "kernel", "other"),
+    # ---- names from real traces and public profiles that were misread (kernels.yaml sources) ----
+    # Inductor names a kernel after the ATen ops it fuses: pointwise kernels fused into a convolution or an
+    # attention are Triton kernels, not convolutions / attention (Inductor output code); a fused all_reduce neither
+    ("triton_poi_fused_convolution_relu_3", "kernel", "triton"),
+    ("triton_red_fused_convolution_backward_sum_0", "kernel", "triton"),
+    ("triton_poi_fused__scaled_dot_product_flash_attention_transpose_2", "kernel", "triton"),
+    ("triton_per_fused_all_reduce_0", "kernel", "triton"),
+    # FBGEMM's embedding index kernels (shared/traces/hta/trace_diff_*): not GEMMs because of the namespace
+    ("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*, int const*, int*)", "kernel",
+     "elementwise"),
+    ("void fbgemm_gpu::_offsets_range_cuda_kernel<long>(long, long, long const*, long*)", "kernel", "other"),
+    # FlashInfer's non-attention kernels and vLLM's KV-cache write were read as attention by a bare 'flash'
+    ("void flashinfer::norm::RMSNormKernel<(unsigned int)8, __half>(T2 *, T2 *, T2 *, unsigned int, unsigned int)",
+     "kernel", "reduction"),
+    ("void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheHeadParallelismKernel<(bool)0, (unsigned int)128, "
+     "(unsigned int)8, (unsigned int)16, __half, long>(T5 *, T5 *)", "kernel", "elementwise"),
+    ("void flashinfer::activation::act_and_mul_kernel<__nv_bfloat16, &silu>(__nv_bfloat16*, __nv_bfloat16 const*)",
+     "kernel", "elementwise"),
+    ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>", "kernel",
+     "elementwise"),
+    # ... while the attention kernels stay attention
+    ("void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::PosEncodingMode)0, 2u, 4u>(Params)", "kernel",
+     "attention"),
+    ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<KTraits, Params>(Params)", "kernel", "attention"),
+    ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<(int)128, (int)128, (int)64, (int)4, (bool)0, (bool)0, "
+     "cutlass::bfloat16_t>>", "kernel", "attention"),  # shared/traces/nsys/mfu_2gpu_before.sqlite
+    ("flash_fwd_splitkv_kernel", "kernel", "attention"),
+    ("void flash::FlashAttnFwdSm90<CollectiveMainloopFwdSm90>(Params)", "kernel", "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0", "kernel",
+     "attention"),
+    ("void vllm::paged_attention_v1_kernel<unsigned short, unsigned short, 128, 16, 128>", "kernel", "attention"),
+    # a cast is not a convolution ('conv' of 'convert')
+    ("convertFP32ToBF16Kernel", "kernel", "elementwise"),
+    # CuTe-DSL kernels carry 'cutlass' in their names whatever they compute (an RMSNorm here)
+    ("kernel_cutlass_kernel_flashinfernormkernelsfused_add_rmsnormFusedAddRMSNormKernel_object_at__ptr", "kernel",
+     "reduction"),
+    # GEMMs a name list missed: vLLM Marlin (W4A16), the Triton MoE GEMM, TensorRT-LLM's Blackwell bmm, hipBLASLt's
+    # Custom_ prefix, vLLM's ROCm skinny GEMM
+    ("void marlin::Marlin<(long)1125899906910725, (long)1125899906843648, (long)1125899906910725, (long)1>", "kernel",
+     "gemm"),
+    ("void marlin_moe_wna16::Marlin<__nv_bfloat16, 4>(int4 const*)", "kernel", "gemm"),
+    ("fused_moe_kernel", "kernel", "gemm"),
+    ("bmm_E4m3_E4m3E4m3_Fp32_t128x128x128", "kernel", "gemm"),
+    ("Custom_Cijk_Alik_Bljk_BBS_BH_Bias_AS_SAV_UserArgs_MT256x256x64", "kernel", "gemm"),
+    ("void wvSplitK_hf_sml_<__hip_bfloat16, 64, 4, 16, 8, 1, 4>(int)", "kernel", "gemm"),
+    # GEMVs and split-K reductions stay GEMMs (their memory-boundness shows in the operator's roofline)
+    ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>", "kernel", "gemm"),
+    ("void splitKreduce_kernel<float, float, float, float, true, false, false>(cublasSplitKParams<float>)", "kernel",
+     "gemm"),
+    ("void cutlass::Kernel<cutlass::reduction::kernel::ReduceSplitK<cutlass::MatrixShape<4, 128>>>", "kernel",
+     "gemm"),
+    # collectives outside NCCL
+    ("void deep_ep::intranode::dispatch<(int)2, (int)768, (int)8192>(int4 *, float *, float *)", "kernel",
+     "communication"),
+    ("userbuffers_fp16_sum_inplace_gpu_rr_rs", "kernel", "communication"),
+    ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<1, __nv_bfloat16, 8>",
+     "kernel", "communication"),
+    # resampling and (de)quantization kernels fell to other; GEMMs naming a quantized format stay GEMMs
+    ("void at::native::(anonymous namespace)::upsample_bilinear2d_out_frame<float, float>(int, float, float, bool)",
+     "kernel", "elementwise"),
+    ("void vllm::dynamic_per_token_scaled_fp8_quant_kernel<float>(c10::Float8_e4m3fn*, float*, float const*)",
+     "kernel", "elementwise"),
+    ("_w8a8_block_fp8_matmul", "kernel", "gemm"),
+    ("void gemm_half_q_half_gptq_4bit_kernel<true, 1>(__half const*, unsigned int const*)", "kernel", "gemm"),
+    # reductions in the real traces that fell to other (shared/traces/hta/trace_diff_*)
+    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long, long, float const*)",
+     "kernel", "reduction"),
+    ("void cunn_ClassNLLCriterion_updateOutput_kernel<float, float>(float*, float*, float*, long*, float*)", "kernel",
+     "reduction"),
 ])
 def test_kernel_classes_from_cuda_and_rocm_names(name: str, kind: str, expected: str) -> None:
     tl = Timeline()
