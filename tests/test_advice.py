@@ -206,6 +206,48 @@ def test_ingestion_fills_applied_optimizations(tmp_path: Path, kernel: str, grap
     assert observed.detail.get("method")
 
 
+def _mixed_trace(path: Path, kernels: list[tuple[str, float]]) -> Path:
+    """Four steps, each running these (kernel, µs) pairs back to back, 20 times over."""
+    t = Trace(H100)
+    ts = 0.0
+    for s in range(4):
+        start = ts
+        corr = t.runtime("cudaLaunchKernel", ts, 8)
+        gpu = ts + 10
+        for _ in range(20):
+            for name, dur in kernels:
+                t.kernel(name, gpu, dur, corr)
+                gpu += dur + 1
+        ts = gpu + 30
+        t.step(s + 1, start, ts - start)
+    return t.write(path)
+
+
+GEMM_KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+
+
+@pytest.mark.parametrize(("pointwise", "fused"), [
+    ("triton_poi_fused_add_mul_silu_0", True),  # torch.compile (Inductor) output
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1", True),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", False),  # eager
+])
+def test_compiler_fused_kernels_are_memory_bound_and_show_kernel_fusion_applied(
+        tmp_path: Path, pointwise: str, fused: bool) -> None:
+    result = ingest_result(_mixed_trace(tmp_path / "t.json", [(GEMM_KERNEL, 100.0), (pointwise, 300.0)]))
+    facts = result.observations.facts
+    # the pointwise/reduction kernels are memory-bound by nature whether Inductor generated them or not
+    assert facts["memory_bound_kernel_frac"].value == pytest.approx(300 / 400, abs=0.01)
+    tb = result.time_breakdown
+    assert tb is not None
+    applied = str(facts["applied_optimizations"].value) if "applied_optimizations" in facts else ""
+    assert ("kernel_fusion" in applied) == fused
+    assert any("compiler-fused" in n for n in tb.notes) == fused
+    report = expert.diagnose(result.observations)
+    assert report.bottleneck == "memory"
+    recommended = [r.id for r in report.recommended]
+    assert ("kernel_fusion" in recommended) != fused  # never proposed again where the compiler already fused
+
+
 @pytest.mark.parametrize(("kernel", "device", "why"), [
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", H100, "h100-sxm also has fp8"),
     ("volta_h884gemm_64x64_ldg8_nn", H100, "h100-sxm also has fp8"),

@@ -43,6 +43,17 @@ def _gemm_precision(names: list[str], cls: Classifier,
     return gemm, lowp, by_format
 
 
+def _fused_memory_bound_us(names: list[str], cls: Classifier, per_kernel: dict[int, list[float]]) -> float:
+    """GPU time of the compiler-fused memory-bound kernels (kernels.yaml fused_memory_bound) in classes that are not
+    memory-bound by nature themselves (those count whole)."""
+    rx = cls.fused_memory_bound
+    if rx is None:
+        return 0.0
+    return sum(t for nm, (t, _, kind) in per_kernel.items()
+               if int(kind) == KIND_KERNEL and rx.search(names[nm])
+               and not cls.memory_bound.get(cls.of(names, nm, KIND_KERNEL), False))
+
+
 def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | None, in_w: list[int],
               classes: list[str], source: str, window: TraceWindow | None, steps: Sequence[tuple[int, float, float]],
               devices: list[int], graph_launches: int,
@@ -180,8 +191,9 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
                   for c, (t, cnt) in per_class.items()]
     order: dict[str, int] = {c.id: k for k, c in enumerate(cat.classes)}
     class_list.sort(key=lambda x: (-x.gpu_time_s, order.get(x.class_, 99)))
-    memory_share = (sum(t for c, (t, _) in per_class.items() if cls.memory_bound.get(c, False)) / gpu_total
-                    if class_list and gpu_total else None)
+    fused_us = _fused_memory_bound_us(kernel_names, cls, per_kernel)
+    memory_us = sum(t for c, (t, _) in per_class.items() if cls.memory_bound.get(c, False)) + fused_us
+    memory_share = memory_us / gpu_total if class_list and gpu_total else None
     top_kernels = [TimeEntry(name=kernel_names[nm], gpu_time_s=sig6(t / 1e6),
                              share=sig6(t / gpu_total if gpu_total else 0.0),
                              count=int(cnt), class_=cls.of(kernel_names, nm, int(kind)),
@@ -214,6 +226,9 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
                      "them)")
     if graph_launches:
         notes.append(f"{graph_launches} graph launches: the GPU replays captured CUDA/HIP graphs")
+    if fused_us and gpu_total:
+        notes.append(f"memory-bound by nature includes {fused_us / gpu_total:.0%} of GPU time in compiler-fused "
+                     "pointwise and reduction kernels (kernels.yaml fused_memory_bound), whatever class holds them")
     above = _above_roof_note(class_list, top_kernels, top_ops,
                              (kernel_names[nm] for nm, (_, _, kind) in per_kernel.items() if int(kind) == KIND_KERNEL))
     if above is not None:
@@ -232,6 +247,9 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
         kernel_names, cls, per_kernel)
     if cat.low_precision_gemm is not None:
         facts["_low_precision_min_share"] = cat.low_precision_gemm.min_share
+    if cat.fused_memory_bound is not None:
+        facts["_fused_memory_bound_us"], facts["_memory_bound_us"] = fused_us, memory_us
+        facts["_fused_min_share"] = cat.fused_memory_bound.min_share
     if class_list:
         top = class_list[0].class_
         ranked = sorted(class_groups.get(top, {}).items(), key=lambda kv: -kv[1])

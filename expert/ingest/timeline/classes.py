@@ -28,6 +28,9 @@ class Classifier:
         self.low_precision = re.compile("|".join(f"(?:{p})" for p in low.patterns), re.IGNORECASE) if low else None
         self.low_formats = [(fmt, re.compile("|".join(f"(?:{p})" for p in pats), re.IGNORECASE))
                             for fmt, pats in (low.formats if low else {}).items() if pats]
+        fused = catalog.fused_memory_bound
+        self.fused_memory_bound = (re.compile("|".join(f"(?:{p})" for p in fused.patterns), re.IGNORECASE)
+                                   if fused else None)
         tf32 = catalog.tf32_gemm
         self.tf32 = re.compile("|".join(f"(?:{p})" for p in tf32.patterns), re.IGNORECASE) if tf32 else None
         self._cache: dict[tuple[int, int], str] = {}

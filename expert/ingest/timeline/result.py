@@ -53,8 +53,9 @@ class TimelineAnalysis:
     facts: dict[str, Any] = field(default_factory=dict)  # the breakdown facts (top class, its ops, top op, ...)
 
     def _applied(self, r: FileResult, file: str, kb: KnowledgeBase) -> None:
-        """applied_optimizations where the trace shows them: graph launches (cuda_graphs), and GEMM time mostly in
-        tensor-core kernels of the narrowest dense format the hardware has (lower_precision: see `_precision`)."""
+        """applied_optimizations where the trace shows them: graph launches (cuda_graphs), GEMM time mostly in
+        tensor-core kernels of the narrowest dense format the hardware has (lower_precision: see `_precision`), and
+        memory-bound time mostly in compiler-fused kernels (kernel_fusion: kernels.yaml fused_memory_bound)."""
         applied: list[str] = []
         how: list[str] = []
         if self.graph_launches:
@@ -65,6 +66,12 @@ class TimelineAnalysis:
             applied.append("lower_precision")
         if said:
             how.append(said)
+        fused = float(self.facts.get("_fused_memory_bound_us") or 0.0)
+        memory = float(self.facts.get("_memory_bound_us") or 0.0)
+        if memory > 0 and fused / memory >= float(self.facts.get("_fused_min_share") or 1.0):
+            applied.append("kernel_fusion")
+            how.append(f"{fused / memory:.0%} of the memory-bound GPU time in compiler-fused pointwise and reduction "
+                       "kernels (kernel_fusion)")
         if applied:
             r.add("applied_optimizations", ", ".join(applied), method="; ".join(how), file=file)
         else:
@@ -182,8 +189,10 @@ class TimelineAnalysis:
                 r.missing("top_kernel_class_ops", "the kernels cannot be traced back to operators (no runtime calls "
                           "or operators in the trace)")
         if bd.memory_bound_share is not None:
+            fused = (" and compiler-fused pointwise and reduction kernels" if self.facts.get("_fused_memory_bound_us")
+                     else "")
             r.add("memory_bound_kernel_frac", bd.memory_bound_share, method="GPU time in classes memory-bound by "
-                  "nature (" + ", ".join(c.class_ for c in bd.classes if c.memory_bound_by_nature) + ")", **why)
+                  "nature (" + ", ".join(c.class_ for c in bd.classes if c.memory_bound_by_nature) + ")" + fused, **why)
         if bd.top_ops:
             op = bd.top_ops[0]
             r.add("top_op", op.name, method="operator with the most GPU time (kernels it launched)", **why)
