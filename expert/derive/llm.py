@@ -71,6 +71,8 @@ def _published_memory(kb: KnowledgeBase) -> Condition:
 
 ONE_GPU = Gate("a job on one GPU", fact_test("num_gpus", eq=1))
 PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
+SERVING_MEMORY = Gate(f"{SERVING.description}, on hardware whose memory capacity the catalog gives",
+                      lambda kb: all_of([SERVING.on_static(), _published_memory(kb)]))
 
 _KAPLAN = "Kaplan et al. 2020, arXiv:2001.08361 (C ≈ 6·N FLOPs per trained token, 2·N per forward token)"
 _PALM = "Chowdhery et al. 2022 (PaLM), arXiv:2204.02311, appendix B (MFU with the attention term 12·L·H·Q·T)"
@@ -147,6 +149,16 @@ def _serving_memory(f: Facts, kb: KnowledgeBase) -> Result:
     free = gpus * hbm - weights
     figures.update({"weight bytes": weights, "HBM left for the KV cache (GB)": round(free / 1e9, 2)})
     return Result((weights + num(f, "kv_cache_bytes")) / (gpus * hbm), figures)
+
+
+def _weights_to_hbm(f: Facts, kb: KnowledgeBase) -> Result:
+    hbm, figures = _hbm_bytes(f, kb)
+    gpus = decode_gpus(f)
+    weights = num(f, "model_params") * kb.dtype_bytes(str(f["dtype"]))
+    figures.update({"weight bytes": weights, "bytes per weight": kb.dtype_bytes(str(f["dtype"]))})
+    if gpus != 1:
+        figures["GPUs sharing the weights (at best)"] = gpus
+    return Result(weights / gpus / hbm, figures)
 
 
 def _memory_model(kb: KnowledgeBase) -> MemoryModel:
@@ -228,6 +240,12 @@ LLM_RATES: tuple[Derivation, ...] = (
     Derivation("serving_memory_to_hbm", ("kv_cache_bytes", "model_params", "dtype", "hardware", "num_gpus"),
                "(model_params · bytes per weight + kv_cache_bytes) / (num_gpus · HBM per GPU)", _KV, _serving_memory,
                gate=PUBLISHED_MEMORY),
+    Derivation("weights_to_hbm", ("model_params", "dtype", "hardware"),
+               "model_params · bytes per weight / num_gpus / HBM per GPU (num_gpus: 1 unless given; every GPU "
+               "holding an equal shard, the least any layout puts on one)",
+               "definition (every weight is resident for the step: params x bytes per element); Pope et al. 2022, "
+               "arXiv:2211.05102 §2 (weights are sharded at best evenly over the chips)",
+               _weights_to_hbm, gate=SERVING_MEMORY, optional=("num_gpus",)),
 )
 LLM_DECODE_UTIL = (
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
