@@ -366,11 +366,15 @@ def test_a_figure_above_the_roof_gets_a_note_saying_why() -> None:
     def entry(pct: float | None) -> TimeEntry:
         return TimeEntry(name="k", gpu_time_s=1.0, share=0.5, count=1, class_="gemm", pct_of_roof=pct)
 
-    assert _above_roof_note([cls("gemm", 0.9), cls("copy", None)], [entry(1.0)], [entry(None)], ["sgemm"]) is None
-    winograd = _above_roof_note([cls("gemm", 1.42)], [entry(1.58), entry(1.1), entry(0.5)], [entry(0.7)],
-                                ["volta_sgemm_64x64_nt", "cudnn::winograd_nonfused::winogradForwardData4x4"])
+    assert _above_roof_note([cls("gemm", 0.9), cls("copy", None)], [entry(1.0)], [entry(None)], False) is None
+    winograd = _above_roof_note([cls("gemm", 1.42)], [entry(1.58), entry(1.1), entry(0.5)], [entry(0.7)], True)
     assert winograd is not None
     assert "class gemm at 142%, 2 of the top kernels (up to 158%)" in winograd and "Winograd or FFT" in winograd
-    plain = _above_roof_note([], [], [entry(1.3)], ["ampere_sgemm_128x64_nn"])
+    from expert.ingest.timeline.classes import Classifier
+
+    fast = Classifier(expert.default_expert().kb.kernels).fast_convolution  # kernels.yaml fast_convolution
+    assert fast is not None and fast.search("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>")
+    assert fast.search("fft2d_r2c_32x32<float, false, 1u, false>") and not fast.search("volta_sgemm_64x64_nt")
+    plain = _above_roof_note([], [], [entry(1.3)], False)
     assert plain is not None
     assert "1 of the top operators (up to 130%)" in plain and "overstates the work" in plain

@@ -495,6 +495,10 @@ class FusedMemoryBound(_Patterns):
     min_share: float = Field(gt=0, le=1)
 
 
+class FastConvolution(_Patterns):
+    """Convolution kernel names of algorithms that do fewer multiply-adds than the direct count (Winograd, FFT)."""
+
+
 class Tf32Gemm(_Patterns):
     """GEMM kernel names that run TF32 tensor-core math on fp32 tensors (regular expressions, case-insensitive)."""
 
@@ -508,6 +512,7 @@ class KernelCatalog(_Strict):
     low_precision_gemm: LowPrecisionGemm | None = None
     tf32_gemm: Tf32Gemm | None = None
     fused_memory_bound: FusedMemoryBound | None = None
+    fast_convolution: FastConvolution | None = None
     analysis: TraceAnalysisSettings
 
     @model_validator(mode="after")

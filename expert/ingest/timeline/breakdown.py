@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...breakdown import ClassShare, Roofline, RoofSpec, StepTime, TimeBreakdown, TimeEntry, TraceWindow
@@ -229,8 +229,9 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
     if fused_us and gpu_total:
         notes.append(f"memory-bound by nature includes {fused_us / gpu_total:.0%} of GPU time in compiler-fused "
                      "pointwise and reduction kernels (kernels.yaml fused_memory_bound), whatever class holds them")
-    above = _above_roof_note(class_list, top_kernels, top_ops,
-                             (kernel_names[nm] for nm, (_, _, kind) in per_kernel.items() if int(kind) == KIND_KERNEL))
+    fast = cls.fast_convolution
+    above = _above_roof_note(class_list, top_kernels, top_ops, fast is not None and any(
+        int(kind) == KIND_KERNEL and fast.search(kernel_names[nm]) for nm, (_, _, kind) in per_kernel.items()))
     if above is not None:
         notes.append(above)
     bd = TimeBreakdown(
@@ -305,13 +306,11 @@ def _modules(tl: Timeline, in_w: list[int], act_op: array[int], gpu_total: float
             for label, t in sorted(per.items(), key=lambda kv: -kv[1][0])[:top_n]]
 
 
-_FAST_CONVOLUTION = ("winograd", "fft")  # kernel-name marks of convolution algorithms that do fewer multiply-adds
-
-
 def _above_roof_note(classes: list[ClassShare], kernels: list[TimeEntry], ops: list[TimeEntry],
-                     kernel_names: Iterable[str]) -> str | None:
+                     fast_convolution: bool) -> str | None:
     """Why a class, kernel or operator shows more than 100 % of the roof, where one does: its FLOPs are the
-    launching operator's count from its shapes (the direct algorithm), which a fast convolution algorithm beats."""
+    launching operator's count from its shapes (the direct algorithm), which a fast convolution algorithm
+    (kernels.yaml fast_convolution, `fast_convolution`: one ran) beats."""
     parts = [f"class {c.class_} at {c.pct_of_roof:.0%}" for c in classes if (c.pct_of_roof or 0) > 1]
     for what, entries in (("top kernels", kernels), ("top operators", ops)):
         over = [e.pct_of_roof for e in entries if e.pct_of_roof is not None and e.pct_of_roof > 1]
@@ -319,7 +318,7 @@ def _above_roof_note(classes: list[ClassShare], kernels: list[TimeEntry], ops: l
             parts.append(f"{len(over)} of the {what} (up to {max(over):.0%})")
     if not parts:
         return None
-    if any(mark in name.lower() for name in kernel_names for mark in _FAST_CONVOLUTION):
+    if fast_convolution:
         reason = ("cuDNN ran Winograd or FFT convolution kernels, which do fewer multiply-adds than that count: read "
                   "these as effective FLOP/s, not as work above the hardware's peak")
     else:

@@ -31,6 +31,9 @@ class Classifier:
         fused = catalog.fused_memory_bound
         self.fused_memory_bound = (re.compile("|".join(f"(?:{p})" for p in fused.patterns), re.IGNORECASE)
                                    if fused else None)
+        fast = catalog.fast_convolution
+        self.fast_convolution = (re.compile("|".join(f"(?:{p})" for p in fast.patterns), re.IGNORECASE)
+                                 if fast else None)
         tf32 = catalog.tf32_gemm
         self.tf32 = re.compile("|".join(f"(?:{p})" for p in tf32.patterns), re.IGNORECASE) if tf32 else None
         self._cache: dict[tuple[int, int], str] = {}
