@@ -88,9 +88,9 @@ def required(value: _T | None, what: str) -> _T:
 
 
 # Gates are written here in code, from constants and catalog ids, so their condition models are built as validation
-# would build them (`model_construct`: the same fields, defaults and fields set; tests/test_gates.py checks every gate
-# of the registry against `model_validate`) without building the condition models' validators when the derivation
-# modules import: a cold `dam diagnose` builds none at all.
+# would build them (`model_construct`: the same fields, defaults and fields set; tests/test_cold_models.py checks
+# every gate of the registry against `model_validate`) without building the condition models' validators when the
+# derivation modules import: a cold `dam diagnose` builds none at all.
 
 
 def fact_test(name: str, **test: Any) -> FactTest:
