@@ -171,19 +171,26 @@ def test_unknown_optimizations_are_a_clear_error(raw: object, needle: str) -> No
 A100 = {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "computeMajor": 8, "computeMinor": 0, "numSms": 108}
 
 
-def _gemm_trace(path: Path, kernel: str, graphs: bool = False, device: dict[str, Any] | None = H100) -> Path:
+def _mixed_trace(path: Path, kernels: list[tuple[str, float]], launch: str = "cudaLaunchKernel",
+                 device: dict[str, Any] | None = H100) -> Path:
+    """Four steps, each one `launch` running these (kernel, µs) pairs back to back, 20 times over."""
     t = Trace(device)
     ts = 0.0
     for s in range(4):
         start = ts
-        corr = t.runtime("cudaGraphLaunch" if graphs else "cudaLaunchKernel", ts, 8)
+        corr = t.runtime(launch, ts, 8)
         gpu = ts + 10
         for _ in range(20):
-            t.kernel(kernel, gpu, 400, corr)
-            gpu += 401
+            for name, dur in kernels:
+                t.kernel(name, gpu, dur, corr)
+                gpu += dur + 1
         ts = gpu + 30
         t.step(s + 1, start, ts - start)
     return t.write(path)
+
+
+def _gemm_trace(path: Path, kernel: str, graphs: bool = False, device: dict[str, Any] | None = H100) -> Path:
+    return _mixed_trace(path, [(kernel, 400.0)], "cudaGraphLaunch" if graphs else "cudaLaunchKernel", device)
 
 
 # lower_precision is applied only when the kernels run in the narrowest dense format the part has (issue 12: "already
@@ -204,23 +211,6 @@ def test_ingestion_fills_applied_optimizations(tmp_path: Path, kernel: str, grap
     assert expert.diagnose(result.observations).observations["applied_optimizations"].value == \
         ", ".join(o for o in expert.default_expert().kb.optimizations if o in applied.split(", "))
     assert observed.detail.get("method")
-
-
-def _mixed_trace(path: Path, kernels: list[tuple[str, float]]) -> Path:
-    """Four steps, each running these (kernel, µs) pairs back to back, 20 times over."""
-    t = Trace(H100)
-    ts = 0.0
-    for s in range(4):
-        start = ts
-        corr = t.runtime("cudaLaunchKernel", ts, 8)
-        gpu = ts + 10
-        for _ in range(20):
-            for name, dur in kernels:
-                t.kernel(name, gpu, dur, corr)
-                gpu += dur + 1
-        ts = gpu + 30
-        t.step(s + 1, start, ts - start)
-    return t.write(path)
 
 
 GEMM_KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
