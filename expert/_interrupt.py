@@ -4,7 +4,7 @@ The console script imports `expert.commands` (and so this package) before `main(
 those imports (rich, pydantic, the rules) take a noticeable part of a second. While the process is the `dam` script
 and `main()` has not started, SIGINT is handled here; `main()` restores Python's own handler first thing. A library
 user's process (whose main module is not the `dam` script) is never touched. This module is the first the package
-imports, and imports nothing that Python has not loaded at start-up.
+imports, and imports nothing that Python has not loaded at start-up except, under its guard, `datetime`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,14 @@ def is_dam_script() -> bool:
 def guard_startup() -> None:
     """Exit 130 with one line on SIGINT until `main()` starts, if this process is the `dam` console script."""
     if is_dam_script() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        try:  # noqa: SIM105 - contextlib would be one more import before the guard is up
+        try:
             signal.signal(signal.SIGINT, _interrupted)
         except ValueError:  # not the main thread
-            pass
+            return
+        # pydantic-core imports `datetime` from Rust as it loads; a KeyboardInterrupt inside that import makes pyo3
+        # panic (PanicException, not KeyboardInterrupt, with a Rust backtrace). Imported here, under the guard, it
+        # is already loaded then and that import runs no Python code that a signal could interrupt.
+        import datetime  # noqa: F401
 
 
 def end_startup() -> None:
