@@ -17,4 +17,10 @@ except KeyboardInterrupt:  # Ctrl-C while the library imports: a clean exit, as 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        from expert._interrupt import finish_command
+
+        finish_command()  # a Ctrl-C as the interpreter exits cannot turn a finished command into a death by signal
+    sys.exit(code)

@@ -47,4 +47,16 @@ def end_startup() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def finish_command() -> None:
+    """The command is done: ignore SIGINT while the interpreter exits.
+
+    Python gives SIGINT back its default action as it finalizes, so a Ctrl-C then would kill the process (return code
+    -2, no message) after the command had finished and written its output. Ignored, the exit code is the command's.
+    """
+    try:  # noqa: SIM105 (contextlib is not loaded at start-up; this module imports only what is)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
+
+
 guard_startup()

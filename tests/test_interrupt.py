@@ -138,3 +138,25 @@ def test_ctrl_c_while_rank_workers_start_and_read(dam: Path, gloo_job: Path, del
     _check(rc, err, elapsed, f"rank ingest at {delay} s")
     assert "Traceback" not in err, err[-1500:]
     assert ended, "a worker process outlived the command"
+
+
+FINALIZER = """import os, signal, sys, time
+class _CtrlCAsPythonExits:
+    def __del__(self):  # runs as the interpreter finalizes, after the command has finished
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        sys.stderr.write("still alive\\n")
+sys.modules["_ctrl_c_as_python_exits"] = _CtrlCAsPythonExits()  # dropped as Python clears its modules
+"""
+
+
+@pytest.mark.parametrize("entry", ["dam", "cli.py"])
+def test_a_ctrl_c_as_python_exits_keeps_the_commands_exit_code(dam: Path, tmp_path: Path, entry: str) -> None:
+    """Python gives SIGINT its default action back as it finalizes: a Ctrl-C there used to kill a finished command
+    (return code -2, no message; seen in CI as test_hostile_sessions' 0.6 s Ctrl-C). The exit code is the command's."""
+    (tmp_path / "sitecustomize.py").write_text(FINALIZER)
+    command = [str(dam)] if entry == "dam" else [sys.executable, str(REPO / "cli.py")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    result = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.endswith("still alive\n") and "Traceback" not in result.stderr, result.stderr

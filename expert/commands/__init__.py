@@ -61,7 +61,7 @@ SCRIPT_GC_THRESHOLD = 100_000
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `dam` command line (sys.argv when `argv` is None); the exit code."""
-    from .._interrupt import end_startup, is_dam_script
+    from .._interrupt import end_startup, finish_command, is_dam_script
 
     end_startup()  # from here on Ctrl-C is KeyboardInterrupt, caught below
     if argv is None and is_dam_script():  # the process is the command: it ends when main() returns
@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _main(argv)
         finally:
             gc.freeze()  # what is alive now lives until exit: the interpreter's final collection need not walk it
+            finish_command()  # a Ctrl-C from here on cannot turn a finished command into a death by signal
     return _main(argv)
 
 
