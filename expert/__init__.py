@@ -12,8 +12,35 @@ The public names below are imported on first use, so `import expert` stays cheap
 from __future__ import annotations
 
 # isort: off
-from . import _interrupt  # noqa: F401  (first: Ctrl-C while the `dam` script imports exits 130, see there)
+# Ctrl-C while the `dam` script imports the library: "interrupted" and exit 130 until `main()` can catch it
+# (expert/_interrupt.py: why, and what follows). Here, before any import that reads a file, so that no Ctrl-C can
+# land in this package before the guard is up; it loads only what Python has loaded at start-up.
+import os as _os
+import sys as _sys
 
+TYPE_CHECKING = False  # typing's is imported below: `typing` is not loaded at start-up
+if TYPE_CHECKING:
+    import signal as _signal
+else:
+    import _signal
+_DAM_SCRIPTS = frozenset({"dam", "dam.exe", "dam-script.py"})  # what pip names the console script
+
+
+def _startup_sigint(signum: int, frame: object) -> None:
+    _os.write(2, b"interrupted\n")
+    _os._exit(130)
+
+
+if (_os.path.basename(getattr(_sys.modules.get("__main__"), "__file__", None) or "") in _DAM_SCRIPTS
+        and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler):
+    try:
+        _signal.signal(_signal.SIGINT, _startup_sigint)
+    except ValueError:  # not the main thread
+        pass
+    else:
+        # pydantic-core imports `datetime` from Rust as it loads; a KeyboardInterrupt inside that import makes pyo3
+        # panic (PanicException with a Rust backtrace). Imported here, under the guard, it is already loaded then.
+        import datetime  # noqa: F401
 # isort: on
 import importlib
 import sys

@@ -1,50 +1,79 @@
-"""Ctrl-C while the `dam` command starts: one line and exit 130, never a traceback from half-imported modules.
+"""Ctrl-C in the `dam` command: one line, `interrupted`, and exit 130, never a traceback or a death by signal.
 
-The console script imports `expert.commands` (and so this package) before `main()` can catch KeyboardInterrupt, and
-those imports (rich, pydantic, the rules) take a noticeable part of a second. While the process is the `dam` script
-and `main()` has not started, SIGINT is handled here; `main()` restores Python's own handler first thing. A library
-user's process (whose main module is not the `dam` script) is never touched. This module is the first the package
-imports, and imports nothing that Python has not loaded at start-up except, under its guard, `datetime`.
+Three stretches, three handlers:
+
+* while the console script imports the library (rich, pydantic, the rules; a noticeable part of a second) and
+  `main()` cannot catch KeyboardInterrupt yet, the guard at the top of `expert/__init__.py` (it must run before any
+  other import) writes the line and exits; `end_startup` hands SIGINT back to Python when `main()` starts. A library
+  user's process, whose main module is not the `dam` script, is never touched;
+* while a command runs, `CommandWatch` raises KeyboardInterrupt as Python does and remembers it, for a Ctrl-C that
+  comes back from Rust or C as another error;
+* once the command is done, `finish_command` ignores SIGINT while the interpreter exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 
-_SCRIPTS = frozenset({"dam", "dam.exe", "dam-script.py"})
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    os.write(2, b"interrupted\n")
-    os._exit(130)
-
 
 def is_dam_script() -> bool:
     """True when this process is the `dam` console script (its main module is the script pip writes)."""
+    from . import _DAM_SCRIPTS
+
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None) or ""
-    return os.path.basename(path) in _SCRIPTS
-
-
-def guard_startup() -> None:
-    """Exit 130 with one line on SIGINT until `main()` starts, if this process is the `dam` console script."""
-    if is_dam_script() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        try:
-            signal.signal(signal.SIGINT, _interrupted)
-        except ValueError:  # not the main thread
-            return
-        # pydantic-core imports `datetime` from Rust as it loads; a KeyboardInterrupt inside that import makes pyo3
-        # panic (PanicException, not KeyboardInterrupt, with a Rust backtrace). Imported here, under the guard, it
-        # is already loaded then and that import runs no Python code that a signal could interrupt.
-        import datetime  # noqa: F401
+    return os.path.basename(path) in _DAM_SCRIPTS
 
 
 def end_startup() -> None:
     """Give SIGINT back to Python (KeyboardInterrupt), once `main()` can catch it."""
-    if signal.getsignal(signal.SIGINT) is _interrupted:
+    from . import _startup_sigint
+
+    if signal.getsignal(signal.SIGINT) is _startup_sigint:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class CommandWatch:
+    """While a command runs, Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is remembered (`seen`).
+
+    A KeyboardInterrupt raised inside a callback from Rust or C does not always come back as itself: pydantic-core's
+    serializer wraps it in a PydanticSerializationError, and where nothing can receive it Python reports it as
+    "Exception ignored in ...". Remembered, the command can still end as interrupted (exit 130, one line); while
+    the watch is on, what Python could not raise after a Ctrl-C is not printed. Only in the main thread, and only
+    while Python's own handler is in place (a program that set its own keeps it).
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._installed = False
+        self._hook = sys.unraisablehook
+
+    def __enter__(self) -> CommandWatch:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            try:
+                signal.signal(signal.SIGINT, self._handle)
+                self._installed = True
+            except ValueError:  # not the main thread
+                pass
+        self._hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.unraisablehook = self._hook
+        if self._installed and signal.getsignal(signal.SIGINT) == self._handle:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
+        if not (self.seen or isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            self._hook(unraisable)
 
 
 def finish_command() -> None:
@@ -53,10 +82,6 @@ def finish_command() -> None:
     Python gives SIGINT back its default action as it finalizes, so a Ctrl-C then would kill the process (return code
     -2, no message) after the command had finished and written its output. Ignored, the exit code is the command's.
     """
-    try:  # noqa: SIM105 (contextlib is not loaded at start-up; this module imports only what is)
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to do
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread
-        pass
 
-
-guard_startup()

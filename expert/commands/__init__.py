@@ -77,13 +77,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    try:  # Ctrl-C while the command modules import (rich, pydantic, durable-rules) is a clean exit too
-        parser = build_parser(_needed(sys.argv[1:] if argv is None else argv))
-        args = parser.parse_args(argv)
-        from ..errors import ExpertError, printable
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    from .._interrupt import CommandWatch
+
+    with CommandWatch() as watch:
+        try:
+            return _command(argv)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        except Exception:
+            if watch.seen:  # a Ctrl-C that came back wrapped (pydantic-core's serializer) is still the user's Ctrl-C
+                print("interrupted", file=sys.stderr)
+                return 130
+            raise
+
+
+def _command(argv: Sequence[str] | None) -> int:
+    parser = build_parser(_needed(sys.argv[1:] if argv is None else argv))  # Ctrl-C here: caught in _main
+    args = parser.parse_args(argv)
+    from ..errors import ExpertError, printable
+
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -92,8 +105,5 @@ def _main(argv: Sequence[str] | None) -> int:
     except ExpertError as exc:
         print(f"dam {args.command}: {printable(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
