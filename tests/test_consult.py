@@ -717,3 +717,44 @@ def test_the_tools_question_waits_only_for_known_facts(tmp_path: Any) -> None:
     tools.write_text(tools.read_text().replace("after: [workload, phase]", "after: [workload, fase]"))
     with pytest.raises(KnowledgeBaseError, match=r"consultation\.available_tools\.after.*unknown fact 'fase'"):
         KnowledgeBase.load(target)
+
+
+# ---- the optimizations already applied: asked last, only while something is recommended --------------------------
+
+APPLIED_CASE = {"workload": "training", "flops": 1.0, "comm_frac": 1.0, "phase": "prefill", "hardware": "a10",
+                "applied_optimizations": ["async_grad_sync"]}  # found by test_random_cases_reach_the_full_diagnosis
+
+
+def test_an_optimization_already_applied_is_asked_for_last_and_not_recommended() -> None:
+    """No rule tests applied_optimizations, so no probe reached it and the consultation recommended what the job
+    already used (async_grad_sync here). It is asked once nothing else can change the answer."""
+    full = EXPERT.diagnose(APPLIED_CASE)
+    assert "async_grad_sync" not in {r.id for r in full.recommended}
+    c = play(APPLIED_CASE)
+    assert outcome(c.report()) == outcome(full)
+    last = c.transcript[-1]
+    assert last.fact == "applied_optimizations" and last.value == "async_grad_sync"
+    assert "about to be recommended" in last.reason and "async_grad_sync" in last.reason
+
+
+def test_the_applied_question_offers_the_recommendations_and_takes_none() -> None:
+    facts = {k: v for k, v in APPLIED_CASE.items() if k != "applied_optimizations"}
+    c = Consultation(EXPERT)
+    q = c.next_question()
+    while q is not None and q.fact != "applied_optimizations":
+        raw = scripted_answer(q, facts, EXPERT)
+        c.unknown(q.fact) if raw is None else c.answer(q.fact, raw)
+        q = c.next_question()
+    assert q is not None and q.kind == "optimizations"
+    recommended = sorted(r.id for r in c.report().recommended)
+    assert q.choices == recommended and "recommended now: " + ", ".join(recommended) in q.prompt()
+    c.answer(q.fact, "none")
+    assert c.next_question() is None
+    assert sorted(r.id for r in c.report().recommended) == recommended  # none applied: all stand
+    assert c.report().applied == []
+
+
+def test_nothing_recommended_means_no_applied_question() -> None:
+    c = play({"workload": "training"})  # every other question unknown: nothing to recommend
+    assert c.report().recommended == [] and c.finished
+    assert "applied_optimizations" not in [t.fact for t in c.transcript]

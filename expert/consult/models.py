@@ -56,7 +56,7 @@ class Question(_Model):
     number: int  # 1 for the first question of the session
     fact: str
     text: str
-    kind: Literal["fraction", "number", "integer", "enum", "hardware", "tools", "combined"]
+    kind: Literal["fraction", "number", "integer", "enum", "hardware", "tools", "optimizations", "combined"]
     facts: list[str] = []  # the facts a combined question asks for
     unit: str | None = None
     choices: list[str] | None = None
@@ -78,6 +78,9 @@ class Question(_Model):
         hints: list[str] = []
         if self.kind == "tools":
             hints.append("list them, comma-separated: " + ", ".join(self.choices or []) + "; or all, or none")
+        elif self.kind == "optimizations":  # choices: the ones about to be recommended
+            hints.append("optimization ids, comma-separated, or none; recommended now: "
+                         + ", ".join(self.choices or []))
         elif self.choices:
             hints.append("one of " + ", ".join(self.choices))
         elif self.kind == "fraction":

@@ -17,7 +17,8 @@ fact, weighted by how much of the shortest way to that quantity it completes whe
 it closes when unknown, divided by the fact's cost (knowledge_base/facts.yaml). Cheap `ask_first` facts go first,
 but only when they pass the same value test (`choose`: a cheaper context fact tested with one of them goes before it
 when some answer to it would leave that fact without value: `workload` before `phase`, as training drops phase).
-When no rule that can still change can reach the verdict or the recommendations, nothing is left to ask.
+When no rule that can still change can reach the verdict or the recommendations, nothing is left to ask but, while
+something is recommended, which of it the job already uses (`already_applied`: no rule tests that fact).
 
 Cost: a what-if derives again only what its changed facts feed (`DerivationGraph.revalue`), re-runs only the rules
 they reach, once in dependency order and only those reading a changed fact or finding (`_DeltaRules`; the others keep
@@ -413,6 +414,7 @@ def make_plan(state: State) -> Plan:
     live_decisive = [lr for lr in ix.rules if lr.id in state.live and lr.id in state.relevant]
     if not live_decisive:
         plan.settled_soundly = True
+        already_applied(plan)
         return plan
     cache: dict[tuple[tuple[str, Value | None], ...], Decision] = {}
 
@@ -474,7 +476,34 @@ def make_plan(state: State) -> Plan:
         if overrides:
             run("regime", f"if the rules voting {regime} fired ({{}})", overrides, tuple(used))
     _credit(plan)
+    already_applied(plan)
     return plan
+
+
+def already_applied(plan: Plan) -> None:
+    """The last question: which of the optimizations about to be recommended the job already uses (a fact of type
+    `optimizations`, e.g. applied_optimizations; `decide` never recommends one already applied). No rule tests it,
+    and its answer can only take recommendations away, so it is asked once no other answer can change the verdict or
+    the recommendations, and only while something is recommended: one probe per recommended optimization, each the
+    answer naming that one."""
+    state = plan.state
+    if plan.ranked or not state.now.recommended:
+        return
+    fact = next((name for name in state.ix.applied_facts if state.askable_open(name)), None)
+    if fact is None:
+        return
+    recommended = sorted(state.now.recommended)
+    share = 1.0 / len(recommended)
+    for opt in recommended:
+        probe = Probe("leaf", f"{fact} includes {opt}", ((fact, opt),), what_if(state, {fact: opt}), (), fact,
+                      len(recommended))
+        plan.probes.append(probe)
+        weight = weigh(state.now, probe.answer)[0]
+        if weight:
+            plan.scores[fact] = plan.scores.get(fact, 0.0) + weight * share
+            plan.credited.setdefault(fact, []).append((weight * share, probe, fact))
+    if plan.scores.get(fact):
+        plan.ranked = [fact]
 
 
 _WITNESSES_KEPT = 8192  # rule witnesses kept per Expert (`rule_witness`)

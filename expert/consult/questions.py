@@ -73,7 +73,9 @@ def question_for(ix: Index, state: State, plan: Plan, fact: str, gated: str | No
     return Question(
         number=number, fact=fact, text=spec.question or spec.description,
         kind=spec.type, unit=spec.unit,
-        choices=spec.choices if spec.type == "enum" else None, example=spec.example, accepted=spec.range_text(),
+        choices=(spec.choices if spec.type == "enum"
+                 else sorted(state.now.recommended) if spec.type == "optimizations" else None),
+        example=spec.example, accepted=spec.range_text(),
         why=why, effects=effects[:6], rules=rules, measure=_measure(ix, fact),
         group=ix.kb.tools.tools[tool].name if tool and group else None, group_facts=group,
         ask_first=spec.ask_first, cost=spec.cost, score=round(plan.scores.get(fact, 0.0), 4),
@@ -179,6 +181,11 @@ def _reason(ix: Index, state: State, fact: str, credited: list[tuple[float, Prob
     """One sentence: what the best what-if involving this fact would change, and how the fact gets there."""
     if not credited:
         return "its answer can change the verdict or the recommendations"
+    if ix.kb.facts[fact].type == "optimizations":  # asked last (planner.already_applied)
+        ids = sorted(state.now.recommended)
+        return (f"nothing else asked can change the verdict or the recommendations now; {len(ids)} "
+                f"optimization{'s are' if len(ids) != 1 else ' is'} about to be recommended ({', '.join(ids)}), "
+                "and one the job already uses is not recommended again")
     if ix.kb.facts[fact].ask_first:
         return f"a cheap context question, asked first: {_context_clause(fact, credited)}"
     _, probe, link = credited[0]

@@ -79,6 +79,11 @@ class Index:
                              dict[str, Value | None] | None] = {}
         # a what-if that changes none of these nor the fired rules, while no conflict cap holds, decides as before
         self.decide_reads = facts_read(self.ruleset)
+        # the optimizations a job already uses (type `optimizations`): `decide` never recommends them, and no rule tests
+        # them, so no other probe reaches them (`planner.already_applied`)
+        self.applied_facts = tuple(name for name in sorted(self.decide_reads)
+                                   if (spec := self.kb.facts.get(name)) is not None and spec.askable
+                                   and spec.type == "optimizations")
         self._decide_keys = tuple(sorted(self.decide_reads))
         self.conflict_caps = frozenset(cap.finding for cap in self.kb.regimes.evidence_caps if cap.conflict)
         # decisions by (fired rules, values of `decide_reads`): what-ifs on different facts often fire the same

@@ -179,9 +179,12 @@ def _unit_factor(unit: str, spec: FactSpec, kb: KnowledgeBase) -> float:
     return factor / base
 
 
+NO_OPTIMIZATIONS = "none"  # an `optimizations` fact's answer when the job uses none of them
+
+
 def _optimization_ids(raw: object, kb: KnowledgeBase) -> str:
     """A list of optimization catalog ids ("cuda_graphs, lower_precision" or a YAML/JSON list), checked against
-    knowledge_base/optimizations.yaml and stored once each, in catalog order, comma-separated."""
+    knowledge_base/optimizations.yaml and stored once each, in catalog order, comma-separated; or "none"."""
     if isinstance(raw, str):
         items = [part for part in re.split(r"[,\s]+", raw) if part]
     elif isinstance(raw, (list, tuple)) and all(isinstance(part, str) for part in raw):
@@ -189,7 +192,9 @@ def _optimization_ids(raw: object, kb: KnowledgeBase) -> str:
     else:
         raise ValueError("expected optimization ids, comma-separated or as a list of strings")
     if not items:
-        raise ValueError("expected at least one optimization id")
+        raise ValueError("expected at least one optimization id, or none")
+    if [item.casefold() for item in items] == [NO_OPTIMIZATIONS]:
+        return NO_OPTIMIZATIONS
     unknown = [item for item in items if item.casefold() not in kb.optimizations]
     if unknown:
         hints = []
@@ -202,8 +207,10 @@ def _optimization_ids(raw: object, kb: KnowledgeBase) -> str:
 
 
 def applied_optimizations(value: object) -> list[str]:
-    """The ids held by an `optimizations` fact value (as `convert` stored it); [] for no value."""
-    return [part for part in re.split(r"[,\s]+", value) if part] if isinstance(value, str) else []
+    """The ids held by an `optimizations` fact value (as `convert` stored it); [] for no value and for none."""
+    if not isinstance(value, str) or value == NO_OPTIMIZATIONS:
+        return []
+    return [part for part in re.split(r"[,\s]+", value) if part]
 
 
 _BOOLEAN_WORDS = {"true": True, "false": False, "on": True, "off": False, "y": True, "n": False}
