@@ -12,14 +12,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+SHARDS = 4  # checked in parallel under pytest-xdist (`.ci/run`), in turn without it
 RECORD = Path(__file__).parent / "golden" / "record.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_golden_outputs_are_unchanged() -> None:
+@pytest.mark.parametrize("shard", range(1, SHARDS + 1))
+def test_golden_outputs_are_unchanged(shard: int) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, str(RECORD), "--check"], capture_output=True, text=True, env=env,
-                            timeout=900, cwd=ROOT)
+    result = subprocess.run([sys.executable, str(RECORD), "--check", "--shard", f"{shard}/{SHARDS}"],
+                            capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
     changed = [line for line in result.stdout.splitlines() if line and not line.startswith("all ")]
     assert result.returncode == 0, (f"{len(changed)} golden outputs differ (first: {changed[:5]}); see "
                                     f"tests/golden/record.py\n{result.stderr[-2000:]}")

@@ -2,6 +2,7 @@
 
     python tests/golden/record.py            # rewrite tests/golden/digests.json (after an intended change)
     python tests/golden/record.py --dump DIR # also write each output in full to DIR, to diff two versions
+    python tests/golden/record.py --check --shard 1/4  # check a quarter of the cases (tests/test_golden.py)
 
 Covered: the report JSON of every bundled example and every rule-test case (rules/tests/*.test.yaml) with both
 engines, their Markdown rendering, and the consultation transcript of bench/bench_consult.py's three protocols.
@@ -58,13 +59,14 @@ def _transcript(expert: Any, facts: dict[str, Any], protocol: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def outputs() -> Iterator[tuple[str, str]]:
-    """(name, text) for every golden output, in a fixed order."""
+def outputs(shard: tuple[int, int] = (1, 1)) -> Iterator[tuple[str, str]]:
+    """(name, text) for every golden output, in a fixed order; shard (K, N): those of every Nth case from the Kth."""
     from expert import Expert
     from expert.report.render import export
 
     experts = {"durable": Expert(engine="durable"), "pure": Expert(engine="pure")}
-    for name, facts in cases():
+    k, n = shard
+    for name, facts in cases()[k - 1::n]:
         for engine, ex in experts.items():
             report = ex.diagnose(facts)
             yield f"{name}/{engine}.json", report.to_json()
@@ -74,9 +76,9 @@ def outputs() -> Iterator[tuple[str, str]]:
             yield f"{name}/consult-{protocol}.txt", _transcript(experts["pure"], facts, protocol)
 
 
-def digests(dump: Path | None = None) -> dict[str, str]:
+def digests(dump: Path | None = None, shard: tuple[int, int] = (1, 1)) -> dict[str, str]:
     out: dict[str, str] = {}
-    for name, text in outputs():
+    for name, text in outputs(shard):
         out[name] = hashlib.sha256(text.encode()).hexdigest()
         if dump is not None:
             target = dump / name
@@ -89,10 +91,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dump", type=Path, help="also write every output in full under this directory")
     parser.add_argument("--check", action="store_true", help="compare with digests.json instead of rewriting it")
+    parser.add_argument("--shard", metavar="K/N", default="1/1",
+                        help="with --check: only every Nth case from the Kth (the test runs the shards in parallel)")
     args = parser.parse_args()
-    found = digests(args.dump)
+    k, _, n = args.shard.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)) or (int(n) > 1 and not args.check):
+        parser.error(f"--shard {args.shard}: expected K/N with 1 <= K <= N, and --check to use N > 1")
+    shard = (int(k), int(n))
+    found = digests(args.dump, shard)
     if args.check:
         want = json.loads(DIGESTS.read_text())
+        if shard != (1, 1):
+            names = {name for name, _ in cases()[shard[0] - 1::shard[1]]}
+            want = {key: value for key, value in want.items() if key.rsplit("/", 1)[0] in names}
         bad = sorted(k for k in want.keys() | found.keys() if want.get(k) != found.get(k))
         print("\n".join(bad) or f"all {len(found)} golden outputs identical")
         return 1 if bad else 0
