@@ -330,10 +330,11 @@ def test_summary_markdown_and_html(tmp_path: Path) -> None:
 
 def test_cli_run_query_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_inputs(tmp_path / "in")
-    out = tmp_path / "out"
+    out = tmp_path / ("a-folder-whose-path-is-wider-than-the-terminal-" * 2) / "out"
     assert cli.main(["fleet", str(tmp_path / "in"), "--out", str(out), "--workers", "2", "--timeout", "30"]) == 0
     printed = capsys.readouterr().out
-    assert "7 jobs" in printed and "2 error rows" in printed and "_summary.md" in printed
+    assert "7 jobs" in printed and "2 error rows" in printed
+    assert f"rows: {out} (Parquet); summary: {out / '_summary.md'}" in printed  # paths to copy are never wrapped
     assert cli.main(["fleet", "query", str(out), "select job_key, error_kind from fleet where error is not null "
                      "order by 1", "--as", "csv"]) == 0
     assert capsys.readouterr().out.splitlines() == ["job_key,error_kind", "corrupt.json.gz,input", "empty.json,input"]

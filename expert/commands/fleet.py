@@ -152,10 +152,11 @@ def _print(result: Any, resumed: bool) -> None:
     if result.abandoned:
         console.print(f"{result.abandoned} job(s) stuck in native code were abandoned on their Dask workers; "
                       "restart those workers to reclaim them", style="yellow")
-    console.print(f"rows: {result.out} (Parquet); summary: {', '.join(result.files)}", highlight=False)
+    # paths and a command to copy: never broken across lines (the terminal wraps them if it must)
+    console.print(f"rows: {result.out} (Parquet); summary: {', '.join(result.files)}", highlight=False, soft_wrap=True)
     if result.errors:
         console.print(f'errors: dam fleet query {result.out} "select job_key, error_kind, error from fleet where '
-                      'error is not null"', highlight=False)
+                      'error is not null"', highlight=False, soft_wrap=True)
 
 
 def query(args: argparse.Namespace) -> int:
