@@ -55,16 +55,19 @@ class CommandWatch:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             try:
                 signal.signal(signal.SIGINT, self._handle)
-                self._installed = True
-            except ValueError:  # not the main thread
-                pass
-        self._hook = sys.unraisablehook
-        sys.unraisablehook = self._unraisable
+            except ValueError:  # not the main thread: nothing to watch
+                return self
+            self._installed = True
+            self._hook = sys.unraisablehook
+            sys.unraisablehook = self._unraisable
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sys.unraisablehook = self._hook
-        if self._installed and signal.getsignal(signal.SIGINT) == self._handle:
+        if not self._installed:
+            return
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._hook
+        if signal.getsignal(signal.SIGINT) == self._handle:
             signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def _handle(self, signum: int, frame: object) -> None:
@@ -84,4 +87,3 @@ def finish_command() -> None:
     """
     with contextlib.suppress(ValueError):  # not the main thread: nothing to do
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-
