@@ -159,7 +159,15 @@ def test_applied_optimizations_accepts_lists_and_stores_them_in_catalog_order(ra
     assert report.observations["applied_optimizations"].value == "cuda_graphs, pin_memory"
 
 
+@pytest.mark.parametrize("raw", ["none", "None", ["none"]])
+def test_none_applied_is_an_answer_that_withdraws_nothing(raw: object) -> None:
+    report = expert.diagnose({**INPUT_BOUND, "applied_optimizations": raw})
+    assert report.observations["applied_optimizations"].value == "none" and report.applied == []
+    assert [r.id for r in report.recommended] == [r.id for r in expert.diagnose(INPUT_BOUND).recommended]
+
+
 @pytest.mark.parametrize(("raw", "needle"), [("cuda_graph", "did you mean cuda_graphs"), (", ,", "at least one"),
+                                              ("none, pin_memory", "give it alone"),
                                               (3, "optimization ids")])
 def test_unknown_optimizations_are_a_clear_error(raw: object, needle: str) -> None:
     with pytest.raises(ObservationError) as err:

@@ -65,7 +65,7 @@ class FactSpec(_Strict):
         if self.type == "text":
             return "a short text (quoted in messages, never compared)"
         if self.type == "optimizations":
-            return "optimization ids of knowledge_base/optimizations.yaml, comma-separated or a list"
+            return "optimization ids of knowledge_base/optimizations.yaml, comma-separated or a list, or none"
         lo = "-inf" if self.min is None else f"{self.min:g}"
         hi = "inf" if self.max is None else f"{self.max:g}"
         bracket = "(" if self.exclusive_min else "["

@@ -193,7 +193,9 @@ def _optimization_ids(raw: object, kb: KnowledgeBase) -> str:
         raise ValueError("expected optimization ids, comma-separated or as a list of strings")
     if not items:
         raise ValueError("expected at least one optimization id, or none")
-    if [item.casefold() for item in items] == [NO_OPTIMIZATIONS]:
+    if NO_OPTIMIZATIONS in (folded := [item.casefold() for item in items]):
+        if folded != [NO_OPTIMIZATIONS]:
+            raise ValueError(f"'none' means no optimization: give it alone, or only ids ({', '.join(items)})")
         return NO_OPTIMIZATIONS
     unknown = [item for item in items if item.casefold() not in kb.optimizations]
     if unknown:
