@@ -58,7 +58,6 @@ class CommandWatch:
             except ValueError:  # not the main thread: nothing to watch
                 return self
             self._installed = True
-            self._hook = sys.unraisablehook
             sys.unraisablehook = self._unraisable
         return self
 

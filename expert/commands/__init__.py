@@ -83,13 +83,12 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             return _command(argv)
         except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
+            pass
         except Exception:
-            if watch.seen:  # a Ctrl-C that came back wrapped (pydantic-core's serializer) is still the user's Ctrl-C
-                print("interrupted", file=sys.stderr)
-                return 130
-            raise
+            if not watch.seen:  # a Ctrl-C that came back wrapped (pydantic-core's serializer) is still the user's
+                raise
+    print("interrupted", file=sys.stderr)
+    return 130
 
 
 def _command(argv: Sequence[str] | None) -> int:
