@@ -9,12 +9,12 @@
 The public names below are imported on first use, so `import expert` stays cheap.
 """
 
-from __future__ import annotations
-
 # isort: off
 # Ctrl-C while the `dam` script imports the library: "interrupted" and exit 130 until `main()` can catch it
 # (expert/_interrupt.py: why, and what follows). Here, before any import that reads a file, so that no Ctrl-C can
-# land in this package before the guard is up; it loads only what Python has loaded at start-up.
+# land in this package before the guard is up; it loads only what Python has loaded at start-up. (So no
+# `from __future__ import annotations` either: it imports `__future__`, which Python has not loaded; the annotations
+# that name a lazily imported class are quoted instead.)
 import os as _os
 import sys as _sys
 
@@ -124,14 +124,14 @@ class _Facade(types.ModuleType):
     """The package module. `expert.ingest` and `expert.compare` are *functions*, although subpackages of the same
     names exist (see `_subpackage_function`)."""
 
-    ingest: Callable[..., Observations] = _subpackage_function("ingest")  # type: ignore[assignment]
-    compare: Callable[..., Comparison] = _subpackage_function("compare")  # type: ignore[assignment]
+    ingest: "Callable[..., Observations]" = _subpackage_function("ingest")  # type: ignore[assignment]
+    compare: "Callable[..., Comparison]" = _subpackage_function("compare")  # type: ignore[assignment]
 
 
 sys.modules[__name__].__class__ = _Facade
 
 
-def _build_default() -> Expert:
+def _build_default() -> "Expert":
     from .expert import Expert
 
     return Expert()
@@ -141,7 +141,8 @@ _default.set_factory(_build_default)
 default_expert = _default.default_expert
 
 
-def diagnose(observations: Mapping[str, Any] | Observations, *, time_breakdown: TimeBreakdown | None = None) -> Report:
+def diagnose(observations: "Mapping[str, Any] | Observations", *,
+             time_breakdown: "TimeBreakdown | None" = None) -> "Report":
     """Diagnose observations with the bundled rules. See `Expert` for custom rules or engines (and `time_breakdown`)."""
     return default_expert().diagnose(observations, time_breakdown=time_breakdown)
 
