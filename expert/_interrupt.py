@@ -4,8 +4,9 @@ Three stretches, three handlers:
 
 * while the console script imports the library (rich, pydantic, the rules; a noticeable part of a second) and
   `main()` cannot catch KeyboardInterrupt yet, the guard at the top of `expert/__init__.py` (it must run before any
-  other import) writes the line and exits; `end_startup` hands SIGINT back to Python when `main()` starts. A library
-  user's process, whose main module is not the `dam` script, is never touched;
+  other import) writes the line and exits, until `CommandWatch` takes SIGINT over from it in one step (no moment
+  with Python's own handler, whose KeyboardInterrupt nothing would catch yet). A library user's process, whose main
+  module is not the `dam` script, is never touched;
 * while a command runs, `CommandWatch` raises KeyboardInterrupt as Python does and remembers it, for a Ctrl-C that
   comes back from Rust or C as another error;
 * once the command is done, `finish_command` ignores SIGINT while the interpreter exits.
@@ -28,14 +29,6 @@ def is_dam_script() -> bool:
     return os.path.basename(path) in _DAM_SCRIPTS
 
 
-def end_startup() -> None:
-    """Give SIGINT back to Python (KeyboardInterrupt), once `main()` can catch it."""
-    from . import _startup_sigint
-
-    if signal.getsignal(signal.SIGINT) is _startup_sigint:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 class CommandWatch:
     """While a command runs, Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is remembered (`seen`).
 
@@ -43,20 +36,26 @@ class CommandWatch:
     serializer wraps it in a PydanticSerializationError, and where nothing can receive it Python reports it as
     "Exception ignored in ...". Remembered, the command can still end as interrupted (exit 130, one line); while
     the watch is on, what Python could not raise after a Ctrl-C is not printed. Only in the main thread, and only
-    while Python's own handler is in place (a program that set its own keeps it).
+    while Python's own handler or the start-up guard is in place (a program that set its own keeps it); on leaving,
+    the handler it found is put back.
     """
 
     def __init__(self) -> None:
         self.seen = False
         self._installed = False
         self._hook = sys.unraisablehook
+        self._previous: object = None
 
     def __enter__(self) -> CommandWatch:
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        from . import _startup_sigint
+
+        found = signal.getsignal(signal.SIGINT)
+        if found is signal.default_int_handler or found is _startup_sigint:
             try:
-                signal.signal(signal.SIGINT, self._handle)
+                signal.signal(signal.SIGINT, self._handle)  # from the guard straight to this: no unguarded moment
             except ValueError:  # not the main thread: nothing to watch
                 return self
+            self._previous = found
             self._installed = True
             sys.unraisablehook = self._unraisable
         return self
@@ -67,7 +66,7 @@ class CommandWatch:
         if sys.unraisablehook == self._unraisable:
             sys.unraisablehook = self._hook
         if signal.getsignal(signal.SIGINT) == self._handle:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
 
     def _handle(self, signum: int, frame: object) -> None:
         self.seen = True

@@ -204,3 +204,42 @@ def test_an_error_without_a_ctrl_c_is_not_called_an_interrupt(monkeypatch: pytes
     monkeypatch.setattr(commands, "_command", command)
     with pytest.raises(RuntimeError, match="a bug"):
         commands.main(["--version"])
+
+
+def test_the_watch_takes_over_from_the_start_up_guard_in_one_step() -> None:
+    """In the `dam` script the start-up guard answers a Ctrl-C until the command's CommandWatch replaces it, with no
+    moment under Python's own handler in between (fresh-clone CI: a 0.05 s Ctrl-C landed in `main()` after the guard
+    was lifted and before the watch was on, and gave a traceback through the package); leaving, the watch puts the
+    guard back."""
+    import expert
+    from expert._interrupt import CommandWatch
+
+    before = signal.signal(signal.SIGINT, expert._startup_sigint)
+    try:
+        with CommandWatch() as watch:
+            assert signal.getsignal(signal.SIGINT) == watch._handle
+        assert signal.getsignal(signal.SIGINT) is expert._startup_sigint
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_main_leaves_the_guard_up_until_the_watch_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main()` itself never hands SIGINT to Python's handler: what `_command` sees is the watch's handler, taken
+    over from the guard."""
+    import expert
+    from expert import commands
+
+    seen: list[object] = []
+
+    def command(argv: object) -> int:
+        seen.append(signal.getsignal(signal.SIGINT))
+        return 0
+
+    monkeypatch.setattr(commands, "_command", command)
+    before = signal.signal(signal.SIGINT, expert._startup_sigint)
+    try:
+        assert commands.main(["--version"]) == 0
+        assert signal.getsignal(signal.SIGINT) is expert._startup_sigint
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert len(seen) == 1 and getattr(seen[0], "__name__", None) == "_handle"

@@ -61,9 +61,10 @@ SCRIPT_GC_THRESHOLD = 100_000
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `dam` command line (sys.argv when `argv` is None); the exit code."""
-    from .._interrupt import end_startup, finish_command, is_dam_script
+    from .._interrupt import finish_command, is_dam_script
 
-    end_startup()  # from here on Ctrl-C is KeyboardInterrupt, caught below
+    # In the `dam` script the start-up guard (expert/__init__.py) answers a Ctrl-C until `_main`'s CommandWatch
+    # takes over from it; a Ctrl-C is caught from the first line to the last.
     if argv is None and is_dam_script():  # the process is the command: it ends when main() returns
         import gc
 
@@ -71,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _main(argv)
         finally:
-            gc.freeze()  # what is alive now lives until exit: the interpreter's final collection need not walk it
             finish_command()  # a Ctrl-C from here on cannot turn a finished command into a death by signal
+            gc.freeze()  # what is alive now lives until exit: the interpreter's final collection need not walk it
     return _main(argv)
 
 
