@@ -7,7 +7,7 @@ Hazards of durable-rules 2.0.28 and how this module defuses each (see ../shared/
   over the C extension: no threads, no cycles, the session state passed back as the string it came as;
 * ``delete_state`` on a session where no action ran segfaults -> a no-op rule fires on every observation fact;
 * more than 1,024 live sessions per ruleset crash -> one session per run, deleted in ``finally``, and a ruleset
-  serves one run at a time (a pool of copies, ``_Slot``, lets threads run at once without waiting on one lock);
+  serves one run at a time (a pool of at most ``MAX_SLOTS`` copies, ``_Slot``; threads take turns on them);
 * a fact no pattern accepts aborts a batch -> a never-completing ``sink`` join accepts every fact;
 * exceptions inside actions are swallowed into state -> actions catch, record and the run re-raises;
 * floats whose repr has an exponent but no '.' (1e-05) are rejected -> nudged by one ULP; NaN/inf/bool never get here;
@@ -243,7 +243,12 @@ class _Run:
 
 _LIVE: weakref.WeakSet[DurableEngine] = weakref.WeakSet()
 
-MAX_SLOTS = 4  # copies of the C rulesets one engine keeps for runs at once (~1.7 MB each with the bundled rules)
+# Copies of the C rulesets one engine keeps for runs at once (~1.7 MB each with the bundled rules). One: durable-rules
+# never releases the GIL, so a second copy lets no two runs compute at once; it only lets more threads contend for the
+# GIL mid-run. Measured on 2 cores (bench/bench_diagnose.py --only concurrency, 8 threads on one Expert against 1):
+# 0.83-0.86x with one copy, 0.78x with four; a script alternating them, 0.88x against 0.67-0.71x. A run waiting for
+# the copy sleeps on a condition, off the GIL. The pool stays, for a release that computes without the GIL.
+MAX_SLOTS = 1
 
 
 def _free_rulesets(hosts: list[_Host], pid: int) -> None:
@@ -255,8 +260,8 @@ def _free_rulesets(hosts: list[_Host], pid: int) -> None:
 
 class _Slot:
     """One copy of the engine's C rulesets (a host per chunk) and which of them read each finding. A slot serves one
-    run at a time: a run checks one out of the engine's pool and returns it when done, so runs in different threads
-    (interleaved by the GIL; durable-rules never releases it) do not wait on each other. Its rulesets are freed when
+    run at a time: a run checks one out of the engine's pool and returns it when done (runs in different threads are
+    interleaved by the GIL, which durable-rules never releases; see MAX_SLOTS). Its rulesets are freed when
     the slot is dropped (with its engine), except in a forked child of the process that made it."""
 
     __slots__ = ("__weakref__", "consumers", "hosts", "pid")
@@ -330,8 +335,8 @@ class _Plan:
 
 class DurableEngine:
     """Runs a RuleSet on durable-rules. Thread-safe: each run has a copy of the C rulesets to itself (a pool of at
-    most MAX_SLOTS, made as threads need them; past that a run waits for one to be returned). Fork-safe: a child
-    process gets a fresh lock and its own rulesets.
+    most MAX_SLOTS, made as threads need them; past that a run waits for one to be returned: with the default of one,
+    runs take turns). Fork-safe: a child process gets a fresh lock and its own rulesets.
 
     durable-rules has two limits a large rule set meets: about 256 rules per ruleset (segfault, error 108), and 64
     alpha nodes one fact may match at once (error 303: sixty-odd rules testing one fact with different thresholds
