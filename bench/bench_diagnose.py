@@ -9,7 +9,8 @@ baseline from the same run:
   absolute target (0.3 ms);
 * cyclic garbage: objects `gc.collect()` finds after 1,000 diagnoses with the collector off, per diagnosis;
 * the slowdown of a new diagnosis with 10,000 reports alive, against none alive;
-* 8 threads vs 1 on one Expert (both engines; also per CPU second, which the machine's other load leaves alone),
+* 8 threads vs 1 on one Expert (both engines; also per CPU second, which the machine's other load leaves alone;
+  again with 50 ms thread switches, and with the process on one CPU, to show what the GIL's hand-over costs),
   and 2 processes vs 1;
 * cold start: `dam --version` and `dam diagnose --example ...` against `python -c pass`, and the cold diagnose step
   by step (command line, reading the example, the Expert's imports and build, diagnose, rendering);
@@ -326,6 +327,16 @@ def concurrency(items: list[dict[str, Any]]) -> None:
             sys.setswitchinterval(interval)
         print(f"{'':15s} the same, switching threads every 50 ms instead of {interval * 1e3:.0f}: {slow_switch:.2f}x "
               f"(the difference is the interpreter's thread switching, not waiting in dam-expert)")
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        if len(cpus) > 1:  # the GIL handed between threads on different cores moves the working set between caches
+            os.sched_setaffinity(0, {min(cpus)})
+            try:
+                one_cpu = statistics.median(_throughput(exp, items, 8)[0] / _throughput(exp, items, 1)[0]
+                                            for _ in range(3))
+            finally:
+                os.sched_setaffinity(0, cpus)
+            print(f"{'':15s} the same, the process on one CPU: {one_cpu:.2f}x (what the GIL's hand-over between "
+                  f"cores costs)")
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(2) as pool:
         pool.map(_proc_worker, [("auto", items[:50])] * 2, chunksize=1)  # start both workers before timing
