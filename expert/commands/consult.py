@@ -69,8 +69,9 @@ def register(sub: Any) -> None:
                                    "verdict or the recommendations are asked.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--answers", metavar="FILE",
-                   help="answer from an observation file (YAML or JSON); facts it lacks are answered unknown; it may "
-                        "also answer a combined question by its id (job: llm-decode) and the tools question "
+                   help="answer from an observation file (YAML or JSON); facts it lacks are answered unknown, and "
+                        "the facts it gives that no question asked for go into the report as well; it may also "
+                        "answer a combined question by its id (job: llm-decode) and the tools question "
                         "(available_tools: [nvidia_smi])")
     p.add_argument("--from", dest="from_files", nargs="+", default=[], metavar="TRACE",
                    help="start from the facts profiler traces / GPU telemetry give (see dam ingest --help); only what "
@@ -430,6 +431,28 @@ class _Session:
                 break
 
     def scripted(self, answers: dict[str, Any], source: str) -> None:
+        """Answer every question from `answers` ("unknown" for what they lack); then record the facts they give that
+        no question asked for (they could not change the verdict or the recommendations, but they are the user's
+        evidence: the report shows them and does not ask for them again)."""
+        from ..observations.normalise import format_value, is_unknown
+
+        self._ask_from(answers, source)
+        facts = self.c.expert.kb.facts
+        used = {name for t in self.c.transcript if not t.undone for name in (t.fact, *t.sets)}
+        left = [name for name in answers if name not in used and name not in self.c.answers
+                and (spec := facts.get(name)) is not None and spec.askable and not is_unknown(answers[name])]
+        if not left:
+            return
+        for name in left:
+            self.c.answer(name, answers[name], source=source)
+        given = self.c.answers
+        self.say("")
+        self.say(f"not asked, taken from {source} (they could not change the verdict or the recommendations): "
+                 + ", ".join(f"{name} = {format_value(facts.get(name), given[name])}" for name in left), style="dim")
+        self.save()
+        self._ask_from(answers, source)  # nothing is left to ask, unless one of them opened a question
+
+    def _ask_from(self, answers: dict[str, Any], source: str) -> None:
         from ..consult.session import AVAILABLE_TOOLS, answer_from
         from ..observations.normalise import is_unknown
 
@@ -550,7 +573,7 @@ def finish(session: _Session, args: argparse.Namespace, answers: dict[str, Any] 
         used = {name for t in c.transcript if not t.undone for name in (t.fact, *t.sets)}
         unused = sorted(set(answers) - used)
         if unused:
-            session.say(f"not asked (could not change the verdict or the recommendations): {', '.join(unused)}",
+            session.say(f"in {args.answers} but not used (no question asked for them): {', '.join(unused)}",
                         style="dim")
     report = c.report()
     if getattr(args, "time_breakdown", None) is not None:
