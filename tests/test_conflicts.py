@@ -80,6 +80,13 @@ CASES: list[tuple[str, dict[str, Any], str, str | None, str | None]] = [
     ("data wait 60 %, GPU idle 10 %", {"gpu_util": 0.5, "step_time_s": 1.0, "data_wait_s": 0.6,
                                        "gpu_idle_gap_frac": 0.1}, "conflicting evidence", "conflict_wait_idle",
      "suspect"),
+    # utilization bounds what the time-averaged readings beside it can show (no trace: nothing else to go by)
+    ("data wait 40 %, GPU busy 99 %", {"gpu_util": 0.99, "data_wait_s": 0.12, "step_time_s": 0.3},
+     "conflicting evidence", "conflict_wait_util", "suspect"),
+    ("MFU 60 % at 40 % utilization", {**H100, "gpu_util": 0.4, "mfu": 0.6}, "conflicting evidence",
+     "conflict_mfu_util", "suspect"),
+    ("DRAM 90 % at 45 % utilization", {**H100, "gpu_util": 0.45, "mem_bw_util": 0.9}, "conflicting evidence",
+     "conflict_dram_util", "suspect"),
     ("MFU agrees with achieved", {**H100, "mfu": 0.6, "flops": 3e14, "step_time_s": 0.5}, "verdict", None, "likely"),
     ("tensor below SM", {**H100, "tensor_active": 0.85, "sm_active": 0.9}, "verdict", None, "likely"),
     ("nothing measured", {"workload": "training"}, "insufficient evidence", None, None),
