@@ -250,6 +250,19 @@ def test_a_directory_without_traces_and_a_glob_without_matches_are_clear_errors(
     with pytest.raises(ObservationError, match="no files match"):
         ingest_result(str(tmp_path / "rank*.json"))
     assert cli.main(["ingest", str(tmp_path)]) == 2
+    (tmp_path / "job-a").mkdir()
+    with pytest.raises(ObservationError, match=r"it has sub-folders \(job-a\): name the one"):
+        ingest_result(tmp_path)
+
+
+def test_a_directory_contributes_its_nsight_systems_exports(tmp_path: Path) -> None:
+    from expert.ingest.rank_reading import expand
+
+    for name in ("rank0.sqlite", "rank1.json.gz", "README.md"):
+        (tmp_path / name).write_text("x")
+    files, notes = expand([tmp_path])
+    assert [Path(str(f)).name for f in files] == ["rank0.sqlite", "rank1.json.gz"]
+    assert notes == [f"{tmp_path}: 1 file(s) that are not traces or telemetry logs skipped"]
 
 
 def test_workers_are_bounded_by_memory_not_by_the_number_of_ranks(tmp_path: Path,

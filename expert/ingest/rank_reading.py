@@ -30,8 +30,9 @@ from ._workers import context, holding_ctrl_c, stop_pool
 from ._workers import mem_available as _mem_available
 from .rank_trace import RankTrace
 
-INPUT_SUFFIXES = (".json", ".json.gz", ".gz", ".csv", ".txt", ".log", ".out", ".prom")
-"""Files a directory contributes: profiler traces and telemetry logs (others are skipped, with a note)."""
+INPUT_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".csv", ".txt", ".log", ".out", ".prom")
+"""Files a directory contributes: profiler traces (Kineto JSON, Nsight Systems SQLite exports) and telemetry logs
+(others are skipped, with a note)."""
 
 PARALLEL_MIN_BYTES = 128 << 20
 """Below this much JSON in all, rank files are read in this process: starting workers (about a second for the
@@ -63,9 +64,12 @@ def expand(items: Sequence[SourceLike]) -> tuple[list[SourceLike], list[str]]:
                 files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
                 chosen = [p for p in files if p.name.lower().endswith(INPUT_SUFFIXES)]
                 if not chosen:
+                    inner = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+                    where = (f"; it has sub-folders ({', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''}): "
+                             "name the one that holds the job's files" if inner else "")
                     raise ObservationError([Problem(str(path), "the directory holds no trace or telemetry files",
-                                                    "expected " + ", ".join(f"*{s}" for s in INPUT_SUFFIXES))],
-                                           title="cannot read telemetry")
+                                                    "expected " + ", ".join(f"*{s}" for s in INPUT_SUFFIXES) + where)],
+                                           title="cannot read the traces or telemetry")
                 skipped = len(files) - len(chosen)
                 if skipped:
                     notes.append(f"{path}: {skipped} file(s) that are not traces or telemetry logs skipped")
@@ -76,7 +80,7 @@ def expand(items: Sequence[SourceLike]) -> tuple[list[SourceLike], list[str]]:
                 matches = sorted(m for m in glob.glob(str(obj), recursive=True) if Path(m).is_file())
                 if not matches:
                     raise ObservationError([Problem(str(obj), "no files match this pattern")],
-                                           title="cannot read telemetry")
+                                           title="cannot read the traces or telemetry")
                 for m in matches:
                     add(m)
                 continue

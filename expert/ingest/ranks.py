@@ -243,7 +243,7 @@ def analyse(traces: Sequence[RankTrace], files: Sequence[FileResult]) -> JobResu
         dup = sorted(r for r, c in Counter(ranks).items() if c > 1)
         raise ObservationError([Problem(", ".join(t.path for t in traces if t.rank in dup),
                                         f"several files claim rank {', '.join(map(str, dup))} of the same job",
-                                        "give one trace per rank of one capture")], title="cannot read telemetry")
+                                        "give one trace per rank of one capture")], title="cannot read the traces or telemetry")
     world = next((t.world_size for t in traces if t.world_size), None)
     backend = next((t.backend for t in traces if t.backend), None)
     mode = "gpu" if any(t.mode == "gpu" for t in traces) else "cpu"
@@ -389,7 +389,7 @@ def choose(jobs: list[list[int]], traces: Sequence[RankTrace], job: int | None) 
     if job is not None:
         if not 1 <= job <= len(jobs):
             raise ObservationError([Problem(f"--job {job}", f"the inputs hold {len(jobs)} job(s)",
-                                            f"give --job 1..{len(jobs)}")], title="cannot read telemetry")
+                                            f"give --job 1..{len(jobs)}")], title="cannot read the traces or telemetry")
         return jobs[job - 1]
     if len(jobs) == 1:
         return jobs[0]
@@ -397,7 +397,7 @@ def choose(jobs: list[list[int]], traces: Sequence[RankTrace], job: int | None) 
     raise ObservationError([Problem("ingest", f"the traces are not the ranks of one job; they hold {len(jobs)} "
                                     f"jobs ({listing})", "pick one with --job N (expert.ingest(..., job=N)), or give "
                                     "one job's rank files (a directory or glob of them)")],
-                           title="cannot read telemetry")
+                           title="cannot read the traces or telemetry")
 
 
 def is_single_node(traces: Sequence[RankTrace]) -> bool:
