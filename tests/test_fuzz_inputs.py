@@ -147,7 +147,12 @@ def test_fuzz_observation_files(data: Any, kind: str, changes: list[tuple[int, i
 def test_fuzz_set_values(pairs: list[tuple[str, str]]) -> None:
     from expert.commands._common import parse_sets
 
-    raw: dict[str, Any] = dict(parse_sets([f"{n}={v}" for n, v in pairs]))
+    # an empty value and a fact given twice with two values are errors naming the --set
+    parsed = _expect_clean(lambda: parse_sets([f"{n}={v}" for n, v in pairs]), ["--set"], f"--set {pairs}")
+    if parsed is None:
+        assert any(not v.strip() for _, v in pairs) or len({n for n, _ in pairs}) < len(pairs)
+        return
+    raw: dict[str, Any] = dict(parsed)
     _expect_clean(lambda: _diagnose(raw), [*raw, "observation"], f"--set {pairs}")
 
 

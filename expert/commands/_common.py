@@ -33,7 +33,16 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
         if not sep or not name.strip():
             problems.append(Problem(f"--set {pair}", "expected NAME=VALUE", "e.g. --set gpu_util=62%"))
             continue
-        values[name.strip()] = value.strip()
+        name, value = name.strip(), value.strip()
+        if not value:
+            problems.append(Problem(f"--set {pair}", "the value is empty",
+                                    f"give a value after '=', or --set {name}=unknown to leave it out"))
+            continue
+        if name in values and values[name] != value:
+            problems.append(Problem(f"--set {name}", f"given twice ({values[name]} and {value})",
+                                    "give each fact once"))
+            continue
+        values[name] = value
     if problems:
         raise ObservationError(problems, title="cannot read --set")
     return values
