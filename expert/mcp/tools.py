@@ -246,7 +246,7 @@ class Toolbox:
                                  kb=self.kb)
         except OSError as exc:
             raise ObservationError([Problem(str(exc.filename or "paths"), f"cannot read: {exc.strerror or exc}")],
-                                   title="cannot read telemetry") from exc
+                                   title="cannot read the traces or telemetry") from exc
 
     def _ingest(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(IngestArgs, arguments, "ingest")
