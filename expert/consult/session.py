@@ -28,7 +28,7 @@ from ..derive.formulas import check_consistency
 from ..errors import ObservationError, Problem
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, FactSpec
-from ..observations.normalise import Observation, Observations, convert, format_value, is_unknown
+from ..observations.normalise import Observation, Observations, accepted_hint, convert, format_value, is_unknown
 from ..report.model import Report
 from . import combined
 from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, WhyAsk, _Scalar
@@ -268,7 +268,7 @@ class Consultation:
         try:
             canonical = convert(spec, value, self._ix.kb)
         except ValueError as exc:
-            raise ObservationError([Problem(fact, str(exc), f"accepted: {spec.range_text()}")],
+            raise ObservationError([Problem(fact, str(exc), accepted_hint(spec, str(exc)))],
                                    title="that answer is not valid") from exc
         answers, _ = self._replay()
         trial = {**answers, fact: canonical}

@@ -243,7 +243,8 @@ def analyse(traces: Sequence[RankTrace], files: Sequence[FileResult]) -> JobResu
         dup = sorted(r for r, c in Counter(ranks).items() if c > 1)
         raise ObservationError([Problem(", ".join(t.path for t in traces if t.rank in dup),
                                         f"several files claim rank {', '.join(map(str, dup))} of the same job",
-                                        "give one trace per rank of one capture")], title="cannot read the traces or telemetry")
+                                        "give one trace per rank of one capture")],
+                               title="cannot read the traces or telemetry")
     world = next((t.world_size for t in traces if t.world_size), None)
     backend = next((t.backend for t in traces if t.backend), None)
     mode = "gpu" if any(t.mode == "gpu" for t in traces) else "cpu"
@@ -395,7 +396,7 @@ def choose(jobs: list[list[int]], traces: Sequence[RankTrace], job: int | None) 
         return jobs[0]
     listing = "; ".join(f"job {k}: {describe([traces[i] for i in members])}" for k, members in enumerate(jobs, 1))
     raise ObservationError([Problem("ingest", f"the traces are not the ranks of one job; they hold {len(jobs)} "
-                                    f"jobs ({listing})", "pick one with --job N (expert.ingest(..., job=N)), or give "
+                                    f"jobs ({listing})", "pick one with --job N (job=N from Python), or give "
                                     "one job's rank files (a directory or glob of them)")],
                            title="cannot read the traces or telemetry")
 

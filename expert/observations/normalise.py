@@ -218,6 +218,12 @@ def applied_optimizations(value: object) -> list[str]:
 _BOOLEAN_WORDS = {"true": True, "false": False, "on": True, "off": False, "y": True, "n": False}
 
 
+def accepted_hint(spec: FactSpec, message: str) -> str:
+    """The hint for a value `convert` refused: what the fact accepts, unless the message already says it."""
+    accepted = spec.range_text()
+    return "" if accepted in message else f"accepted: {accepted}"
+
+
 def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
     """Convert one raw value to the fact's canonical type and unit; raises ValueError with the reason."""
     if spec.type == "hardware":
@@ -341,7 +347,7 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
         try:
             value = convert(spec, value_in, kb)
         except ValueError as exc:
-            problems.append(Problem(name, str(exc), f"accepted: {spec.range_text()}"))
+            problems.append(Problem(name, str(exc), accepted_hint(spec, str(exc))))
             continue
         clean_detail = {k: v for k, v in detail.items()
                         if isinstance(v, (int, float, str)) and not isinstance(v, bool)} if detail else {}
