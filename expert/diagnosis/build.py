@@ -7,6 +7,7 @@ Everything here is decided by data: rule conclusions (rules/), regime tables (ru
 from __future__ import annotations
 
 import functools
+import re
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,12 +66,19 @@ def _parse_template(template: str) -> tuple[_Segment, ...]:
         return ((template, None, ""),)
 
 
+_UNKNOWN = "\x00"  # where an unknown value went, until its clause is dropped
+_UNKNOWN_CLAUSE = re.compile(r" ?\([^()\x00]*\x00[^()]*\)")  # the innermost parenthesis around an unknown value
+
+
 def render_message(template: str, facts: Mapping[str, Value], scorecard: Scorecard | None = None) -> str:
     """Fill a rule's message template with fact values ("{gpu_util:.0%}"); only plain fact names are looked up
-    (no attribute or index access), and an unknown value renders as '?'. A scorecard band
-    ("{scorecard.mfu.fail_below}", see `Scorecard.bound`) renders as a percentage ("30 %") or with its format spec;
-    any other placeholder renders as written."""
+    (no attribute or index access). An unknown value drops the innermost parenthesis around it ("one by one (mean
+    kernel {mean_kernel_us:.1f} µs): ..." reads "one by one: ..."), so a rule that fires without a fact it can show
+    says nothing of it; outside a parenthesis it reads "unknown". A scorecard band ("{scorecard.mfu.fail_below}", see
+    `Scorecard.bound`) renders as a percentage ("30 %") or with its format spec; any other placeholder renders as
+    written."""
     parts: list[str] = []
+    unknown = False
     for text, name, spec in _parse_template(template):
         parts.append(text)
         if name is None:
@@ -81,13 +89,21 @@ def render_message(template: str, facts: Mapping[str, Value], scorecard: Scoreca
             continue
         value = facts.get(name)
         if value is None:
-            parts.append("?")
+            parts.append(_UNKNOWN)
+            unknown = True
             continue
         try:
-            parts.append(format(value, spec))
+            parts.append(format(value, spec).replace(_UNKNOWN, ""))
         except (ValueError, TypeError):
-            parts.append(str(value))
-    return "".join(parts)
+            parts.append(str(value).replace(_UNKNOWN, ""))
+    text = "".join(parts)
+    if unknown:
+        while True:
+            text, dropped = _UNKNOWN_CLAUSE.subn("", text)
+            if not dropped:
+                break
+        text = text.replace(_UNKNOWN, "unknown")
+    return text
 
 
 def _band_text(value: float, spec: str) -> str:

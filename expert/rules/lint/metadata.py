@@ -56,7 +56,9 @@ class UnknownPlaceholder(Lint):
     docs = """
 **Why it matters.** Templates are filled with fact values (`{gpu_util:.0%}`) and scorecard bands
 (`{scorecard.mfu.fail_below}`, rendered "30 %", so that a message quotes knowledge_base/scorecard.yaml instead of
-repeating its numbers); an unknown fact renders as `?` in the report, an unknown band as written.
+repeating its numbers). A fact not known when the rule fires drops the innermost parenthesis around its
+placeholder ("one by one (mean kernel {mean_kernel_us:.1f} µs): ..." reads "one by one: ..."), or reads "unknown"
+outside one; an unknown band renders as written.
 
 **Fix.** Use a fact name from knowledge_base/facts.yaml (observed or derived), or `scorecard.<metric id>.<bound>`
 for a bound (fail_above, pass_below, fail_below, pass_above) the metric sets, with an optional format spec.
@@ -81,7 +83,8 @@ for a bound (fail_above, pass_below, fail_below, pass_above) the metric sets, wi
                                            hint=_suggest(name, bands) or f"the scorecard bands: {', '.join(bands)}")
                     elif name not in ctx.kb.facts:
                         yield ctx.diag(self.__class__, site.file, (*site.path, *path),
-                                       f"placeholder {{{name}}} is not a fact; it renders as '?'", subject=site.rule.id,
+                                       f"placeholder {{{name}}} is not a fact, so never known: its parenthesis "
+                                       "is dropped, or it reads 'unknown'", subject=site.rule.id,
                                        hint=_suggest(name, ctx.kb.facts))
 
 
