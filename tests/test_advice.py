@@ -487,3 +487,27 @@ def test_better_kernels_gain_stops_at_the_dense_peak() -> None:
     better = next((r for r in report.recommended if r.id == "better_kernels"), None)
     assert better is not None and better.expected_gain is not None
     assert better.expected_gain.max_speedup == pytest.approx(1 / (1 - 0.91 + 0.54), abs=1e-3)
+
+
+MEMORY_BOUND = {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.97, "mem_bw_util": 0.85, "batch_size": 32}
+
+
+@pytest.mark.parametrize(("workload", "says", "never"), [
+    ("training", ["Transformer Engine", "8-bit optimizer", "micro-batch"], ["KV cache", "continuous batching", "GPTQ"]),
+    ("inference", ["KV cache", "continuous batching", "GPTQ"], ["optimizer", "micro-batch"]),
+])
+def test_memory_bound_advice_is_worded_for_the_workload(workload: str, says: list[str], never: list[str]) -> None:
+    report = expert.diagnose({**MEMORY_BOUND, "workload": workload})
+    assert report.bottleneck == "memory"
+    advice = {r.id: f"{r.title}: {r.how}" for r in report.recommended}
+    assert {"quantization", "batching"} <= advice.keys()
+    text = " ".join(advice[i] for i in ("quantization", "batching"))
+    assert all(word in text for word in says), text
+    assert not any(word in text for word in never), text
+
+
+def test_advice_of_an_unknown_workload_keeps_the_general_wording() -> None:
+    report = expert.diagnose(MEMORY_BOUND)
+    opt = expert.default_expert().kb.optimizations["quantization"]
+    quantization = next(r for r in report.recommended if r.id == "quantization")
+    assert (quantization.title, quantization.how) == (opt.title, opt.how)

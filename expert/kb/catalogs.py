@@ -195,6 +195,13 @@ class InterconnectCatalog(_Strict):
     interconnects: list[InterconnectSpec] = []
 
 
+class OptimizationWording(_Strict):
+    """How an optimization is named and applied in one kind of job, where that differs (optimizations.yaml header)."""
+
+    title: str | None = None
+    how: str | None = None
+
+
 class Optimization(_Strict):
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
@@ -202,6 +209,9 @@ class Optimization(_Strict):
     shrinks: Term
     how: str
     source: str
+    # the title and how for a training job or an inference service, where the general wording names techniques of
+    # the other (post-training weight quantization and a KV cache are not what a training job applies)
+    for_workload: dict[Literal["training", "inference"], OptimizationWording] = {}
     effort: int | None = Field(default=None, ge=1, le=5)  # optimizations.yaml header: the declared effort order
     floor: str | None = None  # a derived share its term keeps at best (optimizations.yaml header); None: zero
     floor_of: Literal["step", "own"] = "step"  # the floor is a share of today's step, or of the run at the floor
@@ -210,6 +220,13 @@ class Optimization(_Strict):
     term_speedup: str | None = None
     max_term_speedup: float | None = Field(default=None, gt=1)
     bound_source: str | None = None
+
+    def worded(self, workload: object) -> tuple[str, str]:
+        """(title, how) for this workload (a `workload` fact value, or None when unknown)."""
+        wording = next((w for kind, w in self.for_workload.items() if kind == workload), None)
+        if wording is None:
+            return self.title, self.how
+        return wording.title or self.title, wording.how or self.how
 
     @model_validator(mode="after")
     def _bound_sourced(self) -> Optimization:
