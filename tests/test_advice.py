@@ -511,3 +511,25 @@ def test_advice_of_an_unknown_workload_keeps_the_general_wording() -> None:
     opt = expert.default_expert().kb.optimizations["quantization"]
     quantization = next(r for r in report.recommended if r.id == "quantization")
     assert (quantization.title, quantization.how) == (opt.title, opt.how)
+
+
+def test_copy_remedies_are_bounded_by_the_copies_they_act_on() -> None:
+    """Pinned memory and a copy stream save at most the host-to-device copies, not a wait spent decoding on the
+    host: with the copies measured their bound is the copies' share; without, the input term's (an upper bound)."""
+    from expert.commands._common import example_path
+    from expert.observations.file import read_observation_file
+
+    example = dict(read_observation_file(example_path("data_starved_training")).observations)
+    unmeasured = {r.id: r.expected_gain for r in expert.diagnose(example).recommended}
+    measured = {r.id: r.expected_gain for r in expert.diagnose({**example, "h2d_copy_frac": 0.05}).recommended}
+    for opt in ("pin_memory", "cuda_streams_overlap"):
+        before = unmeasured[opt]
+        assert before is not None and before.term_share == pytest.approx(0.4)
+        gain = measured[opt]
+        assert gain is not None and gain.term_share == pytest.approx(0.05)
+        assert gain.max_speedup == pytest.approx(1 / 0.95, abs=1e-3)
+        assert "h2d_copy_frac" in gain.assumptions
+    workers = measured["more_dataloader_workers"]
+    assert workers is not None and workers.max_speedup == pytest.approx(1 / 0.6, abs=1e-3)
+    ranked = [r.id for r in expert.diagnose({**example, "h2d_copy_frac": 0.05}).recommended]
+    assert ranked.index("more_dataloader_workers") < ranked.index("pin_memory")

@@ -92,3 +92,18 @@ def test_bind_shares_what_names_no_knowledge_value() -> None:
 def test_docs_show_the_number_and_the_name(kb: KnowledgeBase) -> None:
     named = FactTest.model_validate({"fact": "mfu", "lt": {"kb": "scorecard.mfu.fail_below"}})
     assert leaf_text(named, kb) == "`mfu` is below 30 % (`scorecard.mfu.fail_below`)"
+
+
+def test_an_optimization_acting_on_an_unknown_fact_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from expert._resources import data_dir
+
+    kb_dir = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), kb_dir)
+    path = kb_dir / "optimizations.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert "acts_on: h2d_copy_frac" in text
+    path.write_text(text.replace("acts_on: h2d_copy_frac", "acts_on: h2d_copy_share", 1), encoding="utf-8")
+    with pytest.raises(KnowledgeBaseError, match="acts_on: unknown fact 'h2d_copy_share'"):
+        KnowledgeBase.load(kb_dir)
