@@ -103,6 +103,17 @@ def test_unexplained_is_zero_when_the_terms_cover_the_step() -> None:
     assert unexplained(report) == (0.0, 0.0)
 
 
+def test_terms_that_add_up_past_the_step_are_said_to_overlap() -> None:
+    report = expert.diagnose({"mfu": 0.5, "gpu_util": 0.9, "step_time_s": 0.2, "data_wait_s": 0.05})
+    # 0.05 + 0.18 = 0.23 s, 115 % of the 0.2 s step: 0.03 s of them overlap
+    note = "the known terms add up to 115% of the step: at least 0.03 s of them run at the same time"
+    assert note in export(report, "markdown")
+    table = iron_law_table(report)
+    assert table is not None and note in str(table.caption).replace("\n", " ")
+    covered = expert.diagnose(STARVED)  # the terms leave 0.01 s unexplained: no such note
+    assert "add up to" not in export(covered, "markdown")
+
+
 def test_no_unexplained_line_without_a_step_time_or_any_term() -> None:
     assert unexplained(expert.diagnose({"gpu_util": 0.5})) is None
     assert unexplained(expert.diagnose({"step_time_s": 0.2})) is None

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...breakdown import IdleShares, RoofSpec, TimeBreakdown, TimeEntry
 from ...observations.normalise import RankFigures
-from ..model import ClusterSection, EvidenceLimit, IronLaw
+from ..model import UNEXPLAINED_TERM, ClusterSection, EvidenceLimit, IronLaw
 
 # ---- values ---------------------------------------------------------------------------------------------------------
 
@@ -55,12 +55,19 @@ def limit_effect(limit: EvidenceLimit) -> str:
 
 def iron_law_notes(law: IronLaw, sequential: str = "sequential sum", efficiency: bool = True) -> list[str]:
     """What the iron-law table says beyond its terms: the measured step, the sequential and overlapped sums (the
-    first called `sequential`), and (with `efficiency`) where the efficiency came from."""
+    first called `sequential`), that the known terms overlap where their shares add up past 100 % (the unexplained
+    line reads 0 then), and (with `efficiency`) where the efficiency came from."""
     notes = []
     if law.step_time_s is not None:
         notes.append(f"measured step {law.step_time_s:.4g} s")
     if law.sequential_s is not None and law.overlapped_s is not None:
         notes.append(f"{sequential} {law.sequential_s:.4g} s, overlapped ≥ {law.overlapped_s:.4g} s")
+    known = [t.seconds for t in law.terms if t.term != UNEXPLAINED_TERM and t.seconds is not None]
+    step = law.step_time_s
+    if step and len(known) > 1 and sum(known) > step * 1.005:  # the shares add up past 100 %
+        total = sum(known)
+        notes.append(f"the known terms add up to {total / step:.0%} of the step: at least {total - step:.4g} s of "
+                     "them run at the same time (or were measured over other windows), so none is unexplained")
     if efficiency and law.efficiency_source:
         notes.append(law.efficiency_source)
     return notes
