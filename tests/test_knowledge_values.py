@@ -103,7 +103,7 @@ def test_an_optimization_acting_on_an_unknown_fact_is_refused(tmp_path: Path) ->
     shutil.copytree(data_dir("knowledge_base"), kb_dir)
     path = kb_dir / "optimizations.yaml"
     text = path.read_text(encoding="utf-8")
-    assert "acts_on: h2d_copy_frac" in text
-    path.write_text(text.replace("acts_on: h2d_copy_frac", "acts_on: h2d_copy_share", 1), encoding="utf-8")
+    assert "acts_on: [h2d_copy_frac" in text
+    path.write_text(text.replace("acts_on: [h2d_copy_frac", "acts_on: [h2d_copy_share", 1), encoding="utf-8")
     with pytest.raises(KnowledgeBaseError, match="acts_on: unknown fact 'h2d_copy_share'"):
         KnowledgeBase.load(kb_dir)

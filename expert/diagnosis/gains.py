@@ -15,19 +15,21 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum). An optimization with a
     term speed-up bound (`term_speedup`, a peak ratio, else the declared `max_term_speedup`) shrinks its term at best
     to share / s: 1 / (1 - share + share / s), never above s. An optimization that acts on a narrower share of the
-    step than its term (`acts_on`, where that fact is known) saves at most that share: 1 / (1 - share)."""
+    step than its term (`acts_on`: facts whose shares add up, the first known) saves at most that: 1 / (1 - share)."""
     shrinks, floor, floor_of = opt.shrinks, opt.floor, opt.floor_of
     term = ctx.kb.regimes.terms.get(shrinks)
-    narrower = ctx.facts.get(opt.acts_on) if opt.acts_on is not None else None
-    if isinstance(narrower, (int, float)) and not isinstance(narrower, bool):
-        share = float(narrower)  # all it can save: hidden or removed entirely (Amdahl)
+    acted_on = [(name, float(v)) for name in opt.acts_on
+                if isinstance(v := ctx.facts.get(name), (int, float)) and not isinstance(v, bool)]
+    if acted_on and acted_on[0][0] == opt.acts_on[0]:
+        share = min(1.0, sum(v for _, v in acted_on))  # all it can save: hidden or removed entirely (Amdahl)
         cap = ctx.kb.regimes.max_reported_speedup
         capped = share >= 1 - 1 / cap
+        what = " + ".join(f"{name} {v:.0%}" for name, v in acted_on)
         return ExpectedGain(
             term=shrinks, term_share=round(share, 4),
             max_speedup=round(cap if capped else amdahl_max_speedup(share), 3),
-            assumptions=f"upper bound (Amdahl): what {opt.id} acts on, {opt.acts_on} {share:.0%} of the step, saved "
-            "entirely; other terms unchanged" + ("; capped" if capped else ""))
+            assumptions=f"upper bound (Amdahl): what {opt.id} acts on, {what} of the step, saved entirely; other "
+            "terms unchanged" + ("; capped" if capped else ""))
     if term is None or term.share is None or term.share not in ctx.facts:
         return None
     share = float(ctx.facts[term.share])

@@ -220,9 +220,9 @@ class Optimization(_Strict):
     term_speedup: str | None = None
     max_term_speedup: float | None = Field(default=None, gt=1)
     bound_source: str | None = None
-    # the share of the step (a fact) the optimization can act on at most, where it is narrower than its term
-    # (optimizations.yaml header): pinning host memory can only save the host-to-device copies
-    acts_on: str | None = None
+    # the shares of the step (facts, summed) the optimization can act on at most, where narrower than its term
+    # (optimizations.yaml header); the first must be known, the others add where known
+    acts_on: list[str] = []
 
     def worded(self, workload: object) -> tuple[str, str]:
         """(title, how) for this workload (a `workload` fact value, or None when unknown)."""

@@ -48,8 +48,10 @@ def check_references(kb: KnowledgeBase) -> None:
                                     f"shrinks {opt.shrinks!r}, which regimes.yaml `terms` does not define"))
         if opt.floor is not None and opt.floor not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}", f"floor: unknown fact {opt.floor!r}"))
-        if opt.acts_on is not None and opt.acts_on not in kb.facts:
-            problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}", f"acts_on: unknown fact {opt.acts_on!r}"))
+        for fact_name in opt.acts_on:
+            if fact_name not in kb.facts:
+                problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
+                                        f"acts_on: unknown fact {fact_name!r}"))
         if opt.term_speedup is not None and opt.term_speedup not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
                                     f"term_speedup: unknown fact {opt.term_speedup!r}"))
