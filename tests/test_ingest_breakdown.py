@@ -273,8 +273,8 @@ def test_the_fusion_finding_quotes_the_breakdown(tmp_path: Path) -> None:
     result = ingest_result(t.write(tmp_path / "fusible.json"))
     report = expert.diagnose(result.observations)
     finding = next(f for f in report.findings if f.id == "fusible_kernels")
-    assert finding.message == ("63% of GPU time in elementwise kernels launched by aten::add_ and aten::mul — fuse "
-                               "them (torch.compile).")
+    assert finding.message == ("63% of GPU time in elementwise kernels (launched by aten::add_ and aten::mul) — "
+                               "fuse them (torch.compile).")
     assert "kernel_fusion" in [r.id for r in report.recommended]
 
 
