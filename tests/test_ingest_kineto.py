@@ -54,6 +54,7 @@ EXPECTED: dict[str, Any] = {
     "top_kernel_class_frac": 500 / 1130,
     "memory_bound_kernel_frac": 630 / 1130,  # elementwise 300, reduction 280, memcpy 50
     "idle_host_ops": "cudaLaunchKernel",  # the only host work in those gaps: launch calls outside any operator
+    "host_copy_frac": 0.0,  # ... and none of it a copy
 }
 ROUNDED = {"top_kernel_class_frac", "memory_bound_kernel_frac"}  # breakdown shares keep 6 significant digits
 

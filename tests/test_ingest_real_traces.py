@@ -109,6 +109,15 @@ def test_resnet50_with_workers_waits_on_host_work_not_launches() -> None:
     report = expert.diagnose(result.observations)
     assert report.bottleneck == "host"
     assert "cuda_graphs" not in [r.id for r in report.recommended]
+    # a quarter of that host time is the copy of each batch from pageable memory (aten::copy_): pinning can save
+    # at most the copies and that part, not the whole host term
+    assert 0.03 < values["host_copy_frac"] < 0.06
+    assert "aten::copy_" in str(result.observations.facts["host_copy_frac"].detail["method"])
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    pinned, workers = gains["pin_memory"], gains["preprocess_in_workers"]
+    assert pinned is not None and workers is not None and pinned.max_speedup < workers.max_speedup
+    assert pinned.max_speedup == pytest.approx(1 / (1 - values["h2d_copy_frac"] - values["host_copy_frac"]),
+                                               abs=1e-3)
 
 
 def test_initialisation_and_warm_up_are_left_out_of_a_trace_without_steps() -> None:

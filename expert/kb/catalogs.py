@@ -480,6 +480,8 @@ class KernelCalls(_Strict):
     blocking: CallPatterns
     graph_launch: CallPatterns
     launch: CallPatterns
+    # host operators and calls that copy data (a copy from pageable memory holds the launching thread)
+    host_copy: CallPatterns | None = None
 
 
 class TraceAnalysisSettings(_Strict):

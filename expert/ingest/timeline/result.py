@@ -3,6 +3,7 @@ breakdown) and the standard facts it adds to a FileResult, with provenance."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,19 @@ class TimelineAnalysis:
         else:
             r.missing("applied_optimizations", "; ".join(how) if how else "no graph launches, and no GEMM time "
                       "mostly in 16-bit or narrower tensor-core kernels")
+
+    def _host_copies(self, r: FileResult, kb: KnowledgeBase, common: dict[str, Any]) -> None:
+        """host_copy_frac: the host-compute idle time the launching threads spent in copy operators or calls
+        (knowledge_base/kernels.yaml `calls.host_copy`), as a share of the window."""
+        spec = kb.kernels.calls.host_copy if kb.kernels is not None else None
+        if spec is None:
+            return
+        copy = re.compile("|".join(f"(?:{p})" for p in spec.patterns))
+        entries = self.breakdown.host_during_idle
+        names = [e.name for e in entries if copy.search(e.name)]
+        share = sum(e.share for e in entries if copy.search(e.name))
+        r.add("host_copy_frac", min(1.0, share), method="host-compute idle time credited to copy operators or calls "
+              f"({', '.join(names) if names else 'none among the operators credited'})", **common)
 
     def _precision(self, r: FileResult, kb: KnowledgeBase) -> tuple[bool, str]:
         """Whether the trace shows lower precision already applied, and why (empty when it shows no lower precision).
@@ -173,8 +187,10 @@ class TimelineAnalysis:
         r.add("uses_cuda_graphs", "yes" if self.graph_launches else "no",
               method=f"{self.graph_launches} cudaGraphLaunch/hipGraphLaunch calls in the trace" if self.graph_launches
               else "no cudaGraphLaunch/hipGraphLaunch call in the trace", file=file)
-        self._applied(r, file, kb if kb is not None else default_kb())
+        kb = kb if kb is not None else default_kb()
+        self._applied(r, file, kb)
         bd = self.breakdown
+        self._host_copies(r, kb, common)
         why = {"window": label, "file": file}
         if bd.classes:
             top = bd.classes[0]
