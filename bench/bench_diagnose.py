@@ -1,6 +1,7 @@
 """Diagnosis benchmark (issue 20): every target as a ratio against a baseline measured in the same run.
 
-Run:  .venv/bin/python bench/bench_diagnose.py [--n 2000] [--quick]
+Run:  .venv/bin/python bench/bench_diagnose.py [--n 2000] [--cold-runs 7]
+      [--only latency stages garbage concurrency cold consult]
 
 The machine is small and noisy, so every figure is a median (or a percentile) of many runs, printed next to its
 baseline from the same run:
