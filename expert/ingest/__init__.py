@@ -23,7 +23,7 @@ from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import Observations, normalise
 from ._kb import default_kb as _default_kb
 from ._result import FileResult, IngestResult, JobResult, Measured
-from ._source import FORMAT_TITLES, FORMATS, Format, JobProgress, Progress, Source, SourceLike, sniff
+from ._source import CANNOT_READ, FORMAT_TITLES, FORMATS, Format, JobProgress, Progress, Source, SourceLike, sniff
 from .merge import merge
 
 StepRange = str | tuple[int | None, int | None] | None
@@ -160,10 +160,10 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
     kb = kb or _default_kb()
     items: list[SourceLike] = (list(sources) if isinstance(sources, (list, tuple)) else [sources])  # type: ignore[list-item]
     if not items:
-        raise ObservationError([Problem("ingest", "no input files given")], title="cannot read the traces or telemetry")
+        raise ObservationError([Problem("ingest", "no input files given")], title=CANNOT_READ)
     if format != "auto" and format not in FORMATS:
         raise ObservationError([Problem(f"--format {format}", "unknown format", "one of auto, " + ", ".join(FORMATS))],
-                               title="cannot read the traces or telemetry")
+                               title=CANNOT_READ)
     nvtx_step = step_range.strip() if isinstance(step_range, str) and step_range.strip() else None
     step_numbers = _as_range(steps, "--steps", integer=True)
     time_window = _as_range(window, "--window", integer=False)
@@ -187,7 +187,7 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
             notes.append("--samples applies to telemetry logs; ignored for the traces")
     elif job is not None:
         raise ObservationError([Problem(f"--job {job}", "the inputs are not the ranks of multi-GPU jobs")],
-                               title="cannot read the traces or telemetry")
+                               title=CANNOT_READ)
     export_jobs: list[JobResult] = []  # Nsight Systems exports with several devices (their facts are in the file)
     others = [_read_one(src, fmt, kb, steps=step_numbers, window=time_window, samples=sample_range, gpus=gpus,
                         columns=columns, progress=progress, nvtx_range=nvtx_step, jobs=export_jobs, workers=workers)

@@ -14,6 +14,8 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ..errors import ObservationError, Problem, not_a_file
 
+CANNOT_READ = "cannot read the traces or telemetry"  # the title of every ingest error
+
 if TYPE_CHECKING:
     from ..kb.knowledge import KernelCatalog, KnowledgeBase
 
@@ -61,7 +63,7 @@ class Source:
             if what is not None:  # a directory is expanded before a Source is made; FIFOs and devices never end
                 hint = ("give a trace or telemetry file; pipe a stream through - (standard input)"
                         if any(k in what for k in ("FIFO", "device", "socket")) else "")
-                raise ObservationError([Problem(self.label, what, hint)], title="cannot read the traces or telemetry")
+                raise ObservationError([Problem(self.label, what, hint)], title=CANNOT_READ)
             self.size: int | None = self.path.stat().st_size
         elif hasattr(obj, "read"):
             name = getattr(obj, "name", None)
@@ -71,13 +73,13 @@ class Source:
             self.size = None
         else:
             raise ObservationError([Problem(repr(obj)[:60], "expected a file path or an open file")],
-                                   title="cannot read the traces or telemetry")
+                                   title=CANNOT_READ)
         self._used = False
 
     def problem(self, message: str, *, line: int | None = None, hint: str = "") -> ObservationError:
         """An ObservationError naming this file (and line, when known)."""
         where = f"{self.label}:{line}" if line is not None else self.label
-        return ObservationError([Problem(where, message, hint)], title="cannot read the traces or telemetry")
+        return ObservationError([Problem(where, message, hint)], title=CANNOT_READ)
 
     def kernel_catalog(self, kb: KnowledgeBase) -> KernelCatalog:
         """The knowledge base's kernel classes (kernels.yaml), which trace analysis needs; a problem naming this file

@@ -25,7 +25,7 @@ from ..errors import ObservationError, Problem
 from ..kb.knowledge import KnowledgeBase
 from . import distributed, rank_trace
 from ._result import FileResult
-from ._source import JobProgress, Progress, Source, SourceLike
+from ._source import CANNOT_READ, JobProgress, Progress, Source, SourceLike
 from ._workers import context, holding_ctrl_c, stop_pool
 from ._workers import mem_available as _mem_available
 from .rank_trace import RankTrace
@@ -69,7 +69,7 @@ def expand(items: Sequence[SourceLike]) -> tuple[list[SourceLike], list[str]]:
                              "name the one that holds the job's files" if inner else "")
                     raise ObservationError([Problem(str(path), "the directory holds no trace or telemetry files",
                                                     "expected " + ", ".join(f"*{s}" for s in INPUT_SUFFIXES) + where)],
-                                           title="cannot read the traces or telemetry")
+                                           title=CANNOT_READ)
                 skipped = len(files) - len(chosen)
                 if skipped:
                     notes.append(f"{path}: {skipped} file(s) that are not traces or telemetry logs skipped")
@@ -80,7 +80,7 @@ def expand(items: Sequence[SourceLike]) -> tuple[list[SourceLike], list[str]]:
                 matches = sorted(m for m in glob.glob(str(obj), recursive=True) if Path(m).is_file())
                 if not matches:
                     raise ObservationError([Problem(str(obj), "no files match this pattern")],
-                                           title="cannot read the traces or telemetry")
+                                           title=CANNOT_READ)
                 for m in matches:
                     add(m)
                 continue

@@ -29,7 +29,7 @@ from ..errors import ObservationError, Problem
 from ..observations.normalise import RankFigures
 from . import distributed
 from ._result import FileResult, JobResult, Measured, Scalar
-from ._source import JobProgress
+from ._source import CANNOT_READ, JobProgress
 from .rank_reading import INPUT_SUFFIXES, expand, read_all, worker_count
 from .rank_trace import RankTrace
 
@@ -244,7 +244,7 @@ def analyse(traces: Sequence[RankTrace], files: Sequence[FileResult]) -> JobResu
         raise ObservationError([Problem(", ".join(t.path for t in traces if t.rank in dup),
                                         f"several files claim rank {', '.join(map(str, dup))} of the same job",
                                         "give one trace per rank of one capture")],
-                               title="cannot read the traces or telemetry")
+                               title=CANNOT_READ)
     world = next((t.world_size for t in traces if t.world_size), None)
     backend = next((t.backend for t in traces if t.backend), None)
     mode = "gpu" if any(t.mode == "gpu" for t in traces) else "cpu"
@@ -390,7 +390,7 @@ def choose(jobs: list[list[int]], traces: Sequence[RankTrace], job: int | None) 
     if job is not None:
         if not 1 <= job <= len(jobs):
             raise ObservationError([Problem(f"--job {job}", f"the inputs hold {len(jobs)} job(s)",
-                                            f"give --job 1..{len(jobs)}")], title="cannot read the traces or telemetry")
+                                            f"give --job 1..{len(jobs)}")], title=CANNOT_READ)
         return jobs[job - 1]
     if len(jobs) == 1:
         return jobs[0]
@@ -398,7 +398,7 @@ def choose(jobs: list[list[int]], traces: Sequence[RankTrace], job: int | None) 
     raise ObservationError([Problem("ingest", f"the traces are not the ranks of one job; they hold {len(jobs)} "
                                     f"jobs ({listing})", "pick one with --job N (job=N from Python), or give "
                                     "one job's rank files (a directory or glob of them)")],
-                           title="cannot read the traces or telemetry")
+                           title=CANNOT_READ)
 
 
 def is_single_node(traces: Sequence[RankTrace]) -> bool:

@@ -20,6 +20,7 @@ from ..consult.session import Consultation, Question, SessionFile
 from ..errors import ObservationError, Problem
 from ..expert import Expert
 from ..ingest import IngestResult, Progress, ingest_result
+from ..ingest._source import CANNOT_READ
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
 from ..report.model import Report
 from . import schema as S
@@ -246,7 +247,7 @@ class Toolbox:
                                  kb=self.kb)
         except OSError as exc:
             raise ObservationError([Problem(str(exc.filename or "paths"), f"cannot read: {exc.strerror or exc}")],
-                                   title="cannot read the traces or telemetry") from exc
+                                   title=CANNOT_READ) from exc
 
     def _ingest(self, arguments: Mapping[str, Any], progress: Progress | None = None) -> ToolResult:
         args = parse_args(IngestArgs, arguments, "ingest")

@@ -78,6 +78,7 @@ class NsysSchema:
     # -- errors ----------------------------------------------------------------------------------------------------
     def _problem(self, exc: BaseException, doing: str = "reading") -> Exception:
         from ...errors import ObservationError, Problem
+        from .._source import CANNOT_READ
 
         text = str(exc)
         if "locked" in text or "busy" in text:
@@ -87,7 +88,7 @@ class NsysSchema:
             why = f"the SQLite file is truncated or damaged ({text})"
         else:
             why = f"SQLite error while {doing}: {text}"
-        return ObservationError([Problem(self.label, why, HINT)], title="cannot read the traces or telemetry")
+        return ObservationError([Problem(self.label, why, HINT)], title=CANNOT_READ)
 
     @contextmanager
     def guard(self, doing: str = "reading") -> Iterator[None]:
@@ -100,6 +101,7 @@ class NsysSchema:
     # -- schema ----------------------------------------------------------------------------------------------------
     def _detect(self) -> None:
         from ...errors import ObservationError, Problem
+        from .._source import CANNOT_READ
 
         with self.guard("reading the schema"):
             names = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
@@ -111,13 +113,13 @@ class NsysSchema:
         accepted = "an nsys SQLite export (tables CUPTI_ACTIVITY_KIND_*, StringIds, NVTX_EVENTS, TARGET_INFO_GPU)"
         if not names:
             raise ObservationError([Problem(self.label, "an empty SQLite database (no tables)", HINT)],
-                                   title="cannot read the traces or telemetry")
+                                   title=CANNOT_READ)
         nsys_like = any(n.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_", "TARGET_INFO_", "ENUM_NSYS_")) for n in names)
         if not nsys_like and "Nsight" not in self.meta.get("EXPORT_PRODUCT_NAME", ""):
             shown = ", ".join(sorted(names)[:8]) + (" ..." if len(names) > 8 else "")
             raise ObservationError([Problem(self.label, f"a SQLite database, but not an Nsight Systems export "
                                             f"(its tables: {shown})", f"give {accepted}")],
-                                   title="cannot read the traces or telemetry")
+                                   title=CANNOT_READ)
         for table, wanted in _WANTED.items():
             cols = self.tables.get(table)
             if cols is None:
