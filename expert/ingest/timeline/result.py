@@ -86,9 +86,8 @@ class TimelineAnalysis:
         if spec is None:
             return
         copy = re.compile("|".join(f"(?:{p})" for p in spec.patterns))
-        entries = self.breakdown.host_during_idle
-        names = [e.name for e in entries if copy.search(e.name)]
-        share = sum(e.share for e in entries if copy.search(e.name))
+        copies = [e for e in self.breakdown.host_during_idle if copy.search(e.name)]
+        names, share = [e.name for e in copies], sum(e.share for e in copies)
         r.add("host_copy_frac", min(1.0, share), method="host-compute idle time credited to copy operators or calls "
               f"({', '.join(names) if names else 'none among the operators credited'})", **common)
 
