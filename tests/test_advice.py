@@ -536,6 +536,7 @@ def test_copy_remedies_are_bounded_by_the_copies_they_act_on() -> None:
     for opt in ("pin_memory", "cuda_streams_overlap"):
         before = unmeasured[opt]
         assert before is not None and before.term_share == pytest.approx(0.4)
+        assert "h2d_copy_frac" in before.assumptions and "not measured here" in before.assumptions
         gain = measured[opt]
         assert gain is not None and gain.term_share == pytest.approx(0.05)
         assert gain.max_speedup == pytest.approx(1 / 0.95, abs=1e-3)

@@ -15,7 +15,8 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum). An optimization with a
     term speed-up bound (`term_speedup`, a peak ratio, else the declared `max_term_speedup`) shrinks its term at best
     to share / s: 1 / (1 - share + share / s), never above s. An optimization that acts on a narrower share of the
-    step than its term (`acts_on`: facts whose shares add up, the first known) saves at most that: 1 / (1 - share)."""
+    step than its term (`acts_on`: facts whose shares add up, the first known) saves at most that: 1 / (1 - share);
+    while they are unknown the term bounds it, and the assumptions say so."""
     shrinks, floor, floor_of = opt.shrinks, opt.floor, opt.floor_of
     term = ctx.kb.regimes.terms.get(shrinks)
     acted_on = [(name, float(v)) for name in opt.acts_on
@@ -58,10 +59,12 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
             f"{rest:.1%}, not to zero; {formula}; other terms unchanged" + ("; capped" if speedup > cap else ""))
     speedup = cap if capped else amdahl_max_speedup(share)
     what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
+    narrower = (f"; it acts only on {' and '.join(opt.acts_on)}, not measured here: a profiler trace gives "
+                f"{'them' if len(opt.acts_on) > 1 else 'it'} and a tighter bound" if opt.acts_on else "")
     return ExpectedGain(
         term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
         assumptions=f"upper bound (Amdahl): the {shrinks} term, {share:.0%} of the step, {what}; other terms unchanged"
-        + ("; capped" if capped else ""),
+        + ("; capped" if capped else "") + narrower,
     )
 
 
