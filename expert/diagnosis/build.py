@@ -413,8 +413,9 @@ def _optimizations(
     ctx: Basis, decision: Decision, parts: _RuleSetParts
 ) -> tuple[list[Recommendation], list[Wasted], list[Applied]]:
     """The decision's recommended and ruled-out optimizations, worded (each rule's why, each reason) and ranked by
-    their Amdahl bound, ties broken by the declared effort (optimizations.yaml), cheapest first; and the ones the job
-    already applies (fact applied_optimizations), which are never recommended."""
+    their Amdahl bound, ties broken by whether that bound is known to be loose (`acts_on` unmeasured), then by the
+    declared effort (optimizations.yaml), cheapest first; and the ones the job already applies (fact
+    applied_optimizations), which are never recommended."""
     kb = ctx.kb
     verdict, table = decision.verdict, decision.table
     table_rule = table_id(verdict) if verdict is not None else None
@@ -430,7 +431,7 @@ def _optimizations(
 
     applied_ids = applied_optimizations(ctx.facts.get("applied_optimizations"))
     workload = ctx.facts.get("workload")
-    recommended: list[tuple[tuple[float, int, int, int], Recommendation]] = []
+    recommended: list[tuple[tuple[float, int, int, int, int], Recommendation]] = []
     for index, (opt_id, rules) in enumerate(decision.proposed.items()):
         if opt_id in wasted or opt_id in applied_ids:
             continue
@@ -451,7 +452,10 @@ def _optimizations(
                                         shrinks=opt.shrinks, source=opt.source, rules=list(rules),
                                         expected_gain=gain)
         effort = opt.effort if opt.effort is not None else 6  # undeclared effort: after every declared one
-        recommended.append(((-(gain.max_speedup if gain else 1.0), effort, spec, index), recommendation))
+        # a bound known to be loose (what it acts on is narrower than its term, and not measured) ranks after an
+        # equal bound that is not
+        loose = int(bool(opt.acts_on) and opt.acts_on[0] not in ctx.facts)
+        recommended.append(((-(gain.max_speedup if gain else 1.0), loose, effort, spec, index), recommendation))
     ctx.proposals = [rec for _, rec in recommended]  # the graph lists them in proposal order
     recommended.sort(key=lambda item: item[0])
 
