@@ -47,7 +47,7 @@ from ..rules.model import RecommendSpec, WasteSpec
 from ..rules.ruleset import LoadedRule, RuleSet
 from . import provenance
 from .decide import Decision, decide, table_id
-from .gains import expected_gain
+from .gains import bound_is_loose, expected_gain
 from .provenance import Basis, fmt
 
 Value = int | float | str
@@ -454,7 +454,7 @@ def _optimizations(
         effort = opt.effort if opt.effort is not None else 6  # undeclared effort: after every declared one
         # a bound known to be loose (what it acts on is narrower than its term, and not measured) ranks after an
         # equal bound that is not
-        loose = int(bool(opt.acts_on) and opt.acts_on[0] not in ctx.facts)
+        loose = int(bound_is_loose(ctx, opt))
         recommended.append(((-(gain.max_speedup if gain else 1.0), loose, effort, spec, index), recommendation))
     ctx.proposals = [rec for _, rec in recommended]  # the graph lists them in proposal order
     recommended.sort(key=lambda item: item[0])

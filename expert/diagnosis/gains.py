@@ -19,9 +19,8 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     while they are unknown the term bounds it, and the assumptions say so."""
     shrinks, floor, floor_of = opt.shrinks, opt.floor, opt.floor_of
     term = ctx.kb.regimes.terms.get(shrinks)
-    acted_on = [(name, float(v)) for name in opt.acts_on
-                if isinstance(v := ctx.facts.get(name), (int, float)) and not isinstance(v, bool)]
-    if acted_on and acted_on[0][0] == opt.acts_on[0]:
+    acted_on = _acted_on(ctx, opt)
+    if acted_on:
         share = min(1.0, sum(v for _, v in acted_on))  # all it can save: hidden or removed entirely (Amdahl)
         cap = ctx.kb.regimes.max_reported_speedup
         capped = share >= 1 - 1 / cap
@@ -60,12 +59,24 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     speedup = cap if capped else amdahl_max_speedup(share)
     what = "hidden behind compute" if shrinks == "overlap" else "removed entirely"
     narrower = (f"; it acts only on {' and '.join(opt.acts_on)}, not measured here: a profiler trace gives "
-                f"{'them' if len(opt.acts_on) > 1 else 'it'} and a tighter bound" if opt.acts_on else "")
+                f"{'them' if len(opt.acts_on) > 1 else 'it'} and a tighter bound" if bound_is_loose(ctx, opt) else "")
     return ExpectedGain(
         term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
         assumptions=f"upper bound (Amdahl): the {shrinks} term, {share:.0%} of the step, {what}; other terms unchanged"
         + ("; capped" if capped else "") + narrower,
     )
+
+
+def _acted_on(ctx: Basis, opt: Optimization) -> list[tuple[str, float]]:
+    """The known shares of what the optimization acts on (`acts_on`), or none when the first is unknown."""
+    known = [(name, float(v)) for name in opt.acts_on
+             if isinstance(v := ctx.facts.get(name), (int, float)) and not isinstance(v, bool)]
+    return known if known and known[0][0] == opt.acts_on[0] else []
+
+
+def bound_is_loose(ctx: Basis, opt: Optimization) -> bool:
+    """Whether the optimization's gain is its term's bound though it acts on less (`acts_on` unmeasured)."""
+    return bool(opt.acts_on) and not _acted_on(ctx, opt)
 
 
 def _term_bound(ctx: Basis, opt: Optimization) -> tuple[float, str] | None:
