@@ -70,3 +70,22 @@ def test_help_documents_input_and_output_formats(capsys: pytest.CaptureFixture[s
         cli.main(["ingest", "--help"])
     out = capsys.readouterr().out
     assert "--format" in out and "--as" in out and "names the INPUT format" in out
+
+
+def test_a_long_value_leaves_room_for_where_each_fact_came_from_at_80_columns() -> None:
+    """Operator names (idle_host_ops) once took the value column to ~45 characters, squeezing `← from` to a few
+    characters a line at 80 columns: it must stay wide enough to read."""
+    from rich.console import Console
+
+    from expert.ingest import ingest_result
+    from expert.report.render.ingest import print_ingest
+
+    result = ingest_result(TRACE)
+    result.observations.facts["idle_host_ops"] = result.observations.facts["gpu_util"].model_copy(
+        update={"value": "aten::copy_, aten::resize_ and aten::empty"})
+    console = Console(width=80, record=True, force_terminal=False)
+    print_ingest(result, console)
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert any("length of the analysed" in line for line in lines)  # how a fact was found reads as words
+    assert any("aten::copy_," in line for line in lines)  # the long value wraps, whole words kept

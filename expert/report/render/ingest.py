@@ -61,8 +61,9 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
         kb = default_kb()
     facts = Table(title="Observations", box=box.SIMPLE_HEAVY, title_justify="left")
     facts.add_column("fact", no_wrap=True, style="bold")
-    facts.add_column("value", no_wrap=True)
-    facts.add_column("← from", overflow="fold")
+    # a long value (operator names) wraps, so that a narrow terminal still leaves room for where each came from
+    facts.add_column("value", overflow="fold", max_width=30)
+    facts.add_column("← from", overflow="fold", min_width=24)
     for name, obs in result.observations.facts.items():
         detail = dict(obs.detail)
         span = _range(detail, name, kb)
