@@ -42,6 +42,23 @@ def test_list_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and "input-io-overhead-fail" in out and "critical" in out
 
 
+@pytest.mark.parametrize("columns", [80, 120, 160])
+def test_list_table_keeps_every_id_whole_at_any_width(columns: int, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import expert
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    rc, out, _ = dam(capsys, "rules", "list")
+    lines = out.splitlines()
+    assert rc == 0 and max(len(line) for line in lines) <= columns
+    words = {word for line in lines for word in line.split()}
+    ruleset = expert.Expert(engine="pure").ruleset
+    assert set(ruleset.rules) <= words  # each id on one line, never folded
+    assert ("seed Table 5" in out) == (columns >= 140)  # sources where there is room, else where to find them
+    assert ("dam rules show ID" in out) == (columns < 140)
+    assert "Scaling efficiency below 80 %" in out  # the title, beside its id or under it
+
+
 def test_show_prints_everything_about_a_rule(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = dam(capsys, "rules", "show", "compute-machine-bound")
     assert rc == 0

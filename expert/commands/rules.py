@@ -109,17 +109,40 @@ def run_list(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from ..report.render.console import SafeConsole as Console
 
-    table = Table(title=f"{len(rows)} rules")
-    for col in ("id", "title", "severity", "tests", "file", "source"):
-        table.add_column(col, overflow="fold")
+    console = Console()
+    # ids are what a reader copies (dam rules show ID): never folded. Sources are long citations: shown where the
+    # terminal has room for them beside the titles, else left to `dam rules show` and --format json; in a narrow
+    # terminal each title goes under its id
+    columns = ["id", "title", "severity", "tests", "file", "source"]
+    if console.width < _WIDE:
+        columns.remove("source")
+    if console.width < _NARROW:
+        columns.remove("file")
+        columns.remove("title")
+    caption = None if "source" in columns else (f"sources: dam rules show ID, --format json, or a terminal of "
+                                                f"{_WIDE} columns or more")
+    table = Table(title=f"{len(rows)} rules", caption=caption, box=box.SIMPLE_HEAD, title_justify="left")
+    for col in columns:
+        merged = col == "id" and "title" not in columns  # the id, and its title under it
+        wraps = col in ("title", "source") or merged
+        table.add_column("rule" if merged else col, no_wrap=not wraps,
+                         overflow="fold", justify="right" if col == "tests" else "left")
     for row in rows:
-        table.add_row(row["id"], row["title"], row["severity"], str(row["tests"]), row["file"], row["source"])
-    Console().print(table)
+        cells = [str(row[col]) for col in columns]
+        cells[0] = f"[bold]{escape(row['id'])}[/bold]" + ("" if "title" in columns else f"\n  {escape(row['title'])}")
+        table.add_row(*cells)
+    console.print(table)
     return 0
+
+
+_NARROW = 110  # terminal columns below which `dam rules list` puts each title under its id, and leaves out files
+_WIDE = 140  # terminal columns from which `dam rules list` shows each rule's source
 
 
 def run_show(args: argparse.Namespace) -> int:
