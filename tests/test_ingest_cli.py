@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -89,3 +90,25 @@ def test_a_long_value_leaves_room_for_where_each_fact_came_from_at_80_columns() 
     assert max(len(line.rstrip()) for line in lines) <= 80
     assert any("length of the analysed" in line for line in lines)  # how a fact was found reads as words
     assert any("aten::copy_," in line for line in lines)  # the long value wraps, whole words kept
+
+
+def test_the_one_source_and_window_are_said_once_and_a_merge_says_each_facts_own() -> None:
+    from rich.console import Console
+
+    from expert.ingest import ingest_result
+    from expert.report.render.ingest import print_ingest
+
+    def shown(*files: str) -> str:
+        console = Console(width=200, record=True, force_terminal=False)
+        print_ingest(ingest_result(list(files)), console)
+        return console.export_text()
+
+    one = shown(TRACE)
+    assert one.startswith("Observations · from kineto:kineto_two_steps.json · window ProfilerStep#1–#2 (2 steps)")
+    lines = one.splitlines()
+    table = "\n".join(itertools.takewhile(str.strip, lines[2:]))  # the header and the rows, to the next blank line
+    assert "gpu_util" in table and "kineto:" not in table and "ProfilerStep#1–#2" not in table
+    merged = shown(TRACE, DCGM)
+    assert merged.splitlines()[0].strip() == "Observations"
+    rows = {line.split()[0]: line for line in merged.splitlines() if line.strip()}
+    assert "kineto:kineto_two_steps.json" in rows["gpu_util"] and "dcgmi_dmon.txt" in rows["sm_active"]

@@ -59,18 +59,27 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
         from ...ingest._kb import default_kb
 
         kb = default_kb()
-    facts = Table(title="Observations", box=box.SIMPLE_HEAVY, title_justify="left")
+    observed = result.observations.facts
+    # the one source and the one window the facts have (where they name one) are said once, in the title; where
+    # facts differ, each row says its own
+    named = {"window": {str(obs.detail["window"]) for obs in observed.values() if obs.detail.get("window")},
+             "source": {str(obs.source or "") for obs in observed.values()}}
+    shared = {key: next(iter(values)) for key, values in named.items() if len(values) == 1 and len(observed) > 1}
+    title = " · ".join(["Observations", *(f"{label} {escape(shared[key])}" for key, label in
+                                          (("source", "from"), ("window", "window")) if shared.get(key))])
+    facts = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
     facts.add_column("fact", no_wrap=True, style="bold")
     # a long value (operator names) wraps, so that a narrow terminal still leaves room for where each came from
     facts.add_column("value", overflow="fold", max_width=30)
     facts.add_column("← from", overflow="fold", min_width=24)
-    for name, obs in result.observations.facts.items():
+    for name, obs in observed.items():
         detail = dict(obs.detail)
         span = _range(detail, name, kb)
         # values, device names and file names come from the input: printed as text, never as rich markup
         value = escape(_value(name, obs.value, kb)) + (f"\n[dim]{escape(span)}[/dim]" if span else "")
-        how = " · ".join(str(x) for x in (detail.get("method"), detail.get("window"), obs.source) if x)
-        facts.add_row(escape(name), value, escape(how))
+        parts = (detail.get("method"), None if "window" in shared else detail.get("window"),
+                 None if "source" in shared else obs.source)
+        facts.add_row(escape(name), value, escape(" · ".join(str(x) for x in parts if x)))
     console.print(facts)
     ranks = job_table(result)
     if ranks is not None:
