@@ -66,6 +66,37 @@ def test_a_what_if_reaches_the_full_engine_run(name: str) -> None:
     assert checked > 0
 
 
+def test_every_what_if_of_whole_sessions_reaches_the_full_engine_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probes sessions really make (several facts at once, leaves of derived facts, facts left out), each run
+    incrementally, with the rules a state cannot change not evaluated (`State.settled`): what a full run of the
+    engine on the same facts concludes."""
+    import expert.consult.planner as planner
+
+    seen: list[tuple[State, dict[str, Any], Decision]] = []
+    original = planner.what_if
+
+    def recorded(state: State, overrides: Any) -> Decision:
+        got = original(state, overrides)
+        seen.append((state, dict(overrides), got))
+        return got
+
+    IX.what_ifs.clear()
+    getattr(IX.local, "plans", {}).clear()
+    monkeypatch.setattr(planner, "what_if", recorded)
+    for name in ("data_starved_training", "ddp_exposed_allreduce_pcie", "llm_decode_kv_cache", "partial_evidence"):
+        play(EXAMPLES[name], EXPERT)
+    assert len(seen) > 500 and any(len(o) > 1 for _, o, _ in seen) and any(s.settled for s, _, _ in seen)
+    for state, overrides, got in seen:
+        answers = {k: v for k, v in {**state.answers, **overrides}.items() if v is not None}
+        facts = GRAPH.values(answers, IX.kb)
+        for name, value in overrides.items():
+            if value is None:
+                facts.pop(name, None)
+        full = _full(facts)
+        assert (got.verdict, got.recommended, got.fired, got.findings, got.bands) == (
+            full.verdict, full.recommended, full.fired, full.findings, full.bands), overrides
+
+
 def test_memoised_decisions_are_decided_afresh() -> None:
     """`Index.decide` (memoised by the fired rules and the facts `decide` reads) gives, field by field, what a fresh
     `decide` gives on every what-if of whole sessions, with the memos emptied first."""

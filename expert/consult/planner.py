@@ -21,11 +21,12 @@ When no rule that can still change can reach the verdict or the recommendations,
 something is recommended, which of it the job already uses (`already_applied`: no rule tests that fact).
 
 Cost: a what-if derives again only what its changed facts feed (`DerivationGraph.revalue`), re-runs only the rules
-they reach, once in dependency order and only those reading a changed fact or finding (`_DeltaRules`; the others keep
-the state's own outcome), and decides again only when the fired rules or a fact `decide` reads changed (and then
-only for a set of fired rules and values of those facts not decided before, `Index.decide`); its decision is
-memoised by the facts it was asked on (`Index.what_ifs`), and a whole state and its plan are memoised by the
-answers and unknowns (`analysis`), so sessions that start alike plan their first turns once. The possibility analysis
+they reach, once in dependency order and only those reading a changed fact or finding that the possibility analysis
+leaves able to change (`_DeltaRules`, `State.settled`; the others keep the state's own outcome), and decides again
+only when the fired rules or a fact `decide` reads changed (and then only for a set of fired rules and values of
+those facts not decided before, `Index.decide`); its decision is memoised by the facts it was asked on
+(`Index.what_ifs`), and a whole state and its plan are memoised by the answers and unknowns (`analysis`), so
+sessions that start alike plan their first turns once. The possibility analysis
 reads the rules' conditions compiled (`expert.consult.outcomes`), and a rule's first witness is memoised by what its
 search reads of the state (`rule_witness`). All of these give exactly what the long way gives
 (tests/test_consult_planner.py, tests/test_fast_paths.py, the golden transcripts).
@@ -80,6 +81,7 @@ class State:
         self._routes: dict[str, list[frozenset[str]]] = {}
         self.open_findings: set[str] = set()
         self.live: set[str] = set()
+        self.settled: frozenset[str] = frozenset()  # the rules that cannot change: every rule not live
         self.relevant = ix.relevant | {rule for rule, readings in ix.conflict_readings.items()
                                        if not readings.isdisjoint(self.answers)}
         self._possibility()
@@ -220,6 +222,7 @@ class State:
             new = opened - self.open_findings
             if not new:
                 self.live = can_change
+                self.settled = self.ix.rule_ids - can_change
                 return
             self.open_findings |= new
             again = {lr.id: lr for f in new for lr in self.ix.finding_readers.get(f, [])}
@@ -357,7 +360,10 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     facts, reached = GRAPH.revalue(state.facts, observed, frozenset(overrides), ix.kb)
     for name in dropped:
         facts.pop(name, None)
-    rerun = ix.delta.run(state.facts, state.now, facts, reached)
+    # the rules that cannot change keep their outcome when only open facts get values (the possibility analysis
+    # covers every value they could take); a fact dropped or answered otherwise may change any rule
+    settled = state.settled if not dropped and all(state.is_open(name) for name in overrides) else ()
+    rerun = ix.delta.run(state.facts, state.now, facts, reached, settled)
     decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else ix.decide(
         rerun[0], rerun[1], facts)
     if len(memo) >= _WHAT_IFS_KEPT:

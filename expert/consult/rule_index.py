@@ -31,6 +31,7 @@ class Index:
         self.kb: KnowledgeBase = expert.kb
         self.ruleset = expert.ruleset
         self.rules: list[LoadedRule] = sorted(expert.ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
+        self.rule_ids = frozenset(lr.id for lr in self.rules)
         self.engine = PureEngine(expert.ruleset)
         # what-if decisions by the observed facts they were asked on, shared by every turn of every session on this
         # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
@@ -204,10 +205,13 @@ class _DeltaRules:
                                                 tuple[tuple[str, Any, str | None, frozenset[str], bool], ...]]] = {}
 
     def run(self, base_facts: Mapping[str, Value], base: Decision, facts: Mapping[str, Value],
-            candidates: Iterable[str] | None = None) -> tuple[list[str], set[str]] | None:
+            candidates: Iterable[str] | None = None,
+            settled: Collection[str] = ()) -> tuple[list[str], set[str]] | None:
         """(fired, findings) of the pure engine on `facts`, from the run on `base_facts` (which gave `base`): only
         the rules the changed facts reach are evaluated again, stratum by stratum to a fixpoint, as the pure engine
-        does. `candidates`: the only facts that may differ (default: every fact). None when no fact changed."""
+        does. `candidates`: the only facts that may differ (default: every fact). `settled`: rules known to keep
+        their outcome in `base` on these facts (a session state's rules that cannot change, when `facts` only give
+        values to facts still open there: `planner.State.settled`), not evaluated. None when no fact changed."""
         keys = facts.keys() | base_facts.keys() if candidates is None else candidates
         changed = frozenset(k for k in keys if facts.get(k) != base_facts.get(k))
         if not changed:
@@ -236,7 +240,7 @@ class _DeltaRules:
             was_fired, had = base.fired, base.findings
             flipped = findings ^ had  # the findings whose presence differs from the state's run, kept up to date
             for rule_id, evaluator, finding, reads, reads_changed in in_order:
-                if reads_changed or (flipped and not flipped.isdisjoint(reads)):
+                if (reads_changed or (flipped and not flipped.isdisjoint(reads))) and rule_id not in settled:
                     if evaluator(facts, findings, None, False) != "true":
                         continue
                 elif rule_id not in was_fired:
