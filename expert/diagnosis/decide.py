@@ -58,6 +58,10 @@ class _Conclusions:
     threshold: int
     bands: tuple[tuple[str, Callable[[float | None], str]], ...]  # (fact, its band function) per scorecard metric
     reads: dict[str, tuple[frozenset[str], bool]]  # rule id -> (the facts its condition tests, reads a finding)
+    caps: tuple[tuple[str, int, frozenset[str]], ...]  # (finding, strength value it caps at, conflict facts) per cap
+    strongest: int  # the strongest strength's value: no cap
+    weakest: int  # the weakest strength's value: a suspicion
+    table_lists: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]  # regime -> (its table's wasted, effective ids)
 
 
 def _build(ruleset: RuleSet) -> _Conclusions:
@@ -81,6 +85,12 @@ def _build(ruleset: RuleSet) -> _Conclusions:
         bands=tuple((metric.fact, metric.band) for metric in kb.scorecard.metrics),
         reads={rule_id: (frozenset(facts_used(lr.condition)), bool(pos or neg))
                for rule_id, lr in ruleset.rules.items() for pos, neg in [ruleset.findings_read[rule_id]]},
+        caps=tuple((cap.finding, regimes.strengths[cap.max_strength], frozenset(cap.conflict))
+                   for cap in regimes.evidence_caps),
+        strongest=max(regimes.strengths.values()),
+        weakest=min(regimes.strengths.values()),
+        table_lists={regime: (tuple(entry.id for entry in table.wasted), tuple(table.effective))
+                     for regime, (_, table) in ruleset.tables.items()},
     )
 
 
@@ -236,26 +246,26 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
         for opt in wasted_ids:
             wastes.append((opt, rule_id))
     # thin evidence (a handful of kernels, one step): while a capping finding holds, no candidate is stronger
-    regimes = ruleset.kb.regimes
-    caps = tuple(cap.finding for cap in regimes.evidence_caps if cap.finding in findings)
-    ceiling = min((regimes.strengths[cap.max_strength] for cap in regimes.evidence_caps if cap.finding in caps),
-                  default=max(regimes.strengths.values()))
-    for tally in votes.values():
-        tally[0] = min(tally[0], ceiling)
-    # conflicting evidence: a regime none of whose votes stands without the facts in question gets the weakest
-    # strength (a suspicion, knowledge_base/regimes.yaml `strengths`)
+    held = [cap for cap in c.caps if cap[0] in findings]
+    caps = tuple(finding for finding, _, _ in held)
     withheld: list[tuple[str, str]] = []
-    suspect = min(regimes.strengths.values())
-    for cap in regimes.evidence_caps:
-        if not cap.conflict or cap.finding not in caps:
-            continue
-        if all(tally[0] <= suspect for tally in votes.values()):
-            continue  # nothing to withhold
-        standing = _fired_without(ruleset, ordered, facts, frozenset(cap.conflict))
-        for regime, tally in votes.items():
-            if tally[0] > suspect and not standing.intersection(tally[2]):
-                tally[0] = suspect
-                withheld.append((cap.finding, regime))
+    if held:
+        ceiling = min(strength for _, strength, _ in held)
+        for tally in votes.values():
+            tally[0] = min(tally[0], ceiling)
+        # conflicting evidence: a regime none of whose votes stands without the facts in question gets the weakest
+        # strength (a suspicion, knowledge_base/regimes.yaml `strengths`)
+        suspect = c.weakest
+        for finding, _, conflict in held:
+            if not conflict:
+                continue
+            if all(tally[0] <= suspect for tally in votes.values()):
+                continue  # nothing to withhold
+            standing = _fired_without(ruleset, ordered, facts, conflict)
+            for regime, tally in votes.items():
+                if tally[0] > suspect and not standing.intersection(tally[2]):
+                    tally[0] = suspect
+                    withheld.append((finding, regime))
     ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][1], c.precedence[kv[0]]))
     ranked = _largest_share_first(ranked, c, facts)
     candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(rules)))
@@ -263,11 +273,12 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     verdict = ranked[0][0] if ranked and ranked[0][1][0] >= c.threshold else None
     table = c.tables.get(verdict) if verdict else None
     wasted: dict[str, list[str]] = {}
-    if table is not None:
+    if table is not None and verdict is not None:
         from_table = table_id(table.regime)
-        for entry in table.wasted:
-            wasted[entry.id] = [from_table]
-        for opt in table.effective:
+        table_wasted, table_effective = c.table_lists[verdict]
+        for opt in table_wasted:
+            wasted[opt] = [from_table]
+        for opt in table_effective:
             proposed.setdefault(opt, []).append(from_table)
     for opt, rule_id in wastes:
         wasted.setdefault(opt, []).append(rule_id)
