@@ -1,6 +1,7 @@
 """Conditions generated as plain code (`generate_condition`, what a warm engine runs) give the outcomes of the
 closures they replace, on the shipped rules and on hostile shapes; too deep a condition keeps the closures; a warm
-engine's reports are the reports of a cold one."""
+engine's reports are the reports of a cold one. Generated truth (`generate_truth`, what a consultation's what-ifs
+ask) holds exactly where the closures give "true"."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import expert
-from expert.rules.evaluate import WARM_RUNS, LeafTrace, compile_condition, generate_condition
+from expert.rules.evaluate import WARM_RUNS, LeafTrace, compile_condition, generate_condition, generate_truth
 from expert.rules.model import AllOf, AnyOf, FactTest, FindingRef, NotOf
 from tests.strategies import observations
 
@@ -40,6 +41,7 @@ def test_generated_conditions_match_the_closures_on_the_shipped_rules(pure: expe
     producers = sorted(pure.ruleset.producers)
     findings = set(random.Random(seed).sample(producers, k=min(len(producers), seed % 12)))
     for lr in pure.ruleset.rules.values():
+        assert generate_truth(lr.condition)(facts, findings) == (lr.evaluator(facts, findings, None, False) == "true")
         generated = generate_condition(lr.condition)
         assert generated is not lr.evaluator
         assert generated(facts, findings, None, False) == lr.evaluator(facts, findings, None, False), lr.id
@@ -62,11 +64,45 @@ def test_edge_shapes_match_the_closures() -> None:
     ]
     values: list[dict[str, Any]] = [{}, {"gpu_util": 0.4}, {"gpu_util": 0.9, "mfu": 0.25}, {"hardware": "h100-sxm"},
                                     {"hardware": "l40s", "mfu": 0.5, "sm_active": 1}, {"hardware": "abd"}]
+    shapes += [FactTest(fact="gpu_util", known=True), FactTest(fact="gpu_util", known=False, lt=0.5),
+               NotOf(**{"not": FactTest(fact="gpu_util", known=True, lt=0.5)}),
+               NotOf(**{"not": FactTest(fact="gpu_util", known=False, lt=0.5)})]
     for shape in shapes:
-        generated, closures = generate_condition(shape), compile_condition(shape)
+        generated, closures, truth = generate_condition(shape), compile_condition(shape), generate_truth(shape)
         for facts in values:
             for findings in (set(), {"x"}):
                 assert generated(facts, findings, None, False) == closures(facts, findings, None, False), shape
+                assert truth(facts, findings) == (closures(facts, findings, None, False) == "true"), (shape, facts)
+
+
+_FACTS = ("gpu_util", "mfu", "hardware")
+_VALUES = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 0.8, 1, "h100-sxm", "l40s"]))
+
+
+def _leaf() -> st.SearchStrategy[Any]:
+    number = st.sampled_from([0.25, 0.5, 0.8])
+    ops = st.fixed_dictionaries({}, optional={"lt": number, "ge": number, "eq": st.sampled_from([0.5, "l40s"]),
+                                              "ne": st.sampled_from([1, "h100-sxm"]),
+                                              "in": st.just(["h100-sxm", 0.5]), "known": st.booleans()})
+    tests = st.builds(lambda fact, kw: FactTest(fact=fact, **kw), st.sampled_from(_FACTS),
+                      ops.filter(lambda kw: bool(kw)))
+    return st.one_of(tests, st.builds(FindingRef, finding=st.sampled_from(["x", "y"])))
+
+
+_CONDITIONS = st.recursive(_leaf(), lambda inner: st.one_of(
+    st.builds(lambda parts: AllOf(all=parts), st.lists(inner, min_size=1, max_size=3)),
+    st.builds(lambda parts: AnyOf(any=parts), st.lists(inner, min_size=1, max_size=3)),
+    st.builds(lambda part: NotOf(**{"not": part}), inner)), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(condition=_CONDITIONS, values=st.fixed_dictionaries({name: _VALUES for name in _FACTS}),
+       findings=st.sets(st.sampled_from(["x", "y"])))
+def test_generated_truth_holds_where_the_closures_are_true(condition: Any, values: dict[str, Any],
+                                                           findings: set[str]) -> None:
+    facts = {name: value for name, value in values.items() if value is not None}
+    assert generate_truth(condition)(facts, findings) == (
+        compile_condition(condition)(facts, findings, None, False) == "true")
 
 
 def test_a_condition_nested_too_deep_keeps_the_closures() -> None:

@@ -14,7 +14,7 @@ from ..diagnosis.decide import Decision, decide, facts_read
 from ..engine.pure import PureEngine
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, KnowledgeBase
-from ..rules.evaluate import generate_condition
+from ..rules.evaluate import Evaluator, Truth, generate_truth
 from ..rules.logic import conjunctions, fact_tests, facts_used, findings_used
 from ..rules.ruleset import LoadedRule
 
@@ -160,7 +160,7 @@ _PLANS_KEPT = 4096  # re-run plans kept per Expert, one per set of changed facts
 _GENERATE_AFTER = 2048  # what-if re-runs after which the rules' conditions are generated code (a few turns' worth;
 # building them takes tens of ms, more than a one-question session would save)
 
-_Rule = tuple[str, Any, str | None, frozenset[str]]  # (id, compiled condition, finding it concludes, findings it reads)
+_Rule = tuple[str, Truth, str | None, frozenset[str]]  # (id, whether it holds, finding it concludes, findings it reads)
 
 
 class _DeltaRules:
@@ -175,7 +175,7 @@ class _DeltaRules:
             lr.id: lr.rule.then.finding.id if lr.rule.then.finding else None for lr in ix.rules}
         self.readers = ix.readers
         self._runs = 0
-        self._compile({lr.id: lr.evaluator for lr in ix.rules})
+        self._compile({lr.id: _holds(lr.evaluator) for lr in ix.rules})
         readers_of_finding: dict[str, set[str]] = {
             name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
         self.reach: dict[str, frozenset[str]] = {}
@@ -190,8 +190,8 @@ class _DeltaRules:
                         todo.append(rule)
             self.reach[fact] = frozenset(seen)
 
-    def _compile(self, evaluators: Mapping[str, Any]) -> None:
-        """The rules in the pure engine's order and in dependency order, with these compiled conditions."""
+    def _compile(self, evaluators: Mapping[str, Truth]) -> None:
+        """The rules in the pure engine's order and in dependency order, with these tests of whether each holds."""
         by_stratum: dict[int, list[_Rule]] = {}
         for lr in sorted(self._rules, key=lambda r: (r.stratum, r.id)):  # the pure engine's order
             pos, _ = findings_used(lr.condition)
@@ -202,7 +202,7 @@ class _DeltaRules:
         # a set of changed facts -> (the rules they reach, each stratum's rules among them, or the reached rules in
         # dependency order, each marked with whether it reads a changed fact): the same few sets recur
         self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...],
-                                                tuple[tuple[str, Any, str | None, frozenset[str], bool], ...]]] = {}
+                                                tuple[tuple[str, Truth, str | None, frozenset[str], bool], ...]]] = {}
 
     def run(self, base_facts: Mapping[str, Value], base: Decision, facts: Mapping[str, Value],
             candidates: Iterable[str] | None = None,
@@ -217,8 +217,8 @@ class _DeltaRules:
         if not changed:
             return None
         self._runs += 1
-        if self._runs == _GENERATE_AFTER:  # warm: the conditions as generated functions (as the pure engine does)
-            self._compile({lr.id: generate_condition(lr.condition) for lr in self._rules})
+        if self._runs == _GENERATE_AFTER:  # warm: whether each holds as generated code (as the pure engine does)
+            self._compile({lr.id: generate_truth(lr.condition) for lr in self._rules})
         plan = self._plans.get(changed)
         if plan is None:
             empty: frozenset[str] = frozenset()
@@ -239,9 +239,9 @@ class _DeltaRules:
             # keeps the outcome it had (the stratified fixpoint is monotone, so its outcome depends on those alone)
             was_fired, had = base.fired, base.findings
             flipped = findings ^ had  # the findings whose presence differs from the state's run, kept up to date
-            for rule_id, evaluator, finding, reads, reads_changed in in_order:
+            for rule_id, holds, finding, reads, reads_changed in in_order:
                 if (reads_changed or (flipped and not flipped.isdisjoint(reads))) and rule_id not in settled:
-                    if evaluator(facts, findings, None, False) != "true":
+                    if not holds(facts, findings):
                         continue
                 elif rule_id not in was_fired:
                     continue
@@ -258,8 +258,8 @@ class _DeltaRules:
             done: set[str] = set()
             while pending:
                 new: set[str] = set()
-                for rule_id, evaluator, finding, _ in pending:
-                    if evaluator(facts, findings, None, False) != "true":
+                for rule_id, holds, finding, _ in pending:
+                    if not holds(facts, findings):
                         continue
                     fired.append(rule_id)
                     done.add(rule_id)
@@ -272,16 +272,25 @@ class _DeltaRules:
         return fired, findings
 
 
+def _holds(evaluator: Evaluator) -> Truth:
+    """Whether a condition holds, asked through its compiled evaluator (before the truth is generated)."""
+
+    def holds(facts: Mapping[str, Value], findings: Collection[str]) -> bool:
+        return evaluator(facts, findings, None, False) == "true"
+
+    return holds
+
+
 def _dependency_order(rules: list[LoadedRule], producers: Mapping[str, list[str]],
-                      evaluators: Mapping[str, Any]) -> list[tuple[str, Any, str | None, frozenset[str]]] | None:
-    """(id, compiled condition, finding it concludes, findings it reads) of every rule, stratum by stratum, each
+                      evaluators: Mapping[str, Truth]) -> list[_Rule] | None:
+    """(id, whether it holds, finding it concludes, findings it reads) of every rule, stratum by stratum, each
     after every rule concluding a finding it reads; None when, within a stratum, findings feed back into a rule."""
     by_id = {lr.id: lr for lr in rules}
     reads: dict[str, frozenset[str]] = {}
     for lr in rules:
         pos, neg = findings_used(lr.condition)
         reads[lr.id] = frozenset(pos | neg)
-    out: list[tuple[str, Any, str | None, frozenset[str]]] = []
+    out: list[_Rule] = []
     placed: set[str] = set()
     for stratum in sorted({lr.stratum for lr in rules}):
         todo = sorted(lr.id for lr in rules if lr.stratum == stratum)

@@ -337,3 +337,84 @@ def generate_condition(node: Condition) -> Evaluator:
         return traced
     function: Evaluator = source.env.pop("condition")  # type: ignore[assignment]  # (so no cycle via its globals)
     return function
+
+
+# ---- generated truth ------------------------------------------------------------------------------------------
+# Where a caller only asks whether a condition holds (its outcome is "true"), not which of the three outcomes it has:
+# one boolean expression, short-circuiting as Python's `and`/`or` do. Kleene logic splits into two questions per
+# node, "is it true" and "is it false" (a negation asks its part the other one), so the expression reads each node
+# once.
+
+Truth = Callable[[Mapping[str, Value], Collection[str]], bool]
+
+
+class _TruthSource(ConditionVisitor[str]):
+    """Writes `outcome == "true"` (or, with `want` False, `outcome == "false"`) of a condition as one expression."""
+
+    def __init__(self) -> None:
+        self.comparisons = _Source()  # its names, constants and comparison expressions
+        self.size = 0
+
+    def fact(self, node: FactTest, want: bool, depth: int) -> str:
+        source = self.comparisons
+        v = source.name("v")
+        got = f"({v} := get({source.const(node.fact)}))"
+        passes = " and ".join(source.comparison(v, op, constant) for op, constant in node.ops())
+        self._grow()
+        if node.known is not None and not passes:  # only whether it is known: two-valued
+            return f"(({got} is not None) {'==' if want else '!='} {node.known!r})"
+        if node.known is False:  # known: false, with comparisons: never true; false once it is known
+            return f"({got} is not None)" if not want else "False"
+        if not passes:  # no comparison: always true
+            return "True" if want else "False"
+        # with comparisons: true when known and passing; false when known and failing, and with known: true also
+        # when unknown (without it, unknown is "unknown")
+        if node.known is True:
+            return f"({got} is not None and {passes})" if want else f"({got} is None or not ({passes}))"
+        return f"({got} is not None and {passes})" if want else f"({got} is not None and not ({passes}))"
+
+    def finding(self, node: FindingRef, want: bool, depth: int) -> str:
+        self._grow()
+        return f"({self.comparisons.const(node.finding)} {'in' if want else 'not in'} findings)"
+
+    def not_of(self, node: NotOf, want: bool, depth: int) -> str:
+        return self.visit(node.not_, not want, depth)
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, want: bool, depth: int) -> str:
+        if depth >= MAX_GENERATED_DEPTH:
+            raise _TooLarge
+        # all: true when every part is, false when some part is; any: the other way round
+        joiner = " and " if conjunctive == want else " or "
+        inner = [self.visit(part, want, depth + 1) for part in parts]
+        if not inner:
+            return "True" if conjunctive == want else "False"  # an empty all holds, an empty any does not
+        return "(" + joiner.join(inner) + ")"
+
+    def ref(self, node: ConditionRef, *args: object, **kwargs: object) -> str:
+        raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time
+
+    def _grow(self) -> None:
+        self.size += 1
+        if self.size > MAX_GENERATED_LINES:
+            raise _TooLarge
+
+
+def generate_truth(node: Condition) -> Truth:
+    """Whether the condition holds (`evaluate` gives "true"), as one generated boolean expression; a condition too
+    deep or too large to generate is asked through `compile_condition`."""
+    closures = compile_condition(node)
+
+    def by_closures(facts: Mapping[str, Value], findings: Collection[str]) -> bool:
+        return closures(facts, findings, None, False) == "true"
+
+    source = _TruthSource()
+    try:
+        expression = source.visit(node, True, 0)
+        code = compile(f"def holds(facts, findings):\n    get = facts.get\n    return {expression}\n",
+                       "<truth>", "exec")
+    except (_TooLarge, RecursionError, SyntaxError, MemoryError):
+        return by_closures
+    env = source.comparisons.env
+    exec(code, env)  # names and constants are bound in env, not written
+    function: Truth = env.pop("holds")  # type: ignore[assignment]
+    return function
