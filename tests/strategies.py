@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import expert
 from expert.kb.knowledge import FactSpec
+from expert.rules.model import AllOf, AnyOf, FactTest, FindingRef, NotOf
 
 KB = expert.default_expert().kb
 OBSERVABLE = [f for f in KB.facts.values() if f.askable]
@@ -63,3 +64,27 @@ def rich_observations(draw: st.DrawFn) -> dict[str, Any]:
     if "data_wait_s" in obs and obs["data_wait_s"] > obs["step_time_s"]:
         obs["data_wait_s"] = obs["step_time_s"] / 2
     return obs
+
+
+# ---- rule conditions -----------------------------------------------------------------------------------------
+
+CONDITION_FACTS = ("gpu_util", "mfu", "hardware")
+CONDITION_VALUES = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 0.8, 1, "h100-sxm", "l40s"]))
+
+
+def _leaf() -> st.SearchStrategy[Any]:
+    number = st.sampled_from([0.25, 0.5, 0.8])
+    ops = st.fixed_dictionaries({}, optional={"lt": number, "ge": number, "eq": st.sampled_from([0.5, "l40s"]),
+                                              "ne": st.sampled_from([1, "h100-sxm"]),
+                                              "in": st.just(["h100-sxm", 0.5]), "known": st.booleans()})
+    tests = st.builds(lambda fact, kw: FactTest(fact=fact, **kw), st.sampled_from(CONDITION_FACTS),
+                      ops.filter(lambda kw: bool(kw)))
+    return st.one_of(tests, st.builds(FindingRef, finding=st.sampled_from(["x", "y"])))
+
+
+def conditions() -> st.SearchStrategy[Any]:
+    """Condition trees (all, any, not) over fact tests of CONDITION_FACTS and the findings x and y."""
+    return st.recursive(_leaf(), lambda inner: st.one_of(
+        st.builds(lambda parts: AllOf(all=parts), st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda parts: AnyOf(any=parts), st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda part: NotOf(**{"not": part}), inner)), max_leaves=8)

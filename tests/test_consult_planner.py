@@ -7,6 +7,8 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import expert
 from expert._resources import examples_dir
@@ -16,6 +18,7 @@ from expert.consult.session import Consultation, answer_from, play
 from expert.derive.graph import GRAPH
 from expert.diagnosis.decide import Decision, decide
 from expert.observations.file import read_observation_file
+from tests.strategies import CONDITION_FACTS, CONDITION_VALUES, conditions
 
 EXPERT = expert.default_expert()
 IX = index(EXPERT)
@@ -187,6 +190,64 @@ def test_compiled_possibility_is_possible() -> None:
             assert got == sum(BIT[o] for o in want), lr.id
             checked += 1
     assert checked > 100
+
+
+class _Reading:
+    """A session state as the possibility analysis reads it: open facts, the facts, concluded and open findings."""
+
+    def __init__(self, open_facts: set[str], facts: dict[str, Any], findings: set[str], opened: set[str]) -> None:
+        self.open_facts, self.facts, self.findings, self.opened = open_facts, facts, findings, opened
+
+    def is_open(self, name: str) -> bool:
+        return name in self.open_facts
+
+    def fact_mask(self, node: Any, settled: Any) -> int:  # as planner.State reads a fact test
+        from expert.consult.outcomes import ALL, BIT, TWO
+
+        if not self.is_open(node.fact):
+            return BIT[settled(self.facts, self.findings, None, False)]
+        return ALL if node.ops() else TWO
+
+    def finding_mask(self, node: Any) -> int:  # as planner.State reads a finding
+        from expert.consult.outcomes import FALSE, TRUE, TWO
+
+        return TWO if node.finding in self.opened else (TRUE if node.finding in self.findings else FALSE)
+
+
+def _generated_is_compiled(condition: Any, reading: _Reading) -> None:
+    from expert.consult.outcomes import compile_possible, generate_possible
+
+    assert generate_possible(condition)(reading.is_open, reading.facts, reading.findings, reading.opened) == (
+        compile_possible(condition)(reading))  # type: ignore[arg-type]
+
+
+def test_generated_possibility_is_the_compiled_one_on_every_state_of_whole_sessions() -> None:
+    """Each rule generated for a state (`outcomes.state_outcomes`, what `State._possibility` runs) gives the mask the
+    closures give over the state's own `fact_mask` and `finding_mask`, on every state of the bundled sessions."""
+    from expert.consult.outcomes import compile_possible, state_outcomes
+
+    generated = state_outcomes(IX.ruleset)
+    states = 0
+    for name in ("data_starved_training", "llm_decode_kv_cache", "partial_evidence", "well_scaled_cluster"):
+        session = play(EXAMPLES[name], EXPERT)
+        answers, unknowns = session._replay()
+        for n in range(len(answers) + 1):
+            state = State(IX, dict(list(answers.items())[:n]), unknowns)
+            states += 1
+            for lr in IX.rules:
+                got = generated[lr.id](state.is_open, state.facts, state.now.findings, state.open_findings)
+                assert got == compile_possible(lr.condition)(state), (name, n, lr.id)
+    assert states > 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(condition=conditions(), values=st.fixed_dictionaries({name: CONDITION_VALUES for name in CONDITION_FACTS}),
+       open_facts=st.sets(st.sampled_from(CONDITION_FACTS)), findings=st.sets(st.sampled_from(["x", "y"])),
+       opened=st.sets(st.sampled_from(["x", "y"])))
+def test_generated_possibility_is_the_compiled_one_on_random_conditions(
+        condition: Any, values: dict[str, Any], open_facts: set[str], findings: set[str], opened: set[str]) -> None:
+    facts = {name: value for name, value in values.items() if value is not None and name not in open_facts}
+    _generated_is_compiled(condition, _Reading(open_facts, facts, findings, opened))
 
 
 def test_memoised_witnesses_are_searched_afresh() -> None:

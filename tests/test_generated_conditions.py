@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import expert
 from expert.rules.evaluate import WARM_RUNS, LeafTrace, compile_condition, generate_condition, generate_truth
 from expert.rules.model import AllOf, AnyOf, FactTest, FindingRef, NotOf
-from tests.strategies import observations
+from tests.strategies import CONDITION_FACTS, CONDITION_VALUES, conditions, observations
 
 
 @pytest.fixture(scope="module")
@@ -75,28 +75,8 @@ def test_edge_shapes_match_the_closures() -> None:
                 assert truth(facts, findings) == (closures(facts, findings, None, False) == "true"), (shape, facts)
 
 
-_FACTS = ("gpu_util", "mfu", "hardware")
-_VALUES = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 0.8, 1, "h100-sxm", "l40s"]))
-
-
-def _leaf() -> st.SearchStrategy[Any]:
-    number = st.sampled_from([0.25, 0.5, 0.8])
-    ops = st.fixed_dictionaries({}, optional={"lt": number, "ge": number, "eq": st.sampled_from([0.5, "l40s"]),
-                                              "ne": st.sampled_from([1, "h100-sxm"]),
-                                              "in": st.just(["h100-sxm", 0.5]), "known": st.booleans()})
-    tests = st.builds(lambda fact, kw: FactTest(fact=fact, **kw), st.sampled_from(_FACTS),
-                      ops.filter(lambda kw: bool(kw)))
-    return st.one_of(tests, st.builds(FindingRef, finding=st.sampled_from(["x", "y"])))
-
-
-_CONDITIONS = st.recursive(_leaf(), lambda inner: st.one_of(
-    st.builds(lambda parts: AllOf(all=parts), st.lists(inner, min_size=1, max_size=3)),
-    st.builds(lambda parts: AnyOf(any=parts), st.lists(inner, min_size=1, max_size=3)),
-    st.builds(lambda part: NotOf(**{"not": part}), inner)), max_leaves=8)
-
-
 @settings(max_examples=300, deadline=None)
-@given(condition=_CONDITIONS, values=st.fixed_dictionaries({name: _VALUES for name in _FACTS}),
+@given(condition=conditions(), values=st.fixed_dictionaries({name: CONDITION_VALUES for name in CONDITION_FACTS}),
        findings=st.sets(st.sampled_from(["x", "y"])))
 def test_generated_truth_holds_where_the_closures_are_true(condition: Any, values: dict[str, Any],
                                                            findings: set[str]) -> None:

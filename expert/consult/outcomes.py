@@ -1,19 +1,20 @@
-"""The planner's possibility analysis (`rules.logic.possible`) compiled once per rule set: every rule's condition
-becomes a closure that returns the outcomes it can still take as a three-bit mask (true 1, false 2, unknown 4), with
-the Kleene tables over masks looked up, not rebuilt as sets. Same results as `possible`, for the rules a state
-re-reads on every turn.
+"""The planner's possibility analysis (`rules.logic.possible`) compiled: a condition becomes a closure that returns
+the outcomes it can still take as a three-bit mask (true 1, false 2, unknown 4), with the Kleene tables over masks
+looked up, not rebuilt as sets (`compile_possible`: derivation gates, and what the generated form is held to); every
+rule's condition, once per rule set, becomes one generated function over what a session state knows
+(`state_outcomes`), for the rules a state re-reads on every turn. Same results as `possible`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from itertools import product
 from typing import Protocol
 
 from .._weakcache import PerObject
-from ..rules.evaluate import Evaluator, compile_condition
+from ..rules.evaluate import MAX_GENERATED_DEPTH, ConditionSource, Evaluator, TooLarge, Value, compile_condition
 from ..rules.logic import FLIP, ConditionVisitor, Outcome, and3, or3
-from ..rules.model import AllOf, AnyOf, Condition, FactTest, FindingRef, NotOf
+from ..rules.model import AllOf, AnyOf, Condition, ConditionRef, FactTest, FindingRef, NotOf
 from ..rules.ruleset import RuleSet
 
 TRUE, FALSE, UNKNOWN = 1, 2, 4
@@ -80,6 +81,106 @@ def compile_possible(node: Condition) -> Possible:
     return _Compiler().visit(node)
 
 
-rule_outcomes: PerObject[RuleSet, dict[str, Possible]] = PerObject(
-    lambda ruleset: {lr.id: compile_possible(lr.condition) for lr in ruleset.rules.values()})
-"""rule id -> its compiled condition, once per rule set: `rule_outcomes(ruleset)`."""
+
+# ---- generated, for a session state ---------------------------------------------------------------------------
+# What a state's possibility analysis runs on every turn: each rule's condition as one generated function over what
+# the state knows, with the leaves read inline (no call per node): a fact test is "whatever its operators allow"
+# while its fact is open, else the outcome it has on the facts; a finding is true or false while open, else whether
+# it holds. Same results as `compile_possible` over the state's `fact_mask` and `finding_mask`.
+
+StatePossible = Callable[[Callable[[str], bool], Mapping[str, Value], Collection[str], Collection[str]], int]
+
+
+class _PossibleSource(ConditionVisitor[None]):
+    """Writes `compile_possible(node)(state)` as statements that set a variable to the outcome mask."""
+
+    def __init__(self) -> None:
+        self.code = ConditionSource()  # names, constants, the emitter and the settled fact tests
+        self.code.env.update({"_AND": _AND, "_OR": _OR, "_NOT": _NOT, "_BIT": BIT})
+
+    def fact(self, node: FactTest, out: str, indent: int, depth: int) -> None:
+        code = self.code
+        code.emit(indent, f"if is_open({code.const(node.fact)}): {out} = {ALL if node.ops() else TWO}")
+        code.emit(indent, "else:")
+        outcome = code.name("o")
+        code.fact(node, outcome, indent + 1, depth)
+        code.emit(indent + 1, f"{out} = _BIT[{outcome}]")
+
+    def finding(self, node: FindingRef, out: str, indent: int, depth: int) -> None:
+        name = self.code.const(node.finding)
+        self.code.emit(indent, f"{out} = {TWO} if {name} in opened else ({TRUE} if {name} in findings else {FALSE})")
+
+    def not_of(self, node: NotOf, out: str, indent: int, depth: int) -> None:
+        inner = self.code.name("c")
+        self.visit(node.not_, inner, indent, depth)
+        self.code.emit(indent, f"{out} = _NOT[{inner}]")
+
+    def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, out: str, indent: int,
+              depth: int) -> None:
+        if depth >= MAX_GENERATED_DEPTH:
+            raise TooLarge
+        code = self.code
+        table, absorbing = ("_AND", FALSE) if conjunctive else ("_OR", TRUE)
+        first, *rest = parts
+        self.visit(first, out, indent, depth + 1)
+        if not rest:
+            return
+        code.emit(indent, "while True:")
+        for part in rest:
+            code.emit(indent + 1, f"if {out} == {absorbing}: break")
+            c = code.name("c")
+            self.visit(part, c, indent + 1, depth + 1)
+            code.emit(indent + 1, f"{out} = {table}[{out}][{c}]")
+        code.emit(indent + 1, "break")
+
+    def ref(self, node: ConditionRef, *args: object, **kwargs: object) -> None:
+        raise TypeError(f"unresolved condition node {node!r}")  # refs are inlined at load time
+
+
+def generate_possible(node: Condition) -> StatePossible:
+    """`compile_possible(node)` over a state, given as what it reads: whether a fact is open, the facts, the
+    findings concluded and the findings still open (see `planner.State.fact_mask`, `finding_mask`)."""
+    source = _PossibleSource()
+    try:
+        source.visit(node, "r", 1, 0)
+        text = "\n".join(["def possible(is_open, facts, findings, opened):", "    get = facts.get",
+                          *source.code.lines, "    return r"])
+        code = compile(text, "<possible>", "exec")
+    except (TooLarge, RecursionError, SyntaxError, MemoryError):
+        return _by_closures(compile_possible(node))
+    env = source.code.env
+    exec(code, env)  # names and constants are bound in env, not written
+    function: StatePossible = env.pop("possible")  # type: ignore[assignment]
+    return function
+
+
+def _by_closures(compiled: Possible) -> StatePossible:
+    """A condition too deep or too large to generate: its closures, over the same reading of a state."""
+
+    class Reading:
+        __slots__ = ("facts", "findings", "is_open", "opened")
+
+        def __init__(self, is_open: Callable[[str], bool], facts: Mapping[str, Value], findings: Collection[str],
+                     opened: Collection[str]) -> None:
+            self.is_open, self.facts, self.findings, self.opened = is_open, facts, findings, opened
+
+        def fact_mask(self, node: FactTest, settled: Evaluator) -> int:
+            if not self.is_open(node.fact):
+                return BIT[settled(self.facts, self.findings, None, False)]
+            return ALL if node.ops() else TWO
+
+        def finding_mask(self, node: FindingRef) -> int:
+            if node.finding in self.opened:
+                return TWO
+            return TRUE if node.finding in self.findings else FALSE
+
+    def possible(is_open: Callable[[str], bool], facts: Mapping[str, Value], findings: Collection[str],
+                 opened: Collection[str]) -> int:
+        return compiled(Reading(is_open, facts, findings, opened))
+
+    return possible
+
+
+state_outcomes: PerObject[RuleSet, dict[str, StatePossible]] = PerObject(
+    lambda ruleset: {lr.id: generate_possible(lr.condition) for lr in ruleset.rules.values()})
+"""rule id -> its condition generated for a state (`generate_possible`), once per rule set."""

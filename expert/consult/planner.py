@@ -49,7 +49,7 @@ from ..rules.evaluate import Evaluator, compile_condition, evaluate
 from ..rules.logic import OUTCOMES, Constraints, Outcome, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
-from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, rule_outcomes
+from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, state_outcomes
 from .rule_index import Index, decision_on, decisive
 from .witness import MAX_WITNESSES, Witness, domain
 
@@ -200,15 +200,16 @@ class State:
     def _possibility(self) -> None:
         """Which rules can still change (`live`) and which findings could still be concluded (`open_findings`): a
         fixpoint. Opening a finding widens only the outcomes of the rules that refer to it, so each round after the
-        first re-reads just those rules. The rules' conditions are read compiled (`outcomes.rule_outcomes`)."""
+        first re-reads just those rules. The rules' conditions are read generated (`outcomes.state_outcomes`)."""
         always: set[str] = set()
         can_change: set[str] = set()
         todo: list[LoadedRule] = self.ix.rules
-        compiled = rule_outcomes(self.ix.ruleset)
+        compiled = state_outcomes(self.ix.ruleset)
         concludes = self.ix.delta.concludes
+        reading = (self.is_open, self.facts, self.now.findings, self.open_findings)  # open_findings grows in place
         while True:
             for lr in todo:
-                outcomes = compiled[lr.id](self)
+                outcomes = compiled[lr.id](*reading)
                 always.discard(lr.id)
                 can_change.discard(lr.id)
                 if outcomes == TRUE:

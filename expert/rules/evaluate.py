@@ -231,11 +231,11 @@ MAX_GENERATED_DEPTH = 12  # groups nested deeper than this keep the closures (Py
 MAX_GENERATED_LINES = 4000
 
 
-class _TooLarge(Exception):
+class TooLarge(Exception):
     """The condition is too deep or too large to generate code for."""
 
 
-class _Source(ConditionVisitor[None]):
+class ConditionSource(ConditionVisitor[None]):
     """Writes a condition as statements that set a variable to its outcome (Kleene logic, stopping at the first
     decisive part, as the untraced closures do)."""
 
@@ -255,7 +255,7 @@ class _Source(ConditionVisitor[None]):
 
     def emit(self, indent: int, line: str) -> None:
         if len(self.lines) > MAX_GENERATED_LINES:
-            raise _TooLarge
+            raise TooLarge
         self.lines.append("    " * indent + line)
 
     def fact(self, node: FactTest, out: str, indent: int, depth: int) -> None:
@@ -296,7 +296,7 @@ class _Source(ConditionVisitor[None]):
     def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, out: str, indent: int,
               depth: int) -> None:
         if depth >= MAX_GENERATED_DEPTH:
-            raise _TooLarge
+            raise TooLarge
         decisive, neutral = ("false", "true") if conjunctive else ("true", "false")
         self.emit(indent, f"{out} = {neutral!r}")
         self.emit(indent, "while True:")
@@ -317,10 +317,10 @@ def generate_condition(node: Condition) -> Evaluator:
     """`compile_condition(node)`, with the untraced path generated as one plain function (the traced path, and a
     condition too deep or too large to generate, use the closures)."""
     traced = compile_condition(node)
-    source = _Source()
+    source = ConditionSource()
     try:
         source.visit(node, "r", 1, 0)
-    except (_TooLarge, RecursionError):
+    except (TooLarge, RecursionError):
         return traced
     source.env["_traced"] = traced
     text = "\n".join([
@@ -352,7 +352,7 @@ class _TruthSource(ConditionVisitor[str]):
     """Writes `outcome == "true"` (or, with `want` False, `outcome == "false"`) of a condition as one expression."""
 
     def __init__(self) -> None:
-        self.comparisons = _Source()  # its names, constants and comparison expressions
+        self.comparisons = ConditionSource()  # its names, constants and comparison expressions
         self.size = 0
 
     def fact(self, node: FactTest, want: bool, depth: int) -> str:
@@ -382,7 +382,7 @@ class _TruthSource(ConditionVisitor[str]):
 
     def group(self, node: AllOf | AnyOf, parts: list[Condition], conjunctive: bool, want: bool, depth: int) -> str:
         if depth >= MAX_GENERATED_DEPTH:
-            raise _TooLarge
+            raise TooLarge
         # all: true when every part is, false when some part is; any: the other way round
         joiner = " and " if conjunctive == want else " or "
         inner = [self.visit(part, want, depth + 1) for part in parts]
@@ -396,7 +396,7 @@ class _TruthSource(ConditionVisitor[str]):
     def _grow(self) -> None:
         self.size += 1
         if self.size > MAX_GENERATED_LINES:
-            raise _TooLarge
+            raise TooLarge
 
 
 def generate_truth(node: Condition) -> Truth:
@@ -412,7 +412,7 @@ def generate_truth(node: Condition) -> Truth:
         expression = source.visit(node, True, 0)
         code = compile(f"def holds(facts, findings):\n    get = facts.get\n    return {expression}\n",
                        "<truth>", "exec")
-    except (_TooLarge, RecursionError, SyntaxError, MemoryError):
+    except (TooLarge, RecursionError, SyntaxError, MemoryError):
         return by_closures
     env = source.comparisons.env
     exec(code, env)  # names and constants are bound in env, not written
