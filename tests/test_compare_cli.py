@@ -73,6 +73,30 @@ def test_rich_terminal_by_default(pair: tuple[str, str], capsys: pytest.CaptureF
     assert "more_dataloader_workers (matches)" in out and "data_starved" in out
 
 
+@pytest.mark.parametrize("columns", [80, 130])
+def test_fact_names_and_changes_stay_whole_at_any_width(columns: int, pair: tuple[str, str], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns the fact names were cut (`gpu_idle_gap_…`) and a text value (operator names) pushed the change
+    column off the table: names and changes are never cut, a text value wraps, and below 110 columns how a fact
+    was judged goes under its name."""
+    before, after = (yaml.safe_load(Path(p).read_text()) for p in pair)
+    before["observations"]["idle_host_ops"] = "aten::copy_, aten::resize_ and aten::empty"
+    after["observations"]["idle_host_ops"] = "aten::cudnn_convolution_backward and aten::add_"
+    before["observations"]["unattributed_idle_frac"], after["observations"]["unattributed_idle_frac"] = 0.005, 0.027
+    for path, data in zip(pair, (before, after), strict=True):
+        Path(path).write_text(yaml.safe_dump(data), encoding="utf-8")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert cli.main(["compare", *pair]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    words = {word for line in lines for word in line.split()}
+    assert {"unattributed_idle_frac", "idle_host_ops", "data_wait_s", "-95.8%", "+440.0%", "changed"} <= words
+    assert any(line.lstrip().startswith("per-step") or "per-step" in line for line in lines) or any(
+        "no spread known" in line for line in lines)  # how each fact was judged, beside it or under it
+    assert ("fact (how judged)" in " ".join(lines)) == (columns < 110)
+
+
 def test_sets_of_files_per_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     extra = tmp_path / "extra.yaml"
     extra.write_text("batch_size: 512\n", encoding="utf-8")

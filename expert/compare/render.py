@@ -90,8 +90,9 @@ def _measured(value: float | None, realised: float | None) -> str:
 # ---- terminal ---------------------------------------------------------------------------------------------------
 
 
-def renderable(c: Comparison, kb: KnowledgeBase | None = None) -> RenderableType:
-    """The whole comparison as one rich renderable."""
+def renderable(c: Comparison, kb: KnowledgeBase | None = None, width: int | None = None) -> RenderableType:
+    """The whole comparison as one rich renderable; for a terminal `width` columns wide (None: wide), where below
+    110 columns how each fact was judged goes under its name."""
     parts: list[RenderableType] = []
     body = Text()
     body.append("before ", style="bold")
@@ -113,13 +114,22 @@ def renderable(c: Comparison, kb: KnowledgeBase | None = None) -> RenderableType
                            border_style="green" if c.gate.passed else "red"))
     observed, derived = _split(c)
     if observed:
+        narrow = width is not None and width < _NARROW
         table = Table(title="Facts that moved beyond their noise", box=box.SIMPLE_HEAD, title_justify="left")
-        for col, justify in (("fact", "left"), ("before", "right"), ("after", "right"), ("change", "right"),
-                             ("how judged", "left")):
-            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        # fact names are what a reader looks up or gates on (--fail-if): never cut
+        table.add_column("fact (how judged)" if narrow else "fact", no_wrap=not narrow, overflow="fold",
+                         min_width=26 if narrow else None)
+        for col in ("before", "after"):  # a value that is text (operator names) wraps
+            table.add_column(col, justify="right", overflow="fold", max_width=15)
+        table.add_column("change", justify="right", no_wrap=True)
+        if not narrow:
+            table.add_column("how judged", overflow="fold", min_width=24)
         for f in observed:
-            table.add_row(f.name, _value(kb, f.name, f.before), _value(kb, f.name, f.after), _change(f),
-                          Text(f.basis, style="dim"))
+            name = Text(f.name)
+            if narrow:
+                name.append(f"\n  {f.basis}", style="dim")
+            row: list[RenderableType] = [name, _value(kb, f.name, f.before), _value(kb, f.name, f.after), _change(f)]
+            table.add_row(*row, *([] if narrow else [Text(f.basis, style="dim")]))
         if derived:
             table.caption = "derived: " + ", ".join(_brief(f) for f in derived)
         parts.append(table)
@@ -198,7 +208,11 @@ def _short(name: str, width: int = 80) -> str:
 
 
 def print_comparison(c: Comparison, console: Console | None = None, kb: KnowledgeBase | None = None) -> None:
-    (console or SafeConsole()).print(renderable(c, kb))
+    console = console or SafeConsole()
+    console.print(renderable(c, kb, console.width))
+
+
+_NARROW = 110  # terminal columns below which how each fact was judged goes under its name
 
 
 # ---- markdown ---------------------------------------------------------------------------------------------------
