@@ -134,7 +134,7 @@ def run_list(args: argparse.Namespace) -> int:
         table.add_column("rule" if merged else col, no_wrap=not wraps,
                          overflow="fold", justify="right" if col == "tests" else "left")
     for row in rows:
-        cells = [str(row[col]) for col in columns]
+        cells = [escape(str(row[col])) for col in columns]  # titles and sources are text, never markup
         cells[0] = f"[bold]{escape(row['id'])}[/bold]" + ("" if "title" in columns else f"\n  {escape(row['title'])}")
         table.add_row(*cells)
     console.print(table)
