@@ -18,6 +18,7 @@ from expert.consult.session import Consultation, answer_from, play
 from expert.derive.graph import GRAPH
 from expert.diagnosis.decide import Decision, decide
 from expert.observations.file import read_observation_file
+from expert.rules.model import AllOf, FactTest, NotOf
 from tests.strategies import CONDITION_FACTS, CONDITION_VALUES, conditions
 
 EXPERT = expert.default_expert()
@@ -248,6 +249,16 @@ def test_generated_possibility_is_the_compiled_one_on_random_conditions(
         condition: Any, values: dict[str, Any], open_facts: set[str], findings: set[str], opened: set[str]) -> None:
     facts = {name: value for name, value in values.items() if value is not None and name not in open_facts}
     _generated_is_compiled(condition, _Reading(open_facts, facts, findings, opened))
+
+
+def test_a_condition_too_deep_to_generate_keeps_the_closures_for_a_state() -> None:
+    node: Any = FactTest(fact="gpu_util", lt=0.5)
+    for i in range(40):
+        node = AllOf(all=[node, FactTest(fact="mfu", gt=0.01 * i)]) if i % 2 else NotOf(**{"not": node})
+    for open_facts in (set(), {"mfu"}, {"gpu_util", "mfu"}):
+        for facts in ({}, {"gpu_util": 0.1, "mfu": 0.9}, {"gpu_util": 0.9}):
+            visible = {k: v for k, v in facts.items() if k not in open_facts}
+            _generated_is_compiled(node, _Reading(set(open_facts), visible, set(), set()))
 
 
 def test_memoised_witnesses_are_searched_afresh() -> None:

@@ -91,8 +91,10 @@ def test_a_condition_nested_too_deep_keeps_the_closures() -> None:
         node = AllOf(all=[node, FactTest(fact="mfu", gt=0.01 * i)]) if i % 2 else NotOf(**{"not": node})
     generated = generate_condition(node)
     closures = compile_condition(node)
+    truth = generate_truth(node)  # too deep to generate too: asked through the closures
     for facts in ({}, {"gpu_util": 0.1, "mfu": 0.9}, {"gpu_util": 0.9}):
         assert generated(facts, set(), None, False) == closures(facts, set(), None, False)
+        assert truth(facts, set()) == (closures(facts, set(), None, False) == "true")
 
 
 def test_a_warm_engine_reports_what_a_cold_one_does() -> None:
