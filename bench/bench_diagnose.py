@@ -559,7 +559,35 @@ def consultation() -> None:
         print(f"turn, {label}: median {turn * 1e3:.2f} ms = {ratio:.2f}x{judged}; "
               f"CPU {turn_cpu * 1e3:.2f} ms = {turn_cpu / diag_cpu:.2f}x ({len(turns)} turns)")
     _turn_shares(exp, cases)
+    _turn_collector(exp, cases)
     print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+
+
+def _turn_collector(exp: expert.Expert, cases: dict[str, dict[str, Any]]) -> None:
+    """How much of the new-state turns the cyclic garbage collector takes (it finds nothing to free: the planner's
+    memos only grow it), timed by gc.callbacks over one more round of the bundled examples' sessions."""
+    import gc
+
+    spent = {0: 0.0, 1: 0.0, 2: 0.0}
+    runs = {0: 0, 1: 0, 2: 0}
+    started = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            spent[info["generation"]] += time.perf_counter() - started[0]
+            runs[info["generation"]] += 1
+
+    gc.callbacks.append(timed)
+    try:
+        turns = [t for facts in cases.values() for t, _ in _session_turns(exp, facts, fresh=True)]
+    finally:
+        gc.callbacks.remove(timed)
+    total = sum(turns)
+    print(f"the garbage collector in new-state turns: {sum(spent.values()) / total:.0%} of their time ("
+          + ", ".join(f"generation {g}: {runs[g]} runs, {spent[g] * 1e3:.0f} ms" for g in spent)
+          + f", of {total * 1e3:.0f} ms over {len(turns)} turns)")
 
 
 def main() -> None:
