@@ -101,6 +101,26 @@ def test_every_what_if_of_whole_sessions_reaches_the_full_engine_run(monkeypatch
             full.verdict, full.recommended, full.fired, full.findings, full.bands), overrides
 
 
+def test_without_a_dependency_order_a_what_if_runs_stratum_by_stratum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule set whose findings feed back within a stratum has no dependency order (`_dependency_order` gives
+    None): the re-run goes stratum by stratum to a fixpoint, and still concludes what a full run concludes."""
+    monkeypatch.setattr(IX.delta, "order", None)
+    monkeypatch.setattr(IX.delta, "_plans", {})
+    checked = 0
+    for name in ("data_starved_training", "ddp_exposed_allreduce_pcie", "llm_decode_kv_cache"):
+        state = _state(EXAMPLES[name], drop=4)
+        for fact in dict.fromkeys([f for f in IX.askable if state.askable_open(f)] + state.open_leaves()):
+            for _, value in fact_regions(IX, fact)[:3]:
+                IX.what_ifs.clear()
+                got = what_if(state, {fact: value})
+                full = _full(GRAPH.values({**state.answers, fact: value}, IX.kb))
+                assert (got.verdict, got.recommended, got.fired, got.findings) == (
+                    full.verdict, full.recommended, full.fired, full.findings), (name, fact, value)
+                checked += 1
+    assert checked > 20
+    IX.what_ifs.clear()
+
+
 def test_memoised_decisions_are_decided_afresh() -> None:
     """`Index.decide` (memoised by the fired rules and the facts `decide` reads) gives, field by field, what a fresh
     `decide` gives on every what-if of whole sessions, with the memos emptied first."""

@@ -161,6 +161,7 @@ _GENERATE_AFTER = 2048  # what-if re-runs after which the rules' conditions are 
 # building them takes tens of ms, more than a one-question session would save)
 
 _Rule = tuple[str, Truth, str | None, frozenset[str]]  # (id, whether it holds, finding it concludes, findings it reads)
+_Pass = tuple[str, Truth, str | None, frozenset[str], bool]  # a _Rule, and whether it reads a changed fact
 
 
 class _DeltaRules:
@@ -199,10 +200,15 @@ class _DeltaRules:
                                                           frozenset(pos)))
         self.strata = [by_stratum[s] for s in sorted(by_stratum)]
         self.order = _dependency_order(self._rules, self._producers, evaluators)
+        # each rule's pass in the dependency-order run, not reading / reading a changed fact: made once and shared
+        # by every plan below, so a plan kept for long is a few objects for the garbage collector, not one a rule
+        self._passes: dict[str, tuple[_Pass, _Pass]] = {
+            rule_id: ((rule_id, holds, finding, reads, False), (rule_id, holds, finding, reads, True))
+            for rule_id, holds, finding, reads in self.order or ()}
         # a set of changed facts -> (the rules they reach, each stratum's rules among them, or the reached rules in
         # dependency order, each marked with whether it reads a changed fact): the same few sets recur
         self._plans: dict[frozenset[str], tuple[frozenset[str], tuple[tuple[_Rule, ...], ...],
-                                                tuple[tuple[str, Truth, str | None, frozenset[str], bool], ...]]] = {}
+                                                tuple[_Pass, ...]]] = {}
 
     def run(self, base_facts: Mapping[str, Value], base: Decision, facts: Mapping[str, Value],
             candidates: Iterable[str] | None = None,
@@ -224,10 +230,12 @@ class _DeltaRules:
             empty: frozenset[str] = frozenset()
             reached = empty.union(*(self.reach.get(k, empty) for k in changed))
             direct = empty.union(*(self.readers.get(k, ()) for k in changed))
+            passes = self._passes
             ordered = () if self.order is None else tuple(
-                (rule_id, evaluator, finding, reads, rule_id in direct)
-                for rule_id, evaluator, finding, reads in self.order if rule_id in reached)
-            plan = (reached, tuple(tuple(r for r in stratum if r[0] in reached) for stratum in self.strata), ordered)
+                passes[rule[0]][rule[0] in direct] for rule in self.order if rule[0] in reached)
+            strata = () if self.order is not None else tuple(  # the stratum-by-stratum run, where there is no order
+                tuple(r for r in stratum if r[0] in reached) for stratum in self.strata)
+            plan = (reached, strata, ordered)
             if len(self._plans) >= _PLANS_KEPT:
                 self._plans.clear()
             self._plans[changed] = plan
