@@ -217,7 +217,7 @@ class _Reading:
     """A session state as the possibility analysis reads it: open facts, the facts, concluded and open findings."""
 
     def __init__(self, open_facts: set[str], facts: dict[str, Any], findings: set[str], opened: set[str]) -> None:
-        self.open_facts, self.facts, self.findings, self.opened = open_facts, facts, findings, opened
+        self.open_facts, self.facts, self.findings, self.open_findings = open_facts, facts, findings, opened
 
     def is_open(self, name: str) -> bool:
         return name in self.open_facts
@@ -232,13 +232,13 @@ class _Reading:
     def finding_mask(self, node: Any) -> int:  # as planner.State reads a finding
         from expert.consult.outcomes import FALSE, TRUE, TWO
 
-        return TWO if node.finding in self.opened else (TRUE if node.finding in self.findings else FALSE)
+        return TWO if node.finding in self.open_findings else (TRUE if node.finding in self.findings else FALSE)
 
 
 def _generated_is_compiled(condition: Any, reading: _Reading) -> None:
     from expert.consult.outcomes import compile_possible, generate_possible
 
-    assert generate_possible(condition)(reading.is_open, reading.facts, reading.findings, reading.opened) == (
+    assert generate_possible(condition)(reading) == (
         compile_possible(condition)(reading))  # type: ignore[arg-type]
 
 
@@ -256,7 +256,7 @@ def test_generated_possibility_is_the_compiled_one_on_every_state_of_whole_sessi
             state = State(IX, dict(list(answers.items())[:n]), unknowns)
             states += 1
             for lr in IX.rules:
-                got = generated[lr.id](state.is_open, state.facts, state.now.findings, state.open_findings)
+                got = generated[lr.id](state)
                 assert got == compile_possible(lr.condition)(state), (name, n, lr.id)
     assert states > 20
 

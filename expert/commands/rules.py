@@ -113,6 +113,7 @@ def run_list(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from ..report.render.console import NARROW_COLUMNS
     from ..report.render.console import SafeConsole as Console
 
     console = Console()
@@ -122,7 +123,7 @@ def run_list(args: argparse.Namespace) -> int:
     columns = ["id", "title", "severity", "tests", "file", "source"]
     if console.width < _WIDE:
         columns.remove("source")
-    if console.width < _NARROW:
+    if console.width < NARROW_COLUMNS:
         columns.remove("file")
         columns.remove("title")
     caption = None if "source" in columns else (f"sources: dam rules show ID, --format json, or a terminal of "
@@ -141,7 +142,6 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-_NARROW = 110  # terminal columns below which `dam rules list` puts each title under its id, and leaves out files
 _WIDE = 140  # terminal columns from which `dam rules list` shows each rule's source
 
 

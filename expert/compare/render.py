@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..kb.knowledge import KnowledgeBase
 from ..observations.normalise import format_value
-from ..report.render.console import SafeConsole
+from ..report.render.console import NARROW_COLUMNS, SafeConsole
 from .model import BreakdownDelta, Comparison, FactChange, NamedDelta, Side
 
 _TOP = 10
@@ -114,7 +114,7 @@ def renderable(c: Comparison, kb: KnowledgeBase | None = None, width: int | None
                            border_style="green" if c.gate.passed else "red"))
     observed, derived = _split(c)
     if observed:
-        narrow = width is not None and width < _NARROW
+        narrow = width is not None and width < NARROW_COLUMNS
         table = Table(title="Facts that moved beyond their noise", box=box.SIMPLE_HEAD, title_justify="left")
         # fact names are what a reader looks up or gates on (--fail-if): never cut
         table.add_column("fact (how judged)" if narrow else "fact", no_wrap=not narrow, overflow="fold",
@@ -211,8 +211,6 @@ def print_comparison(c: Comparison, console: Console | None = None, kb: Knowledg
     console = console or SafeConsole()
     console.print(renderable(c, kb, console.width))
 
-
-_NARROW = 110  # terminal columns below which how each fact was judged goes under its name
 
 
 # ---- markdown ---------------------------------------------------------------------------------------------------

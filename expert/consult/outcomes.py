@@ -34,6 +34,22 @@ class Leaves(Protocol):
 Possible = Callable[[Leaves], int]
 
 
+class StateReading(Leaves, Protocol):
+    """What a generated condition reads of a session state directly (`planner.State`): whether a fact is open, the
+    facts, the findings concluded and those still open; its `fact_mask` and `finding_mask` read the same."""
+
+    @property
+    def facts(self) -> Mapping[str, Value]: ...
+
+    @property
+    def findings(self) -> Collection[str]: ...
+
+    @property
+    def open_findings(self) -> Collection[str]: ...
+
+    def is_open(self, name: str) -> bool: ...
+
+
 def _outcomes(mask: int) -> list[Outcome]:
     return [o for o, bit in BIT.items() if mask & bit]
 
@@ -88,7 +104,7 @@ def compile_possible(node: Condition) -> Possible:
 # while its fact is open, else the outcome it has on the facts; a finding is true or false while open, else whether
 # it holds. Same results as `compile_possible` over the state's `fact_mask` and `finding_mask`.
 
-StatePossible = Callable[[Callable[[str], bool], Mapping[str, Value], Collection[str], Collection[str]], int]
+StatePossible = Callable[[StateReading], int]
 
 
 class _PossibleSource(ConditionVisitor[None]):
@@ -138,47 +154,21 @@ class _PossibleSource(ConditionVisitor[None]):
 
 
 def generate_possible(node: Condition) -> StatePossible:
-    """`compile_possible(node)` over a state, given as what it reads: whether a fact is open, the facts, the
-    findings concluded and the findings still open (see `planner.State.fact_mask`, `finding_mask`)."""
+    """`compile_possible(node)` over a state, reading the state's facts, open facts and findings itself (as its
+    `fact_mask` and `finding_mask` do); a condition too deep or too large to generate keeps the closures."""
     source = _PossibleSource()
     try:
         source.visit(node, "r", 1, 0)
-        text = "\n".join(["def possible(is_open, facts, findings, opened):", "    get = facts.get",
+        text = "\n".join(["def possible(state):", "    is_open, facts = state.is_open, state.facts",
+                          "    findings, opened = state.findings, state.open_findings", "    get = facts.get",
                           *source.code.lines, "    return r"])
         code = compile(text, "<possible>", "exec")
     except (TooLarge, RecursionError, SyntaxError, MemoryError):
-        return _by_closures(compile_possible(node))
+        return compile_possible(node)
     env = source.code.env
     exec(code, env)  # names and constants are bound in env, not written
     function: StatePossible = env.pop("possible")  # type: ignore[assignment]
     return function
-
-
-def _by_closures(compiled: Possible) -> StatePossible:
-    """A condition too deep or too large to generate: its closures, over the same reading of a state."""
-
-    class Reading:
-        __slots__ = ("facts", "findings", "is_open", "opened")
-
-        def __init__(self, is_open: Callable[[str], bool], facts: Mapping[str, Value], findings: Collection[str],
-                     opened: Collection[str]) -> None:
-            self.is_open, self.facts, self.findings, self.opened = is_open, facts, findings, opened
-
-        def fact_mask(self, node: FactTest, settled: Evaluator) -> int:
-            if not self.is_open(node.fact):
-                return BIT[settled(self.facts, self.findings, None, False)]
-            return ALL if node.ops() else TWO
-
-        def finding_mask(self, node: FindingRef) -> int:
-            if node.finding in self.opened:
-                return TWO
-            return TRUE if node.finding in self.findings else FALSE
-
-    def possible(is_open: Callable[[str], bool], facts: Mapping[str, Value], findings: Collection[str],
-                 opened: Collection[str]) -> int:
-        return compiled(Reading(is_open, facts, findings, opened))
-
-    return possible
 
 
 state_outcomes: PerObject[RuleSet, dict[str, StatePossible]] = PerObject(

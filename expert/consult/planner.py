@@ -76,6 +76,7 @@ class State:
         self.derived: dict[str, DerivedValue] = derive(self.answers, ix.kb)
         self.facts: dict[str, Value] = {**self.answers, **{n: d.value for n, d in self.derived.items()}}
         self.now = decision_on(ix, self.facts)
+        self.findings = self.now.findings  # what the generated conditions read (`outcomes.StateReading`)
         self._open: dict[str, bool] = {}
         self._states: dict[int, Literal["fixed", "open", "impossible"]] = {}
         self._routes: dict[str, list[frozenset[str]]] = {}
@@ -206,10 +207,9 @@ class State:
         todo: list[LoadedRule] = self.ix.rules
         compiled = state_outcomes(self.ix.ruleset)
         concludes = self.ix.delta.concludes
-        reading = (self.is_open, self.facts, self.now.findings, self.open_findings)  # open_findings grows in place
         while True:
             for lr in todo:
-                outcomes = compiled[lr.id](*reading)
+                outcomes = compiled[lr.id](self)
                 always.discard(lr.id)
                 can_change.discard(lr.id)
                 if outcomes == TRUE:

@@ -14,7 +14,7 @@ from ..diagnosis.decide import Decision, decide, facts_read
 from ..engine.pure import PureEngine
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, KnowledgeBase
-from ..rules.evaluate import Evaluator, Truth, generate_truth
+from ..rules.evaluate import Truth, generate_truth, truth_of
 from ..rules.logic import conjunctions, fact_tests, facts_used, findings_used
 from ..rules.ruleset import LoadedRule
 
@@ -176,7 +176,7 @@ class _DeltaRules:
             lr.id: lr.rule.then.finding.id if lr.rule.then.finding else None for lr in ix.rules}
         self.readers = ix.readers
         self._runs = 0
-        self._compile({lr.id: _holds(lr.evaluator) for lr in ix.rules})
+        self._compile({lr.id: truth_of(lr.evaluator) for lr in ix.rules})  # until warm: generate_truth
         readers_of_finding: dict[str, set[str]] = {
             name: {lr.id for lr in rules} for name, rules in ix.finding_readers.items()}
         self.reach: dict[str, frozenset[str]] = {}
@@ -278,15 +278,6 @@ class _DeltaRules:
                     break
                 pending = [r for r in stratum if r[0] not in done and not new.isdisjoint(r[3])]
         return fired, findings
-
-
-def _holds(evaluator: Evaluator) -> Truth:
-    """Whether a condition holds, asked through its compiled evaluator (before the truth is generated)."""
-
-    def holds(facts: Mapping[str, Value], findings: Collection[str]) -> bool:
-        return evaluator(facts, findings, None, False) == "true"
-
-    return holds
 
 
 def _dependency_order(rules: list[LoadedRule], producers: Mapping[str, list[str]],

@@ -59,7 +59,6 @@ class _Conclusions:
     bands: tuple[tuple[str, Callable[[float | None], str]], ...]  # (fact, its band function) per scorecard metric
     reads: dict[str, tuple[frozenset[str], bool]]  # rule id -> (the facts its condition tests, reads a finding)
     caps: tuple[tuple[str, int, frozenset[str]], ...]  # (finding, strength value it caps at, conflict facts) per cap
-    strongest: int  # the strongest strength's value: no cap
     weakest: int  # the weakest strength's value: a suspicion
     table_lists: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]  # regime -> (its table's wasted, effective ids)
 
@@ -87,7 +86,6 @@ def _build(ruleset: RuleSet) -> _Conclusions:
                for rule_id, lr in ruleset.rules.items() for pos, neg in [ruleset.findings_read[rule_id]]},
         caps=tuple((cap.finding, regimes.strengths[cap.max_strength], frozenset(cap.conflict))
                    for cap in regimes.evidence_caps),
-        strongest=max(regimes.strengths.values()),
         weakest=min(regimes.strengths.values()),
         table_lists={regime: (tuple(entry.id for entry in table.wasted), tuple(table.effective))
                      for regime, (_, table) in ruleset.tables.items()},

@@ -399,21 +399,25 @@ class _TruthSource(ConditionVisitor[str]):
             raise TooLarge
 
 
+def truth_of(evaluator: Evaluator) -> Truth:
+    """Whether a condition holds, asked through its compiled evaluator."""
+
+    def holds(facts: Mapping[str, Value], findings: Collection[str]) -> bool:
+        return evaluator(facts, findings, None, False) == "true"
+
+    return holds
+
+
 def generate_truth(node: Condition) -> Truth:
     """Whether the condition holds (`evaluate` gives "true"), as one generated boolean expression; a condition too
     deep or too large to generate is asked through `compile_condition`."""
-    closures = compile_condition(node)
-
-    def by_closures(facts: Mapping[str, Value], findings: Collection[str]) -> bool:
-        return closures(facts, findings, None, False) == "true"
-
     source = _TruthSource()
     try:
         expression = source.visit(node, True, 0)
         code = compile(f"def holds(facts, findings):\n    get = facts.get\n    return {expression}\n",
                        "<truth>", "exec")
     except (TooLarge, RecursionError, SyntaxError, MemoryError):
-        return by_closures
+        return truth_of(compile_condition(node))
     env = source.comparisons.env
     exec(code, env)  # names and constants are bound in env, not written
     function: Truth = env.pop("holds")  # type: ignore[assignment]

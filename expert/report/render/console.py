@@ -15,6 +15,10 @@ from rich.segment import Segment
 
 from ...errors import printable
 
+# Terminal columns below which a wide table of the terminal views (`dam rules list`, `dam compare`) moves its longest
+# text column under the row's name instead of beside it
+NARROW_COLUMNS = 110
+
 
 class SafeConsole(Console):
     """A rich Console that prints control characters in text as visible escapes (issue 21)."""
