@@ -24,7 +24,6 @@ import os
 import pickle
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +137,8 @@ def _write(directory: Path, key: str, kb: KnowledgeBase, ruleset: RuleSet) -> No
 
 def _store(directory: Path, prefix: str, key: str, entry: Any, keep: int) -> None:
     """Write `entry` as `prefix + key` atomically, keeping the `keep` newest entries of that prefix."""
+    import tempfile  # only here: a run that reads the cache needs neither it nor the `random` it imports
+
     try:
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # something unpicklable in a custom rule set: just not cached

@@ -155,3 +155,21 @@ def test_help_teaches_the_condition_language(capsys: pytest.CaptureFixture[str])
 def test_the_library_and_the_command_agree(pair: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["compare", *pair, "--format", "json"]) == 0
     assert Comparison.model_validate_json(capsys.readouterr().out) == expert.compare(*pair)
+
+
+def test_kernel_names_with_markup_are_printed_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The "Top kernels" table prints a trace's kernel names as text: "[/b]" used to end `dam compare` in a rich
+    MarkupError."""
+    data = json.loads(Path(TRACE).read_text())
+    for event in data["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["name"] = "k[/b] [red]x"
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    before.write_text(json.dumps(data))
+    for event in data["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["dur"] = event["dur"] * 2
+    after.write_text(json.dumps(data))
+    assert cli.main(["compare", str(before), str(after)]) == 0
+    out = capsys.readouterr().out
+    assert "Top kernels" in out and "k[/b] [red]x" in out

@@ -340,6 +340,8 @@ def test_cli_run_query_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().out.splitlines() == ["job_key,error_kind", "corrupt.json.gz,input", "empty.json,input"]
     assert cli.main(["fleet", "query", str(out), "select count(*) as n from fleet", "--as", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"n": 7}
+    assert cli.main(["fleet", "query", str(out), "select '[/x] ok' as \"[bold]name\" from fleet limit 1"]) == 0
+    assert "[/x] ok" in (table := capsys.readouterr().out) and "[bold]name" in table  # text, never rich markup
     assert cli.main(["fleet", str(tmp_path / "in"), "--out", str(out), "--resume"]) == 0
     assert "7 unchanged" in capsys.readouterr().out
 

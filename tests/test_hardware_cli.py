@@ -117,3 +117,17 @@ def test_hardware_list_shows_every_entry_and_show_works_for_each() -> None:
     assert shown.returncode == 0 and "h100 -> h100-sxm" in shown.stdout and "h100-sxm: NVIDIA H100 SXM5" in shown.stdout
     v100 = dam("hardware", "show", "v100-sxm2")
     assert "dense bf16 peak" in v100.stdout and "no such format on this part" in v100.stdout
+
+
+def test_a_hardware_file_with_markup_is_printed_as_text(tmp_path: Path) -> None:
+    """A --hardware-file's names, links and notes are the user's text: "[/x]" is printed, never read as rich markup
+    (it used to end `dam hardware show` in a MarkupError traceback)."""
+    path = tmp_path / "markup_gpu.yaml"
+    path.write_text(GPU_FILE.replace("name: Lab accelerator X1", "name: Lab [bold]X1[/bold]")
+                    .replace("    aliases:", "    notes: \"measured [/x] on our rack\"\n    aliases:"))
+    shown = dam("hardware", "show", "lab-x1", "--hardware-file", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert "measured [/x] on our rack" in shown.stdout and "Lab [bold]X1[/bold]" in shown.stdout
+    listing = dam("hardware", "list", "--hardware-file", str(path))
+    assert listing.returncode == 0, listing.stderr
+    assert "Lab [bold]X1[/bold]" in listing.stdout

@@ -7,6 +7,7 @@ naming the file and the line (never a traceback), or exit 0 with the value read 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -90,6 +91,26 @@ def test_device_names_with_markup_are_printed_as_text(tmp_path: Path, name: str)
     result = _dam("ingest", str(path), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+MARKUP_NAME = "k[/b] [red]x ::cd:: :fire:"  # rich markup closing no tag, a colour tag, emoji codes
+
+
+def test_kernel_and_file_names_with_markup_are_printed_as_text(tmp_path: Path) -> None:
+    """Kernel names and trace file names reach the terminal report's tables as text: "[/b]" in a kernel name used to
+    crash `dam diagnose --from` (MarkupError traceback), and ":cd:" between two colons is not an emoji."""
+    data = json.loads((FIXTURES / "kineto_two_steps.json").read_text())
+    for event in data["traceEvents"]:
+        if event.get("cat") == "kernel":
+            event["name"] = MARKUP_NAME
+    path = tmp_path / "t[bold]y.json"
+    path.write_text(json.dumps(data))
+    result = subprocess.run([DAM or "dam", "diagnose", "--from", path.name], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert MARKUP_NAME in result.stdout and "t[bold]y.json" in result.stdout + result.stderr
+    assert "\N{OPTICAL DISC}" not in result.stdout and "\N{FIRE}" not in result.stdout
 
 
 def _kernels(edit: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:

@@ -143,6 +143,17 @@ def test_ingest_output_without_as_follows_the_file_name(tmp_path: Path, name: st
     assert fmt in (tmp_path / name).read_text()
 
 
+def test_the_terminal_console_prints_no_emoji_for_colon_codes() -> None:
+    """`:name:` in text printed as a string (a kernel or namespace name like `c10::cd::copy`) stays as written."""
+    import io
+
+    from expert.report.render.console import SafeConsole
+
+    out = io.StringIO()
+    SafeConsole(file=out, width=80).print("c10::cd::copy :fire:")
+    assert out.getvalue() == "c10::cd::copy :fire:\n"
+
+
 ANSI = ["\x1b[2J", "\x1b]0;owned\x07", "\x1b[31m", "\x9b31m"]
 
 

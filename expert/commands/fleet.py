@@ -185,12 +185,15 @@ def query(args: argparse.Namespace) -> int:
         writer.writerows([[_cell(v) for v in row] for row in rows])
         return 0
     from rich.table import Table
+    from rich.text import Text
 
     from ..report.render.console import SafeConsole as Console
 
-    table = Table(*columns)
+    table = Table()  # names and values are the user's data, printed as text (never rich markup)
+    for column in columns:
+        table.add_column(Text(column))
     for row in rows:
-        table.add_row(*[_cell(v) for v in row])
+        table.add_row(*[Text(_cell(v)) for v in row])
     Console().print(table)
     return 0
 

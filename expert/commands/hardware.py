@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
         raise ObservationError([Problem(f"hardware {args.id}", "not in the catalog",
                                         f"did you mean {', '.join(close)}?" if close else "see dam hardware list")])
     if found.note:
-        console.print(found.note, style="dim")
+        from rich.text import Text
+
+        console.print(Text(found.note, style="dim"))  # it quotes what the user typed
     console.print(entry_table(kb, kb.hardware[found.id]))
     return 0
 
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 def catalog_table(kb: Any, with_names: bool = True) -> Any:
     """The catalog as a rich table: one row per entry, dense peaks, memory and the bf16 ridge point."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="Hardware catalog (dense peaks in TFLOP/s; memory in GB and GB/s)",
                   caption="ridge: bf16 (else fp16) peak over bandwidth, FLOP/byte · — no published figure · n/a no "
@@ -71,35 +74,41 @@ def catalog_table(kb: Any, with_names: bool = True) -> Any:
         ridge = f"{peak * 1e12 / (bw * 1e9):.0f}" if peak and bw else "—"
         bf16 = _peak(hw, half) + (" (fp16)" if half == "fp16" and "fp16" in hw.peak_tflops else "")
         memory = f"{hw.memory_gb:g} {hw.memory_type or ''}".strip() if hw.memory_gb is not None else "—"
-        name = [hw.name] if with_names else []
-        table.add_row(hw.id, *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), memory, _opt(bw), ridge)
+        name = [Text(hw.name)] if with_names else []  # a --hardware-file's text is printed as text, never markup
+        table.add_row(Text(hw.id), *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), memory, _opt(bw), ridge)
     return table
 
 
 def entry_table(kb: Any, hw: Any) -> Any:
-    """One entry as a rich table: every dtype, memory, links, sparsity, aliases, source and notes."""
+    """One entry as a rich table: every dtype, memory, links, sparsity, aliases, source and notes (each value printed
+    as text: a --hardware-file's "[/x]" is not rich markup)."""
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{hw.id}: {hw.name}", show_header=False)
+    table = Table(title=Text(f"{hw.id}: {hw.name}"), show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")  # a long source URL wraps, never truncated
+
+    def row(field: str, value: str) -> None:
+        table.add_row(field, Text(value))
+
     for dtype in kb.units.dtypes:
-        table.add_row(f"dense {dtype} peak", _peak_text(hw, dtype))
-    table.add_row("memory", ", ".join(filter(None, (
+        row(f"dense {dtype} peak", _peak_text(hw, dtype))
+    row("memory", ", ".join(filter(None, (
         f"{hw.memory_gb:g} GB" if hw.memory_gb is not None else "size not published", hw.memory_type,
         f"{hw.memory_bandwidth_gbs:g} GB/s" if hw.memory_bandwidth_gbs is not None else "bandwidth not published"))))
     if hw.host_link:
-        table.add_row("host link", hw.host_link + _link_gbs(hw.host_link_gbs))
+        row("host link", hw.host_link + _link_gbs(hw.host_link_gbs))
     if hw.scale_up_link:
-        table.add_row("scale-up link", hw.scale_up_link + _link_gbs(hw.scale_up_gbs))
-    table.add_row("vendor headline is sparse", "yes (dense shown: half of it)" if hw.sparse_headline else "no")
-    table.add_row("aliases", ", ".join(hw.aliases) or "—")
+        row("scale-up link", hw.scale_up_link + _link_gbs(hw.scale_up_gbs))
+    row("vendor headline is sparse", "yes (dense shown: half of it)" if hw.sparse_headline else "no")
+    row("aliases", ", ".join(hw.aliases) or "—")
     families = [name for name, f in kb.hardware_families.items() if f.default == hw.id]
     if families:
-        table.add_row("default of family", ", ".join(families))
-    table.add_row("source", hw.source)
+        row("default of family", ", ".join(families))
+    row("source", hw.source)
     if hw.notes:
-        table.add_row("notes", hw.notes)
+        row("notes", hw.notes)
     return table
 
 

@@ -186,7 +186,7 @@ def _breakdown_tables(delta: BreakdownDelta) -> list[RenderableType]:
         for col in ("name", "before", "after", "Δ"):
             table.add_column(col, justify="left" if col == "name" else "right", overflow="fold")
         for r in rows[:_TOP]:
-            table.add_row(_short(r.name), _num(r.before_s), _num(r.after_s), _signed(r.delta_s))
+            table.add_row(Text(_short(r.name)), _num(r.before_s), _num(r.after_s), _signed(r.delta_s))
         out.append(table)
     return out
 

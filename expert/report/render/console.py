@@ -21,7 +21,12 @@ NARROW_COLUMNS = 110
 
 
 class SafeConsole(Console):
-    """A rich Console that prints control characters in text as visible escapes (issue 21)."""
+    """A rich Console that prints control characters in text as visible escapes (issue 21), and no emoji for
+    `:name:` codes (a kernel name's "c10::cd::" stays as written; it also spares loading rich's emoji table)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("emoji", False)
+        super().__init__(*args, **kwargs)
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         segments = list(buffer)

@@ -51,7 +51,7 @@ def verdict_panel(report: Report) -> Panel:
         body.append("\nD·A·M axes: " + "  ".join(f"{a.axis} {a.share:.0%}" for a in report.axes))
     _limits_text(report, body)
     style = "magenta" if report.conflicts else "red" if report.bottleneck else "yellow"
-    return Panel(body, title=title, border_style=style, box=box.ROUNDED)
+    return Panel(body, title=Text(title), border_style=style, box=box.ROUNDED)
 
 
 def _limits_text(report: Report, body: Text) -> None:
@@ -124,7 +124,7 @@ def rank_grid(title: str, ranks: Sequence[RankFigures], marked: int | None, mark
                          overflow="ellipsis", min_width=8 if name == "file" else None)
     for r in ranks:
         hit = r.rank == marked
-        table.add_row(f"{r.rank}{' ◀' if hit else ''}", Path(r.file).name, *shared.rank_cells(r, ""),
+        table.add_row(f"{r.rank}{' ◀' if hit else ''}", Text(Path(r.file).name), *shared.rank_cells(r, ""),
                       style=mark_style if hit else None)
     return table
 
@@ -260,7 +260,7 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
                              min_width=20 if col == "name" else 11 if col == "class" else len(col),
                              max_width=34 if col == "name" else None)
         for e in entries[:8]:
-            table.add_row(e.name, e.class_ or "", f"{e.share:.1%}", shared.number_text(e.arithmetic_intensity),
+            table.add_row(Text(e.name), e.class_ or "", f"{e.share:.1%}", shared.number_text(e.arithmetic_intensity),
                           _pct(e.pct_of_roof))
         parts.append(table)
     if tb.idle is not None:
