@@ -346,6 +346,19 @@ def test_cli_run_query_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "7 unchanged" in capsys.readouterr().out
 
 
+def test_cli_prints_paths_and_notes_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The --out folder and the files --job-key leaves out are the user's names, printed as text: "[/x]" in --out
+    used to end `dam fleet` in a rich MarkupError traceback, and "[red]" in a file name was read as a colour."""
+    (tmp_path / "in").mkdir()
+    for name in ("a.csv", "b[red]x.csv"):
+        shutil.copy(TELEMETRY / "nvidia_smi_query.csv", tmp_path / "in" / name)
+    out = tmp_path / "o[" / "x]"
+    assert cli.main(["fleet", str(tmp_path / "in"), "--out", str(out), "--job-key", r"a\.csv", "--workers", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "left out:" in printed and "b[red]x.csv" in printed  # the note wraps on a narrow terminal
+    assert f"rows: {out} (Parquet)" in printed
+
+
 @pytest.mark.parametrize("args", [
     ["fleet", "IN", "--out", "OUT", "--job-key", "("],
     ["fleet", "IN", "--out", "OUT", "--timeout", "0"],

@@ -120,14 +120,17 @@ def test_hardware_list_shows_every_entry_and_show_works_for_each() -> None:
 
 
 def test_a_hardware_file_with_markup_is_printed_as_text(tmp_path: Path) -> None:
-    """A --hardware-file's names, links and notes are the user's text: "[/x]" is printed, never read as rich markup
-    (it used to end `dam hardware show` in a MarkupError traceback)."""
+    """A --hardware-file's names, links, memory type and notes are the user's text: "[/x]" is printed, never read as
+    rich markup (it used to end `dam hardware show`, and with it in the memory type `dam hardware list`, in a
+    MarkupError traceback)."""
     path = tmp_path / "markup_gpu.yaml"
     path.write_text(GPU_FILE.replace("name: Lab accelerator X1", "name: Lab [bold]X1[/bold]")
+                    .replace("memory_type: HBM3", "memory_type: \"HBM[/x]\"")
                     .replace("    aliases:", "    notes: \"measured [/x] on our rack\"\n    aliases:"))
     shown = dam("hardware", "show", "lab-x1", "--hardware-file", str(path))
     assert shown.returncode == 0, shown.stderr
     assert "measured [/x] on our rack" in shown.stdout and "Lab [bold]X1[/bold]" in shown.stdout
+    assert "64 GB, HBM[/x]" in shown.stdout
     listing = dam("hardware", "list", "--hardware-file", str(path))
     assert listing.returncode == 0, listing.stderr
-    assert "Lab [bold]X1[/bold]" in listing.stdout
+    assert "Lab [bold]X1[/bold]" in listing.stdout and "64 HBM[/x]" in listing.stdout

@@ -121,6 +121,63 @@ def test_rule_text_is_text_in_every_format(tmp_path: Path) -> None:
     assert "<script>alert" not in html.stdout and "<img src=x" not in html.stdout
 
 
+# (the after side, the text `dam compare` must print as is): a team rule's title on a new finding, a text fact's value
+BEFORE = "gpu_util: 80%\nstep_time_s: 300 ms\ntop_op: aten::mm\n"
+COMPARED = [
+    (BEFORE.replace("80%", "40%"), "Title <img src=x onerror=alert(1)> [/x]"),
+    (BEFORE.replace("aten::mm", '"[/x] [red]"'), "[/x] [red]"),
+]
+
+
+@pytest.mark.parametrize(("after", "shown"), COMPARED, ids=["finding title", "text fact"])
+def test_rule_and_fact_text_is_text_in_compare(tmp_path: Path, after: str, shown: str) -> None:
+    """`dam compare` prints a new finding's title and a text fact's values as text: "[/x]" used to end the terminal
+    view in a rich MarkupError traceback."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "team.yaml").write_text(HOSTILE_RULES)
+    (tmp_path / "before.yaml").write_text(BEFORE)
+    (tmp_path / "after.yaml").write_text(after)
+    result = _dam("compare", "before.yaml", "after.yaml", "--rules-dir", str(rules), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and shown in result.stdout
+
+
+NAMED_CONDITION_RULES = """schema_version: 1
+conditions:
+  "low[/x] [red]":
+    description: the GPU or its SMs are idle half the time
+    when:
+      any:
+        - {fact: gpu_util, lt: 0.5}
+        - {fact: sm_active, lt: 0.5}
+rules:
+  - id: team-low
+    title: t
+    source: s
+    rationale: r
+    severity: warning
+    when: {ref: "low[/x] [red]"}
+    then: {finding: {id: team_low, message: m}}
+"""
+
+
+def test_a_named_condition_is_text_in_rule_tests(tmp_path: Path) -> None:
+    """A named condition's name is a rule file's key, never checked: `dam rules test` prints it (its coverage row,
+    its untested branch) as text. "[/x]" in it used to end the command in a rich MarkupError traceback."""
+    rules = tmp_path / "rules"
+    (rules / "tests").mkdir(parents=True)
+    (rules / "team.yaml").write_text(NAMED_CONDITION_RULES)
+    (rules / "tests" / "team.test.yaml").write_text(
+        "schema_version: 1\nrule_file: team.yaml\ncases:\n  - name: fires\n    rule: team-low\n"
+        "    facts: {gpu_util: 40%}\n    expect: {fired: [team-low]}\n")
+    result = _dam("rules", "test", "--rules-dir", str(rules), cwd=tmp_path)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "untested branch low[/x] [red]: when.any[1]" in result.stdout
+    assert "low[/x] [red]" in result.stdout.split("Named conditions used by these rules", 1)[1]
+
+
 def test_an_example_name_is_never_a_path(tmp_path: Path) -> None:
     for name in ("/etc/passwd", "../examples/healthy_training", "healthy_training/../../x"):
         result = _dam("diagnose", "--example", name, cwd=tmp_path)

@@ -113,6 +113,47 @@ def test_kernel_and_file_names_with_markup_are_printed_as_text(tmp_path: Path) -
     assert "\N{OPTICAL DISC}" not in result.stdout and "\N{FIRE}" not in result.stdout
 
 
+def test_class_names_of_a_saved_time_breakdown_are_printed_as_text(tmp_path: Path) -> None:
+    """An observation file carries the time breakdown `dam ingest --as json` wrote, its kernel class names the file's
+    text: "[/x]" in one used to end `dam diagnose FILE` and `dam compare` in a rich MarkupError traceback."""
+    written = _dam("ingest", str(FIXTURES / "kineto_two_steps.json"), "--as", "json", cwd=tmp_path)
+    assert written.returncode == 0, written.stderr
+    for name, scale in (("before.json", 1), ("after.json", 2)):
+        data = json.loads(written.stdout)
+        breakdown = data["time_breakdown"]
+        for entry in [*breakdown["classes"], *breakdown["top_kernels"]]:
+            if entry["class"] == "gemm":
+                entry["class"] = "ge[/x] [red]mm"
+                entry["gpu_time_s"] *= scale
+        (tmp_path / name).write_text(json.dumps(data))
+    env = {**os.environ, "COLUMNS": "200"}
+    for args in (["diagnose", "before.json"], ["compare", "before.json", "after.json"]):
+        result = subprocess.run([DAM or "dam", *args], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                                env=env)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr and "ge[/x] [red]mm" in result.stdout
+
+
+@pytest.mark.parametrize("folder", ["sweep[lr=1e-3]", "a[/x]"])
+def test_a_job_folder_with_markup_is_text_in_the_progress_bar(tmp_path: Path, folder: str,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The progress bar of a multi-GPU job's rank traces names the job by their folder, and its description column
+    is rich markup: "[lr=1e-3]" was read as a style and vanished, "[/x]" ("a[" holding "x]") was a MarkupError
+    traceback. The bar shows for large inputs on a terminal only: both forced here."""
+    import cli
+    from expert.commands import ingest as ingest_command
+
+    (tmp_path / folder).mkdir(parents=True)
+    for rank in (0, 1):
+        shutil.copy(FIXTURES / "kineto_two_steps.json", tmp_path / folder / f"rank{rank}.json")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setattr(ingest_command, "_PROGRESS_MIN_BYTES", 0)
+    assert cli.main(["ingest", folder, "--workers", "1"]) == 0
+    assert f"ranks in {folder}" in capsys.readouterr().err
+
+
 def _kernels(edit: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
     return lambda e: edit(e) if e.get("cat") == "kernel" else None
 

@@ -126,13 +126,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(result: Any, resumed: bool) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from ..fleet._summary import INSUFFICIENT
     from ..report.render.console import SafeConsole as Console
 
     console = Console()
+    # notes quote the files left out, and the paths are the user's --out: printed as text, never rich markup
     for note in result.notes:
-        console.print(f"note: {note}", style="yellow", highlight=False)
+        console.print(Text(f"note: {note}", style="yellow"))
     kinds = result.error_kinds()
     errors = f"{result.errors} error rows" + (" (" + ", ".join(f"{k} {n}" for k, n in kinds.items()) + ")"
                                               if kinds else "")
@@ -153,10 +155,10 @@ def _print(result: Any, resumed: bool) -> None:
         console.print(f"{result.abandoned} job(s) stuck in native code were abandoned on their Dask workers; "
                       "restart those workers to reclaim them", style="yellow")
     # paths and a command to copy: never broken across lines (the terminal wraps them if it must)
-    console.print(f"rows: {result.out} (Parquet); summary: {', '.join(result.files)}", highlight=False, soft_wrap=True)
+    console.print(Text(f"rows: {result.out} (Parquet); summary: {', '.join(result.files)}"), soft_wrap=True)
     if result.errors:
-        console.print(f'errors: dam fleet query {result.out} "select job_key, error_kind, error from fleet where '
-                      'error is not null"', highlight=False, soft_wrap=True)
+        console.print(Text(f'errors: dam fleet query {result.out} "select job_key, error_kind, error from fleet where '
+                           'error is not null"'), soft_wrap=True)
 
 
 def query(args: argparse.Namespace) -> int:

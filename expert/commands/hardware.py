@@ -73,9 +73,10 @@ def catalog_table(kb: Any, with_names: bool = True) -> Any:
         bw = hw.memory_bandwidth_gbs
         ridge = f"{peak * 1e12 / (bw * 1e9):.0f}" if peak and bw else "—"
         bf16 = _peak(hw, half) + (" (fp16)" if half == "fp16" and "fp16" in hw.peak_tflops else "")
+        # the memory type is a --hardware-file's text too
         memory = f"{hw.memory_gb:g} {hw.memory_type or ''}".strip() if hw.memory_gb is not None else "—"
         name = [Text(hw.name)] if with_names else []  # a --hardware-file's text is printed as text, never markup
-        table.add_row(Text(hw.id), *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), memory, _opt(bw), ridge)
+        table.add_row(Text(hw.id), *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), Text(memory), _opt(bw), ridge)
     return table
 
 

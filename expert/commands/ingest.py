@@ -157,6 +157,7 @@ def progress_bars(files: list[str]) -> Iterator[tuple[Callable[[int, int | None]
     if not sizes or sum(sizes) < _PROGRESS_MIN_BYTES or not console.is_terminal:
         yield None, None
         return
+    from rich.markup import escape
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -177,7 +178,8 @@ def progress_bars(files: list[str]) -> Iterator[tuple[Callable[[int, int | None]
             if label not in jobs:
                 if not jobs:
                     bar.update(task, visible=False)
-                jobs[label] = bar.add_task(label, total=total)
+                # the description column is rich markup; a label quotes a trace's backend, a folder or a file name
+                jobs[label] = bar.add_task(escape(label), total=total)
             bar.update(jobs[label], completed=done, total=total)
 
         yield update, update_job

@@ -271,6 +271,7 @@ def run_test(args: argparse.Namespace) -> int:
 
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from ..report.render.console import SafeConsole as Console
 
@@ -296,7 +297,8 @@ def run_test(args: argparse.Namespace) -> int:
         for name, owned in suite.conditions.items():
             done = sum(1 for branch in owned if branch.covered)
             cell = f"{done}/{len(owned)}"
-            conditions.add_row(name, cell if done == len(owned) else f"[red]{cell}[/red]")
+            # a named condition's name is the rule file's text (its keys are not checked): text, never markup
+            conditions.add_row(Text(name), cell if done == len(owned) else f"[red]{cell}[/red]")
         console.print(conditions)
     for result in suite.results:
         state = status(result)
@@ -315,7 +317,7 @@ def run_test(args: argparse.Namespace) -> int:
         for item in result.false_positives:
             console.print(f"    false positive: {escape(item)}")
     for owner, where in suite.uncovered_branches():
-        console.print(f"[yellow]untested branch[/yellow] {owner}: {where}")
+        console.print(f"[yellow]untested branch[/yellow] {escape(owner)}: {escape(where)}")
     for tally in suite.rules.values():
         if not tally.covered:
             missing = " and no ".join(k for k, n in (("firing", tally.firing), ("silent", tally.silent)) if n == 0)

@@ -128,7 +128,9 @@ def renderable(c: Comparison, kb: KnowledgeBase | None = None, width: int | None
             name = Text(f.name)
             if narrow:
                 name.append(f"\n  {f.basis}", style="dim")
-            row: list[RenderableType] = [name, _value(kb, f.name, f.before), _value(kb, f.name, f.after), _change(f)]
+            # values can be text from the inputs (operator names, a saved report's values): text, never markup
+            row: list[RenderableType] = [name, Text(_value(kb, f.name, f.before)), Text(_value(kb, f.name, f.after)),
+                                         _change(f)]
             table.add_row(*row, *([] if narrow else [Text(f.basis, style="dim")]))
         if derived:
             table.caption = "derived: " + ", ".join(_brief(f) for f in derived)
@@ -142,7 +144,9 @@ def renderable(c: Comparison, kb: KnowledgeBase | None = None, width: int | None
         table.add_column("severity")
         for word, style, refs in (("new", "red", c.findings_new), ("cleared", "green", c.findings_cleared)):
             for ref in refs:
-                table.add_row(Text(word, style=style), f"{ref.title} [dim]({ref.id})[/dim]", ref.severity)
+                finding = Text(ref.title)  # a custom rule's or a saved report's text: never rich markup
+                finding.append(f" ({ref.id})", style="dim")
+                table.add_row(Text(word, style=style), finding, Text(ref.severity))
         parts.append(table)
     if c.predictions:
         table = Table(title="Did the change do what the before report predicted?", box=box.SIMPLE_HEAD,
@@ -176,7 +180,7 @@ def _breakdown_tables(delta: BreakdownDelta) -> list[RenderableType]:
         for col in ("kernel class", f"before {unit}", f"after {unit}", "Δ", "share before → after"):
             table.add_column(col, justify="left" if col == "kernel class" else "right")
         for row in delta.classes:
-            table.add_row(row.class_, _num(row.before_s), _num(row.after_s), _signed(row.delta_s),
+            table.add_row(Text(row.class_), _num(row.before_s), _num(row.after_s), _signed(row.delta_s),
                           f"{_pct(row.before_share)} → {_pct(row.after_share)}")
         out.append(table)
     for title, rows in (("Top kernels", delta.top_kernels), ("Top operators", delta.top_ops)):

@@ -247,7 +247,8 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
             filled = round(c.share * _BAR_WIDTH)
             bar = Text("█" * filled, style="magenta" if c.memory_bound_by_nature else "cyan")
             bar.append("░" * (_BAR_WIDTH - filled), style="dim")
-            classes.add_row(c.class_, f"{c.share:.1%}", bar, shared.number_text(c.arithmetic_intensity),
+            # class names are an observation file's text where it carries a time breakdown: text, never markup
+            classes.add_row(Text(c.class_), f"{c.share:.1%}", bar, shared.number_text(c.arithmetic_intensity),
                             _pct(c.pct_of_roof))
         if tb.memory_bound_share is not None:
             classes.caption = f"memory-bound by nature (magenta): {tb.memory_bound_share:.0%} of GPU time"
@@ -260,8 +261,8 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
                              min_width=20 if col == "name" else 11 if col == "class" else len(col),
                              max_width=34 if col == "name" else None)
         for e in entries[:8]:
-            table.add_row(Text(e.name), e.class_ or "", f"{e.share:.1%}", shared.number_text(e.arithmetic_intensity),
-                          _pct(e.pct_of_roof))
+            table.add_row(Text(e.name), Text(e.class_ or ""), f"{e.share:.1%}",
+                          shared.number_text(e.arithmetic_intensity), _pct(e.pct_of_roof))
         parts.append(table)
     if tb.idle is not None:
         line = Text("GPU busy ", style="bold")
