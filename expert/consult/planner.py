@@ -50,7 +50,7 @@ from ..rules.logic import OUTCOMES, Constraints, Outcome, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
 from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, state_outcomes
-from .rule_index import Index, decision_on, decisive
+from .rule_index import Index, WhatIfKey, decision_on, decisive
 from .witness import MAX_WITNESSES, Witness, domain
 
 Value = int | float | str
@@ -351,7 +351,7 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     else:
         observed = _with(state.answers, overrides)
         items = frozenset((name, type(value), value) for name, value in observed.items())  # 1 != 1.0
-    key = (items, frozenset(dropped))
+    key: WhatIfKey = (items, frozenset(dropped)) if dropped else items  # no tuple, no empty set kept per what-if
     found = memo.get(key)
     if found is not None:
         return found

@@ -19,6 +19,8 @@ from ..rules.logic import conjunctions, fact_tests, facts_used, findings_used
 from ..rules.ruleset import LoadedRule
 
 Value = int | float | str
+# A what-if's memo key: the observed (name, type, value) items, with the facts it leaves unknown where there are any
+WhatIfKey = frozenset[tuple[str, type, Value]] | tuple[frozenset[tuple[str, type, Value]], frozenset[str]]
 
 
 # ---- static index of the rules (one per Expert) --------------------------------------------------------------------
@@ -35,7 +37,7 @@ class Index:
         self.engine = PureEngine(expert.ruleset)
         # what-if decisions by the observed facts they were asked on, shared by every turn of every session on this
         # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
-        self.what_ifs: dict[tuple[frozenset[tuple[str, type, Value]], frozenset[str]], Decision] = {}
+        self.what_ifs: dict[WhatIfKey, Decision] = {}
         self.regions: dict[str, list[tuple[str, Value]]] = {}  # fact -> its regions (`fact_regions`)
         self.gates: dict[int, tuple[Any, Any, Any]] = {}  # id(gate) -> (gate, compiled, compiled possibility)
         self.local = threading.local()  # per-thread session states (`analysis`)
