@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import expert
 from expert import Expert, Report
 from expert.derive import consistency
 from expert.report.render.html import to_html
@@ -184,3 +185,18 @@ def test_thin_trace_caps_and_says_what_would_make_it_firmer() -> None:
     assert {c.finding for c in few.evidence_limits} == {"thin_trace", "few_kernels"}
     assert any(c.effect == "withheld" for c in few.evidence_limits)
     assert EXPERT.diagnose({**facts, "trace_kernels": 5000, "trace_steps": 3}).candidates[0].strength == "confirmed"
+
+
+def test_a_cap_does_not_reorder_the_candidates() -> None:
+    """resnet50 with a single-process DataLoader (shared/traces) and a GPU utilization of 99 % that contradicts its
+    43 % idle gaps: the cap brings the measured input wait (confirmed on its own) and the compute votes (likely, one
+    of them on the disputed utilization) to the same ceiling; the one whose own evidence was stronger still leads
+    (it used to be compute, by the compute share derived from the disputed utilization)."""
+    facts = {"hardware": "v100-sxm2", "dtype": "fp32", "gpu_util": 0.99, "gpu_idle_gap_frac": 0.43,
+             "data_wait_s": 0.069, "step_time_s": 0.178, "flops": 7.84e11, "bytes_moved": 2.75e10}
+    report = expert.diagnose(facts)
+    assert [c.finding for c in report.conflicts] == ["conflict_busy_idle"]
+    assert [(c.regime, c.strength) for c in report.candidates] == [("input", "likely"), ("compute", "likely")]
+    assert report.bottleneck == "input"
+    undisputed = expert.diagnose({k: v for k, v in facts.items() if k != "gpu_util"})
+    assert undisputed.bottleneck == "input" and undisputed.candidates[0].strength == "confirmed"

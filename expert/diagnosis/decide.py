@@ -147,10 +147,10 @@ def _largest_share_first(ranked: list[tuple[str, list[Any]]], c: _Conclusions,
                          facts: Mapping[str, Value]) -> list[tuple[str, list[Any]]]:
     """Equally strong leaders, each with a measured share of the step: the largest share leads (the iron law's
     largest term sets the step); otherwise the order stands (vote weight, then precedence: a starved GPU first)."""
-    if len(ranked) < 2 or ranked[0][1][0] != ranked[1][1][0]:
+    if len(ranked) < 2 or (ranked[0][1][0], ranked[0][1][3]) != (ranked[1][1][0], ranked[1][1][3]):
         return ranked
-    top = ranked[0][1][0]
-    tied = [kv for kv in ranked if kv[1][0] == top]
+    top = ranked[0][1][0], ranked[0][1][3]  # as strong, before and after any cap
+    tied = [kv for kv in ranked if (kv[1][0], kv[1][3]) == top]
     # a regime whose term is no share of the step (memory capacity) leaves the order as it stands
     shares = [facts.get(share) if (share := c.share_fact.get(regime)) else None for regime, _ in tied]
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in shares):
@@ -223,7 +223,7 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
     """The decision of the rules that fired on these facts (their order does not matter)."""
     c = _conclusions(ruleset)
     ordered = sorted(fired, key=c.position.__getitem__)
-    votes: dict[str, list[Any]] = {}  # regime -> [strongest vote, sum of votes, voting rules]
+    votes: dict[str, list[Any]] = {}  # regime -> [strongest vote (capped), sum of votes, voting rules, strongest vote]
     proposed: dict[str, list[str]] = {}
     wastes: list[tuple[str, str]] = []
     axis_votes: list[tuple[str, Axis, int]] = []
@@ -232,9 +232,9 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
         if vote is not None:
             tally = votes.get(vote[0])
             if tally is None:
-                votes[vote[0]] = [vote[1], vote[1], [rule_id]]
+                votes[vote[0]] = [vote[1], vote[1], [rule_id], vote[1]]
             else:
-                tally[0] = max(tally[0], vote[1])
+                tally[0] = tally[3] = max(tally[0], vote[1])
                 tally[1] += vote[1]
                 tally[2].append(rule_id)
         if axis is not None:
@@ -264,10 +264,12 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
                 if tally[0] > suspect and not standing.intersection(tally[2]):
                     tally[0] = suspect
                     withheld.append((finding, regime))
-    ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][1], c.precedence[kv[0]]))
+    # a cap lowers the ceiling, it does not reorder: among equally capped regimes the one whose own evidence was
+    # stronger leads (an input wait measured outright is not overtaken by a vote resting on a disputed utilization)
+    ranked = sorted(votes.items(), key=lambda kv: (-kv[1][0], -kv[1][3], -kv[1][1], c.precedence[kv[0]]))
     ranked = _largest_share_first(ranked, c, facts)
     candidates = tuple(Vote(regime, c.strength_names[top], total, tuple(sorted(rules)))
-                       for regime, (top, total, rules) in ranked)
+                       for regime, (top, total, rules, _) in ranked)
     verdict = ranked[0][0] if ranked and ranked[0][1][0] >= c.threshold else None
     table = c.tables.get(verdict) if verdict else None
     wasted: dict[str, list[str]] = {}
