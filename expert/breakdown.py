@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-CLASS_IDS = ("gemm", "conv", "attention", "elementwise", "reduction", "communication", "memcpy", "memset", "triton",
-             "other")
+CLASS_IDS = ("gemm", "conv", "attention", "elementwise", "reduction", "communication", "host_transfer", "memcpy",
+             "memset", "triton", "other")
 """The kernel classes, in the order reports list them when shares tie."""
 
 

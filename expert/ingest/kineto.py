@@ -368,6 +368,18 @@ class _Analysis:
             common["coverage"] = analysis.breakdown.flops_coverage
         if with_flops:
             common["with_flops_estimate"] = with_flops / (self.n_steps or 1)
+        coverage = analysis.breakdown.flops_coverage if analysis is not None else None
+        least = self.src.kernel_catalog(self.kb).analysis.min_shape_coverage if coverage is not None else 0.0
+        if flops > 0 and moved > 0 and coverage is not None and coverage < least:
+            reason = (f"the operators with FLOP/byte counts from their shapes launched only {coverage:.0%} of the "
+                      f"window's GPU time (at least {least:.0%} needed: kernels.yaml analysis.min_shape_coverage); "
+                      "their sums would be a lower bound of the job's by an unknown factor")
+            for fact in ("flops", "bytes_moved", "arithmetic_intensity", "achieved_tflops"):
+                r.missing(fact, reason)
+            dtype = facts.get("dtype")
+            if dtype in self.kb.units.dtypes:
+                r.add("dtype", dtype, method="dtype of the operators with the most FLOPs (Input type)", **common)
+            return
         if flops > 0 and moved > 0:
             shapes = ("FLOPs and bytes of the operators that launched the window's kernels, from their recorded "
                       "shapes (expert/ingest/opflops.py); bytes count each operand once")

@@ -433,8 +433,8 @@ KernelActivity = Literal["kernel", "memcpy", "memset"]
 class KernelClass(_Strict):
     """One class of GPU activity (knowledge_base/kernels.yaml), recognised by name patterns."""
 
-    id: Literal["gemm", "conv", "attention", "elementwise", "reduction", "communication", "memcpy", "memset", "triton",
-                "other"]
+    id: Literal["gemm", "conv", "attention", "elementwise", "reduction", "communication", "host_transfer", "memcpy",
+                "memset", "triton", "other"]
     title: str
     activities: list[KernelActivity] = ["kernel"]
     memory_bound_by_nature: bool
@@ -494,6 +494,8 @@ class TraceAnalysisSettings(_Strict):
     event_free_gap_source: str
     warmup_min_tail_share: float = Field(gt=0, lt=1)
     warmup_source: str
+    min_shape_coverage: float = Field(gt=0, le=1)
+    min_shape_coverage_source: str
 
 
 class LowPrecisionGemm(_Patterns):
