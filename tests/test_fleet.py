@@ -310,6 +310,18 @@ def test_parquet_columns_and_lossless_report(tmp_path: Path) -> None:
     assert row["max_speedup"] == max(r.expected_gain.max_speedup for r in report.recommended if r.expected_gain)
 
 
+def test_the_largest_gains_are_ranked_among_jobs_with_a_verdict() -> None:
+    """A job whose verdict is withheld (a 2-kernel trace: thin evidence) may still list bounded recommendations, but
+    its bound ranks nothing: the summary's largest gains come from jobs with a verdict."""
+    from expert.fleet._summary import summarize
+
+    rows = [{"job_key": "thin.sqlite", "bottleneck": None, "top_recommendation": "preprocess_in_workers",
+             "max_speedup": 43.3},
+            {"job_key": "starved.json", "bottleneck": "input", "top_recommendation": "prefetching", "max_speedup": 1.6}]
+    gains = summarize(rows).gains
+    assert [g["job_key"] for g in gains] == ["starved.json"]
+
+
 def test_summary_markdown_and_html(tmp_path: Path) -> None:
     manifest = tmp_path / "jobs.jsonl"
     keys = example_manifest(manifest)

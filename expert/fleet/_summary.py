@@ -45,7 +45,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], titles: Mapping[str, str] | Non
     axes = Counter(a for r in ok for a in (r.get("axes") or [])[:1])
     wasted = Counter(w for r in ok for w in set(r.get("wasted") or []))
     top = Counter(r["top_recommendation"] for r in ok if r.get("top_recommendation"))
-    gains = sorted((r for r in ok if r.get("max_speedup")), key=lambda r: (-float(r["max_speedup"]), r["job_key"]))
+    # a bound is ranked only where the job has a verdict: a withheld one (thin or conflicting evidence) bounds nothing
+    gains = sorted((r for r in ok if r.get("max_speedup") and r.get("bottleneck")),
+                   key=lambda r: (-float(r["max_speedup"]), r["job_key"]))
     by_label: dict[str, list[tuple[str, Counter[str]]]] = {}
     label_keys = sorted({k for r in ok for k in dict(_labels(r))})
     for key in label_keys:
@@ -110,7 +112,7 @@ def _sections(s: FleetSummary) -> list[tuple[str, list[str], list[list[Any]], st
          [[title, t, n] for t, title, n in s.recommended], "no job has a recommendation with a bound"),
         ("Jobs with the largest Amdahl-bounded gain", ["job", "verdict", "best recommendation", "max speedup"],
          [[g["job_key"], g["bottleneck"], g["top_recommendation"], f"{g['max_speedup']:.2f}x"] for g in s.gains],
-         "no job has a bounded gain"),
+         "no job with a verdict has a bounded gain"),
         ("Errors", ["job", "kind", "message"], [list(f) for f in s.failures], "no errors"),
     ]
 
