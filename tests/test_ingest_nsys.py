@@ -274,7 +274,7 @@ def test_kernel_classes_and_top_kernels_come_from_the_shared_catalog(two_steps: 
     bd = result.time_breakdown
     assert bd is not None and bd.source == "two_steps.sqlite"
     classes = {c.class_: c for c in bd.classes}
-    assert {"gemm", "communication", "elementwise", "reduction", "memcpy"} <= set(classes)
+    assert {"gemm", "communication", "elementwise", "reduction", "host_transfer"} <= set(classes)
     assert classes["gemm"].count == 2 and classes["communication"].count == 1
     assert bd.top_kernels[0].name == REDUCE and bd.top_kernels[0].count == 1
     v = result.observations.values()

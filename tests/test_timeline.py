@@ -36,7 +36,9 @@ assert CATALOG is not None
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>", "kernel", "reduction"),
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "kernel", "communication"),
     ("triton_poi_fused_add_cos_sin_0", "kernel", "triton"),
-    ("Memcpy HtoD (Pageable -> Device)", "memcpy", "memcpy"),
+    ("Memcpy HtoD (Pageable -> Device)", "memcpy", "host_transfer"),
+    ("Memcpy DtoH (Device -> Pinned)", "memcpy", "host_transfer"),
+    ("Memcpy DtoD (Device -> Device)", "memcpy", "memcpy"),
     ("Memset (Device)", "memset", "memset"),
     ("my_custom_kernel", "kernel", "other"),
     # ---- names from real traces and public profiles that were misread (kernels.yaml sources) ----
