@@ -315,3 +315,23 @@ def test_the_mfu_warning_of_the_seed() -> None:
     finding = next(f for f in report.findings if f.id == "mfu_at_cluster_cost")
     assert "55%" in finding.message and "65%" in finding.message
     assert "transition to C³" in finding.source
+
+
+def test_a_communication_verdict_is_confirmed_on_the_collectives_not_the_dataloader() -> None:
+    """The data axis's row of seed Table 4 (framework profiler: batch load and wait time) confirms an input-bound
+    step, not a communication-bound one: its confirming measurement is the collectives' own time and bandwidth."""
+    report = example("ddp_exposed_allreduce_pcie")
+    assert report.bottleneck == "communication"
+    (confirm,) = [m for m in report.next_measurements if m.fact is None and m.settles == ["communication"]]
+    assert confirm.tool == "Nsight Systems" and "NCCL" in confirm.how and "Batch load" not in confirm.how
+    assert expert.diagnose(read_observation_file(examples_dir() / "data_starved_training.yaml").observations
+                           ).next_measurements[-1].how.startswith("Batch load and wait time")
+
+
+def test_a_regime_confirmed_with_an_unknown_tool_does_not_load(tmp_path: Path) -> None:
+    kb = tmp_path / "kb"
+    shutil.copytree(data_dir("knowledge_base"), kb)
+    path = kb / "regimes.yaml"
+    path.write_text(path.read_text().replace("tool: nsight_systems\n", "tool: nsight_sistems\n", 1))
+    with pytest.raises(KnowledgeBaseError, match="unknown tool 'nsight_sistems'"):
+        KnowledgeBase.load(kb)

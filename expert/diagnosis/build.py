@@ -603,7 +603,13 @@ def _measurements(
         row = ctx.kb.tools.axes[axis]
         tools = [ctx.kb.tools.tools[t].name for t in [row.primary, *row.secondary]]
         if verdict and axis == axes[0]:
-            why = f"confirm the {ctx.kb.regimes.regimes[verdict].title.lower()} verdict along the {axis} axis"
+            regime = ctx.kb.regimes.regimes[verdict]
+            why = f"confirm the {regime.title.lower()} verdict along the {axis} axis"
+            if (confirm := regime.confirm_with) is not None:  # the regime's own tool, not the axis row's
+                result.append(NextMeasurement(fact=None, axis=axis, tool=ctx.kb.tools.tools[confirm.tool].name,
+                                              how=confirm.how, why=f"{why} ({confirm.source})", settles=[verdict]))
+                notes.append(("confirm", axis, ctx.kb.tools.tools[confirm.tool].name, None))
+                continue
             settles = [verdict]
         else:
             why = f"the {axis} axis is implicated; measure its key metric"

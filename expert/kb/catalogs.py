@@ -362,11 +362,21 @@ class Scorecard(_Strict):
         return [f"scorecard.{m.id}.{b}" for m in self.metrics for b in BAND_BOUNDS if getattr(m, b) is not None]
 
 
+class ConfirmWith(_Strict):
+    """The measurement that confirms a regime where its axis's row of seed Table 4 names the wrong tool (a
+    communication-bound step is confirmed on the collectives' timeline, not by the DataLoader's wait)."""
+
+    tool: str  # a tools.yaml `tools` id
+    how: str
+    source: str
+
+
 class Regime(_Strict):
     title: str
     term: Term
     axes: dict[Axis, float]
     confirm_axis: Axis
+    confirm_with: ConfirmWith | None = None
     source: str
 
 

@@ -126,6 +126,9 @@ def _check_vocabulary(kb: KnowledgeBase, where: str) -> list[Problem]:
             problems.append(Problem(at, f"unknown term {regime.term!r}", f"`terms` defines: {', '.join(terms)}"))
         for name in [*regime.axes, regime.confirm_axis]:
             axis(at, name)
+        if regime.confirm_with is not None and regime.confirm_with.tool not in kb.tools.tools:
+            problems.append(Problem(f"{at}.confirm_with", f"unknown tool {regime.confirm_with.tool!r}",
+                                    f"tools.yaml `tools` defines: {', '.join(kb.tools.tools)}"))
     for name in kb.tools.axes:
         axis(f"{where}/tools.yaml: axes.{name}", name)
     for metric in kb.scorecard.metrics:
