@@ -59,6 +59,24 @@ def test_diagnose_from_files_merges_and_set_overrides(capsys: pytest.CaptureFixt
     assert facts["step_time_s"]["value"] == pytest.approx(0.0011)
 
 
+def test_the_not_derived_warning_leaves_out_facts_the_user_gives(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """dcgmi dmon names no device: `hardware` is not derived, unless --set, a FILE or --example gives it (they
+    override what the traces give), and the warning says only what is still missing."""
+    assert cli.main(["diagnose", "--from", DCGM, "--format", "json"]) == 0
+    assert "not derived from dcgmi_dmon.txt: hbm_used_frac, hardware (dam" in capsys.readouterr().err
+    assert cli.main(["diagnose", "--from", DCGM, "--set", "hardware=h100-sxm", "--format", "json"]) == 0
+    assert "not derived from dcgmi_dmon.txt: hbm_used_frac (dam" in capsys.readouterr().err
+    given = tmp_path / "obs.yaml"
+    given.write_text("hardware: h100-sxm\n")
+    assert cli.main(["diagnose", str(given), "--from", DCGM, "--set", "hbm_used_frac=40%", "--format", "json"]) == 0
+    assert "not derived" not in capsys.readouterr().err
+    trace = cli.main(["diagnose", "--from", TRACE, "--set", "hardware=h100-sxm", "--format", "json"])
+    err = capsys.readouterr().err
+    assert trace == 0 and "not derived from kineto_two_steps.json: " in err  # what is still missing is still said
+    assert "hardware" not in err.split("not derived from kineto_two_steps.json: ")[1].split(" (dam ingest")[0]
+
+
 def test_diagnose_from_a_malformed_file_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     bad = str(FIXTURES / "malformed" / "dcgmi_truncated.txt")
     assert cli.main(["diagnose", "--from", bad]) == 2
@@ -112,3 +130,53 @@ def test_the_one_source_and_window_are_said_once_and_a_merge_says_each_facts_own
     assert merged.splitlines()[0].strip() == "Observations"
     rows = {line.split()[0]: line for line in merged.splitlines() if line.strip()}
     assert "kineto:kineto_two_steps.json" in rows["gpu_util"] and "dcgmi_dmon.txt" in rows["sm_active"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--samples", "1:5"], "--samples 1:5: applies to telemetry logs"),
+    (["--columns", "utilization.gpu"], "--columns utilization.gpu: applies to nvidia-smi --query-gpu CSV logs"),
+    (["--step-range", "step"], "--step-range step: applies to Nsight Systems exports"),
+])
+def test_an_option_no_input_takes_is_an_error(args: list[str], message: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ingest", TRACE, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "kineto_two_steps.json (PyTorch profiler / Kineto trace)" in err
+    assert cli.main(["diagnose", "--from", TRACE, *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_options_that_apply_to_some_inputs_are_notes_on_the_others(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ingest", DCGM, "--steps", "1:2"]) == 2  # a telemetry log alone has no steps
+    assert "--steps 1:2: applies to profiler traces" in capsys.readouterr().err
+    nccl = str(FIXTURES / "nccl_tests_all_reduce_h100.txt")
+    assert cli.main(["ingest", nccl, "--window", "1:2"]) == 2
+    assert "--window 1:2: applies to traces and timestamped telemetry logs" in capsys.readouterr().err
+    assert cli.main(["ingest", TRACE, DCGM, "--samples", "1:2", "--steps", "1:2"]) == 0  # each takes one of them
+    from expert.ingest import ingest_result
+
+    notes = " ".join(ingest_result([TRACE, DCGM], samples="1:2", steps="1:2").notes)
+    assert "kineto_two_steps.json: --samples applies to telemetry logs" in notes
+    assert "dcgmi_dmon.txt: --steps applies to profiler traces" in notes
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--steps=-1:3"], "--steps -1:3: step numbers are 0 or more"),
+    (["--steps=:-2"], "--steps :-2: step numbers are 0 or more"),
+    (["--samples", "0:3"], "--samples 0:3: sample numbers are 1 or more"),
+])
+def test_step_and_sample_numbers_below_the_first_are_rejected(args: list[str], message: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ingest", TRACE if "--steps" in args[0] else DCGM, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "invalid range" in err
+
+
+def test_the_python_api_checks_ranges_and_options_alike() -> None:
+    from expert.errors import ObservationError
+    from expert.ingest import ingest_result
+
+    with pytest.raises(ObservationError, match="step numbers are 0 or more"):
+        ingest_result(TRACE, steps=(-1, 3))
+    with pytest.raises(ObservationError, match="--samples 1:5: applies to telemetry logs"):
+        ingest_result(TRACE, samples=(1, 5))

@@ -38,11 +38,12 @@ EXPECTED: dict[str, Any] = {
     "flops": 2e9,
     "achieved_tflops": 4e9 / 2100e-6 / 1e12,
     "workload": "training",
-    # the idle split: gap [1000, 1330) is DataLoader 300 us, then 15 us of launch calls (host compute: longer than
-    # the 50 us launch gap) and 15 us of nothing; [1580, 1600) ends with an already queued kernel (GPU wait);
-    # [1900, 2520) is DataLoader 100 us, a 10 us launch call and 510 us of nothing
-    "launch_overhead_frac": 0.0,
-    "host_compute_frac": 25 / 2100,
+    # the idle split: gap [1000, 1330) is DataLoader 300 us, then a 10 us cudaLaunchKernel (launch overhead: the
+    # host inside a launch call, in a gap longer than the 50 us launch gap), a 5 us cudaMemcpyAsync (host compute: a
+    # copy call) and 15 us of nothing; [1580, 1600) ends with an already queued kernel (GPU wait); [1900, 2520) is
+    # DataLoader 100 us, a 10 us cudaLaunchKernel (launch overhead) and 510 us of nothing
+    "launch_overhead_frac": 20 / 2100,
+    "host_compute_frac": 5 / 2100,
     "host_sync_frac": 0.0,
     "unattributed_idle_frac": 525 / 2100,
     "uses_cuda_graphs": "no",
@@ -53,10 +54,10 @@ EXPECTED: dict[str, Any] = {
     "top_kernel_class": "gemm",  # 200 + 300 us of the 1130 us of GPU activity
     "top_kernel_class_frac": 500 / 1130,
     "memory_bound_kernel_frac": 580 / 1130,  # elementwise 300, reduction 280 (the 50 us HtoD copy: PCIe, not HBM)
-    "idle_host_ops": "cudaLaunchKernel",  # the only host work in those gaps: launch calls outside any operator
-    "host_copy_frac": 0.0,  # ... and none of it a copy
+    "idle_host_ops": "cudaMemcpyAsync",  # the only host compute in those gaps: a copy call outside any operator
+    "host_copy_frac": 5 / 2100,  # ... a copy
 }
-ROUNDED = {"top_kernel_class_frac", "memory_bound_kernel_frac"}  # breakdown shares keep 6 significant digits
+ROUNDED = {"top_kernel_class_frac", "memory_bound_kernel_frac", "host_copy_frac"}  # shares keep 6 significant digits
 
 
 def _doc() -> dict[str, Any]:
@@ -148,7 +149,7 @@ def test_rocm_launch_names_are_matched(tmp_path: Path) -> None:
     path = tmp_path / "rocm.json"
     path.write_text(json.dumps(doc))
     result = ingest_result(path)
-    _check(result.observations.values(), {**EXPECTED, "idle_host_ops": "hipLaunchKernel"})
+    _check(result.observations.values(), {**EXPECTED, "idle_host_ops": "hipMemcpyAsync"})
     assert any("ROCm trace" in n for n in result.notes)
 
 

@@ -408,3 +408,115 @@ def test_progress_is_reported_while_rows_stream(tmp_path: Path) -> None:
     size = path.stat().st_size
     assert len(seen) >= 2 and seen[-1] == (size, size)
     assert all(done <= size for done, _ in seen)
+
+
+# -- nsys's runtime-API names, operators beyond aten:: --------------------------------------------------------------
+
+ATTN = "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 4, false, cutlass::bfloat16_t>>(Params)"
+
+
+def versioned_calls() -> Export:
+    """Two `step` ranges [0, 3000) and [3000, 6000) us (on a thread that launches nothing). Kernels [10, 110),
+    [2510, 2600), [3010, 5990), launched at 5, 2503 and 3005 (2 us calls). In the gap [110, 2510) the launching
+    thread runs cudaHostAlloc_v3020 [120, 320), blocks in cudaStreamSynchronize_v3020 [320, 420) and sits in a slow
+    first cudaLaunchKernel_v7000 [430, 1930) (nsys's names: an API-version suffix after the name Kineto writes).
+
+    Idle split of the 6000 us: launch 10 (the 10 us before the first kernel) + 1500 + 2 (inside launch calls in the
+    long gap) + 2 (the launch call in [2600, 3010)) = 1514; sync 100; host compute 200; unattributed
+    598 + 408 + 10 = 1016; busy 100 + 90 + 2980 = 3170."""
+    return Export(kernels=[Kernel(GEMM, 10, 110, 5), Kernel(ELEM, 2510, 2600, 2503), Kernel(GEMM, 3010, 5990, 3005)],
+                  nvtx=[Nvtx("step", 0, 3000, tid=2), Nvtx("step", 3000, 6000, tid=2)],  # marked on another thread
+                  runtime_extra=[("cudaHostAlloc_v3020", 120, 320, 100), ("cudaStreamSynchronize_v3020", 320, 420, 100),
+                                 ("cudaLaunchKernel_v7000", 430, 1930, 100)],
+                  gpus={0: "NVIDIA H100 80GB HBM3"})
+
+
+def test_runtime_calls_with_nsys_api_version_suffixes_take_their_roles(tmp_path: Path) -> None:
+    result = ingest_result(write(tmp_path / "versioned.sqlite", versioned_calls()))
+    v = result.observations.values()
+    assert v["gpu_util"] == pytest.approx(3170 / 6000)
+    assert v["host_sync_frac"] == pytest.approx(100 / 6000)  # cudaStreamSynchronize_v3020 blocks
+    assert v["launch_overhead_frac"] == pytest.approx(1514 / 6000)  # time inside cudaLaunchKernel_v7000 is launch
+    assert v["host_compute_frac"] == pytest.approx(200 / 6000)
+    assert v["unattributed_idle_frac"] == pytest.approx(1016 / 6000)
+    assert v["idle_host_ops"] == "cudaHostAlloc"  # named as Kineto names it
+    note = next(n for n in result.notes if "took 1.5 ms" in n)
+    assert note.startswith("cudaLaunchKernel took 1.5 ms") and "first launch" in note
+
+
+def test_emit_nvtx_operators_beyond_aten_launch_their_kernels(tmp_path: Path) -> None:
+    """flash-attn's custom op (`flash_attn::_flash_attn_forward, op_id = N`, inside the autograd function
+    `FlashAttnFunc, seq = N, op_id = N`) is the operator of the attention kernel it launches, as a Kineto trace's
+    cpu_op would be; a user's own `Model::forward` range (no emit_nvtx annotation) is not an operator."""
+    spec = Export(kernels=[Kernel(ATTN, 100, 900, 60), Kernel(GEMM, 900, 1000, 70), Kernel(ATTN, 1100, 1900, 1060),
+                           Kernel(GEMM, 1900, 2000, 1070)], gpus={0: "NVIDIA H100 80GB HBM3"})
+    for t in (0.0, 1000.0):
+        spec.nvtx += [Nvtx("Model::forward", t + 1, t + 90),
+                      Nvtx("FlashAttnFunc, seq = 7, op_id = 8", t + 50, t + 65),
+                      Nvtx("flash_attn::_flash_attn_forward, op_id = 9", t + 55, t + 63),
+                      Nvtx("aten::mm, seq = 8, op_id = 10", t + 68, t + 75)]
+    result = ingest_result(write(tmp_path / "flash.sqlite", spec))
+    v = result.observations.values()
+    assert v["top_kernel_class"] == "attention"
+    assert v["top_kernel_class_ops"] == "flash_attn::_flash_attn_forward"
+    assert v["top_op"] == "flash_attn::_flash_attn_forward"
+    bd = result.time_breakdown
+    assert bd is not None and [op.name for op in bd.top_ops] == ["flash_attn::_flash_attn_forward", "aten::mm"]
+
+
+def test_top_kernel_class_ops_says_why_it_is_not_derived(tmp_path: Path) -> None:
+    no_nvtx = Export(kernels=[Kernel(GEMM, 100, 400, 90), Kernel(GEMM, 500, 800, 490)])
+    why = ingest_result(write(tmp_path / "plain.sqlite", no_nvtx)).not_derived["top_kernel_class_ops"]
+    assert "no launch call lies inside an operator NVTX range" in why and "emit_nvtx" in why
+    assert "no runtime calls" not in why  # the export has them
+    outside = Export(kernels=[Kernel(ATTN, 100, 900, 60), Kernel(ELEM, 900, 950, 70)],
+                     nvtx=[Nvtx("aten::add, seq = 1, op_id = 2", 65, 75)])
+    why = ingest_result(write(tmp_path / "outside.sqlite", outside)).not_derived["top_kernel_class_ops"]
+    assert why.startswith("none of the attention kernels was launched inside an operator")
+    no_calls = Export(kernels=[Kernel(GEMM, 100, 400, None), Kernel(GEMM, 500, 800, None)])
+    why = ingest_result(write(tmp_path / "nocalls.sqlite", no_calls)).not_derived["top_kernel_class_ops"]
+    assert "the trace has no runtime calls" in why
+
+
+def test_step_range_with_an_export_and_a_telemetry_log_is_a_note_on_the_log(two_steps: Path) -> None:
+    dcgm = Path(__file__).parent / "fixtures" / "telemetry" / "dcgmi_dmon.txt"
+    result = ingest_result([two_steps, dcgm], step_range="train_step")
+    assert result.observations.values()["trace_steps"] == 2
+    assert any(n.startswith("dcgmi_dmon.txt: --step-range applies to Nsight Systems exports") for n in result.notes)
+
+
+def test_runtime_call_roles_ignore_the_api_version_suffix() -> None:
+    from expert.ingest.timeline.classes import Classifier, api_name
+
+    assert api_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
+    assert api_name("cudaStreamGetCaptureInfo_v2_v11030") == "cudaStreamGetCaptureInfo_v2"
+    assert api_name("cuMemcpyDtoH_v2") == "cuMemcpyDtoH_v2"  # a driver API's own _v2 stays
+    kernels = expert.default_expert().kb.kernels
+    assert kernels is not None
+    cls = Classifier(kernels)
+    for name in ("cudaStreamSynchronize_v3020", "cudaDeviceSynchronize_v3020", "cudaFree_v3020", "cudaMemcpy_v3020"):
+        assert cls.is_blocking(name) and cls.is_blocking(api_name(name)), name
+    assert cls.is_graph_launch("cudaGraphLaunch_v10000")
+    assert cls.is_launch_call("cudaLaunchKernel_v7000") and cls.is_launch_call("cuLaunchKernelEx")
+    assert cls.is_launch_call("cudaMemsetAsync_v3020") and cls.is_launch_call("hipLaunchKernel")
+    assert not cls.is_launch_call("cudaMemcpyAsync_v3020")  # a copy: host copy work, not launch overhead
+    assert cls.is_host_copy("cudaMemcpyAsync_v3020") and not cls.is_blocking("cudaMemcpyAsync_v3020")
+
+
+@pytest.mark.parametrize(("name", "operator"), [
+    ("aten::mm", True), ("aten::mm, seq = 3, op_id = 5", True),
+    ("flash_attn::_flash_attn_forward, op_id = 990813", True), ("c10d::alltoall_base_, op_id = 7", True),
+    ("torchvision::nms, seq = 1, op_id = 2, sizes = [[4, 4]]", True),
+    ("flash_attn::_flash_attn_forward", False),  # no emit_nvtx annotation: a user's own range
+    ("Model::forward", False), ("FlashAttnFunc, seq = 45368, op_id = 990812", False),
+    ("FSDP::pre_forward (blocks.3._checkpoint_wrapped_module), op_id = 990878", False),
+    ("record_param_comms, op_id = 991143", False), ("nn.Module: Linear_0", False), ("ProfilerStep#3", False),
+    ("a::b, sizes = [[1]]", False), ("", False),
+])
+def test_operator_ranges_are_told_apart_alike_in_python_and_in_sqlite(name: str, operator: bool) -> None:
+    from expert.ingest.nsys.names import is_operator_range, operator_sql, sql_is_operator
+
+    assert is_operator_range(name) is operator
+    conn = sqlite3.connect(":memory:")
+    conn.create_function("dam_is_op", 1, sql_is_operator, deterministic=True)
+    assert bool(conn.execute(f"SELECT {operator_sql('x.n')} FROM (SELECT ? AS n) x", (name,)).fetchone()[0]) is operator

@@ -129,3 +129,59 @@ def test_streams_and_explicit_formats() -> None:
     assert ingest(io.StringIO(text)).values()["sm_active"] == pytest.approx(0.8078333)
     with pytest.raises(ObservationError, match="a data row before"):
         ingest(FIXTURES / "dcgmi_dmon.txt", format="nvidia-smi-dmon")
+
+
+# -- hbm_used_frac: nvidia-smi memory.used / memory.total, DCGM's frame buffer fields -------------------------------
+
+SMI_MEMORY = """timestamp, index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB]
+2024/03/05 13:48:11.412, 0, NVIDIA H100 80GB HBM3, 99 %, 20000 MiB, 80000 MiB
+2024/03/05 13:48:11.412, 1, NVIDIA H100 80GB HBM3, 97 %, 30000 MiB, 80000 MiB
+2024/03/05 13:48:12.413, 0, NVIDIA H100 80GB HBM3, 45 %, 72000 MiB, 80000 MiB
+2024/03/05 13:48:12.413, 1, NVIDIA H100 80GB HBM3, 40 %, [N/A], 80000 MiB
+2024/03/05 13:48:13.414, 0, NVIDIA H100 80GB HBM3, 40 %, 40000 MiB, 80000 MiB
+"""
+
+
+def test_nvidia_smi_memory_columns_give_the_peak_share_of_device_memory(tmp_path: Path) -> None:
+    path = tmp_path / "smi.csv"
+    path.write_text(SMI_MEMORY)
+    result = ingest_result(path)
+    assert result.observations.values()["hbm_used_frac"] == pytest.approx(0.9)  # the high-water mark, not the mean
+    detail = result.observations.facts["hbm_used_frac"].detail
+    assert (detail["samples"], detail["min"], detail["max"]) == (4, 0.25, 0.9)
+    assert detail["mean"] == pytest.approx((0.25 + 0.375 + 0.9 + 0.5) / 4)
+    assert "peak" in str(detail["method"]) and "high-water mark" in str(detail["aggregate"])
+    assert "memory.used" not in str(result.files[0].stats.get("ignored_columns", ""))
+    first = ingest_result(path, samples="1:1").observations.values()["hbm_used_frac"]
+    assert first == pytest.approx(0.375)  # --samples selects the window the peak is taken over
+    fixture = ingest_result(FIXTURES / "nvidia_smi_query.csv").observations.values()
+    assert fixture["hbm_used_frac"] == pytest.approx(30994 / 81559)
+    no_memory = ingest_result(FIXTURES / "nvidia_smi_nounits.csv")
+    if "hbm_used_frac" in no_memory.not_derived:
+        assert "--query-gpu" in no_memory.not_derived["hbm_used_frac"]
+
+
+def test_dcgm_frame_buffer_fields_give_the_peak_share_of_device_memory(tmp_path: Path) -> None:
+    prom = tmp_path / "fb.prom"
+    lines = []
+    for used0, free0, used1, free1 in ((20000, 60000, 10000, 70000), (64000, 16000, 12000, 68000)):
+        lines += [f'DCGM_FI_DEV_FB_USED{{gpu="0",modelName="NVIDIA H100 80GB HBM3"}} {used0}',
+                  f'DCGM_FI_DEV_FB_USED{{gpu="1",modelName="NVIDIA H100 80GB HBM3"}} {used1}',
+                  f'DCGM_FI_DEV_FB_FREE{{gpu="0",modelName="NVIDIA H100 80GB HBM3"}} {free0}',
+                  f'DCGM_FI_DEV_FB_FREE{{gpu="1",modelName="NVIDIA H100 80GB HBM3"}} {free1}']
+    prom.write_text("\n".join(lines) + "\n")
+    result = ingest_result(prom)
+    assert result.observations.values()["hbm_used_frac"] == pytest.approx(0.8)  # 64000 / (64000 + 16000)
+    detail = result.observations.facts["hbm_used_frac"].detail
+    assert detail["samples"] == 4 and detail["min"] == pytest.approx(0.125)
+    assert "FBUSD / (252 FBUSD + 251 FBFRE)" in str(detail["metric"])
+    assert "other_metrics" not in result.files[0].stats  # the frame buffer metrics are read, not counted aside
+    only_used = ingest_result(FIXTURES / "dcgm_exporter.prom")
+    assert "251 FBFRE is not in" in only_used.not_derived["hbm_used_frac"]
+    dmon = tmp_path / "dmon.txt"
+    dmon.write_text("#Entity   GPUTL  FBUSD  FBFRE\n      ID\n    GPU 0     98  30000  50000\n"
+                    "    GPU 1     97    N/A    N/A\n    GPU 0     99  40000  40000\n    GPU 1     96  10000  70000\n")
+    values = ingest_result(dmon).observations.values()
+    assert values["hbm_used_frac"] == pytest.approx(0.5) and values["gpu_util"] == pytest.approx(0.975)
+    why = ingest_result(FIXTURES / "dcgmi_dmon.txt").not_derived["hbm_used_frac"]
+    assert why.startswith("fields 252 FBUSD and 251 FBFRE are not in the log")

@@ -206,3 +206,13 @@ def test_memory_does_not_grow_with_the_rows(tmp_path: Path) -> None:
         assert result.observations.values()["gpu_util"] == pytest.approx(0.8, abs=1e-3)
         peaks.append(peak)
     assert peaks[1] - peaks[0] < 2 << 20, peaks
+
+
+def test_launch_calls_versioned_names_and_dispatcher_operators_stream_to_the_same_numbers(tmp_path: Path) -> None:
+    """Time inside launch calls (launch overhead), nsys's `_vNNNN` runtime names and operators beyond aten::."""
+    from test_ingest_nsys import versioned_calls
+
+    spec = versioned_calls()
+    spec.nvtx += [Nvtx("flash_attn::_flash_attn_forward, op_id = 9", 2500, 2506), Nvtx("Model::forward", 100, 2000),
+                  Nvtx("aten::empty, op_id = 3", 125, 130)]
+    assert assert_same_as_in_memory(write(tmp_path / "versioned.sqlite", spec)) == 1

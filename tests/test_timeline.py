@@ -160,8 +160,10 @@ def test_idle_gaps_split_by_what_the_host_was_doing() -> None:
     free = analyse(_timeline(sync=False), [(0.0, 1000.0)], None, CATALOG)
     assert free is not None
     # without the sync: [200, 395) is preprocess and the launching op, [395, 400) nothing; [600, 700) has the op
-    # [609, 615) that launched E and 94 us of nothing
-    assert free.idle["host"] == pytest.approx((195 + 6) / 1000)
+    # [609, 615) that launched E and 94 us of nothing; the launch calls inside them ([390, 394), [610, 614)) are
+    # launch overhead, not host compute
+    assert free.idle["host"] == pytest.approx((195 - 4 + 6 - 4) / 1000)
+    assert free.idle["launch"] == pytest.approx((30 + 4 + 4) / 1000)
     assert free.idle["unattributed"] == pytest.approx((5 + 94 + 100) / 1000)
     assert free.idle["sync"] == 0 and free.breakdown.host_during_idle[0].name == "train.py(12): preprocess"
     assert result.kernels == 5 and result.breakdown.top_ops[0].name == "aten::mm"
@@ -181,8 +183,37 @@ def test_a_caller_python_function_is_not_host_compute() -> None:
     tl.finish()
     result = analyse(tl, [(0.0, 700.0)], None, CATALOG)
     assert result is not None
-    assert result.idle["host"] == pytest.approx(4 / 700)  # only the launch call inside the gap [120, 510)
+    # only the launch call inside the gap [120, 510), which is launch overhead (the host sat in cudaLaunchKernel)
+    # ([0, 20) before the first kernel is a short gap before a launch: launch overhead too)
+    assert result.idle["host"] == 0 and result.idle["launch"] == pytest.approx((20 + 4) / 700)
     assert result.idle["unattributed"] == pytest.approx((390 - 4 + 90) / 700)
+
+
+def test_a_slow_first_launch_is_launch_overhead_and_named() -> None:
+    """A 2 ms cudaLaunchKernel (a first launch loading its module) while the GPU idles is launch overhead, not host
+    compute, and the note names it; launch calls under 1 ms are not named."""
+    from expert.ingest.timeline.result import slow_launch_note
+
+    tl = Timeline()
+    main = tl.thread("main")
+    tl.add_span("train.py(1): <module>", 0, 5000, thread=main)
+    tl.add_runtime("cudaLaunchKernel", 10, 4, correlation=1, thread=main)
+    tl.add_gpu("k", 20, 100, device=0, correlation=1)
+    tl.add_runtime("cudaLaunchKernel", 200, 2000, correlation=2, thread=main)  # [200, 2200)
+    tl.add_gpu("k2", 2210, 100, device=0, correlation=2)
+    tl.finish()
+    result = analyse(tl, [(0.0, 2400.0)], None, CATALOG)
+    assert result is not None
+    assert result.idle["host"] == 0
+    assert result.idle["launch"] == pytest.approx((20 + 2000 + 4) / 2400, rel=0.01)
+    note = slow_launch_note(result.facts["_slow_launch"], "the window")
+    assert note is not None and note.startswith("cudaLaunchKernel took 2 ms inside the window")
+    quick = Timeline()
+    quick.add_runtime("cudaLaunchKernel", 10, 4, correlation=1, thread=quick.thread("main"))
+    quick.add_gpu("k", 20, 100, device=0, correlation=1)
+    quick.finish()
+    fast = analyse(quick, [(0.0, 200.0)], None, CATALOG)
+    assert fast is not None and slow_launch_note(fast.facts["_slow_launch"], "the window") is None
 
 
 def test_windows_steps_and_no_activity() -> None:

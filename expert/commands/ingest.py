@@ -211,13 +211,35 @@ def ingest_args(args: argparse.Namespace, files: list[str], kb: Any = None) -> A
 
 def ingested_observations(args: argparse.Namespace, files: list[str], kb: Any) -> tuple[dict[str, Any], Any]:
     """The observations `--from FILE...` gives (each {value, source, ...}; facts it could not derive left out), and
-    the IngestResult; what could not be derived is said on stderr."""
+    the IngestResult; what could not be derived is said on stderr, less the facts the user gives beside the traces
+    (an observation FILE, --example or --set: they override what the traces give)."""
     result = ingest_args(args, files, kb)
     observations = {k: v for k, v in result.to_observation_file()["observations"].items() if v["value"] != "unknown"}
-    if result.not_derived:
+    given = given_facts(args)
+    missing = [fact for fact in result.not_derived if fact not in given]
+    if missing:
         print(f"dam {args.command}: not derived from {', '.join(f.name for f in result.files)}: "
-              f"{', '.join(result.not_derived)} (dam ingest shows why)", file=sys.stderr)
+              f"{', '.join(missing)} (dam ingest shows why)", file=sys.stderr)
     return observations, result
+
+
+def given_facts(args: argparse.Namespace) -> set[str]:
+    """The facts named beside --from: --set NAME=VALUE pairs and the observations of FILE or --example (read for
+    their names only; a file that cannot be read is reported when the command reads it)."""
+    names = {str(pair).split("=", 1)[0].strip() for pair in getattr(args, "set", None) or [] if "=" in str(pair)}
+    example, file = getattr(args, "example", None), getattr(args, "file", None)
+    try:
+        from .._loadcache import bundled_yaml
+        from ..observations.file import read_observation_file
+        from ._common import example_path
+
+        if example:
+            names |= set(read_observation_file(example_path(example), parse_yaml=bundled_yaml).observations)
+        elif file and file != "-" and Path(file).is_file():
+            names |= set(read_observation_file(Path(file)).observations)
+    except Exception:  # the command reads the file again and reports what is wrong with it
+        pass
+    return {n for n in names if n}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -66,15 +66,66 @@ def parse_range(text: str, what: str, *, integer: bool) -> tuple[float | None, f
     return lo, hi
 
 
-def _as_range(value: StepRange | TimeWindow, what: str, *, integer: bool) -> tuple[float | None, float | None] | None:
+def _as_range(value: StepRange | TimeWindow, what: str, *, integer: bool,
+              least: int | None = None, why: str = "") -> tuple[float | None, float | None] | None:
+    """The range an option gives (None: not given); `least`: the smallest number it may hold (`why` says why)."""
     if value is None:
         return None
     if isinstance(value, str):
-        return parse_range(value, what, integer=integer)
-    lo, hi = value
-    if lo is not None and hi is not None and hi < lo:
-        raise ObservationError([Problem(f"{what} {lo}:{hi}", "the end is before the start")], title="invalid range")
+        lo, hi = parse_range(value, what, integer=integer)
+        text = value
+    else:
+        lo, hi = value
+        text = f"{'' if lo is None else lo}:{'' if hi is None else hi}"
+        if lo is not None and hi is not None and hi < lo:
+            raise ObservationError([Problem(f"{what} {text}", "the end is before the start")], title="invalid range")
+    if least is not None and any(v is not None and v < least for v in (lo, hi)):
+        raise ObservationError([Problem(f"{what} {text}", f"{what.lstrip('-').rstrip('s')} numbers are {least} or "
+                                        f"more ({why})",
+                                        f"e.g. {what} {least}:{least + 3}")], title="invalid range")
     return lo, hi
+
+
+TELEMETRY: tuple[Format, ...] = ("nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus")
+APPLIES: dict[str, tuple[tuple[Format, ...], str]] = {
+    "--steps": (("kineto", "nsys"), "profiler traces (Kineto traces, Nsight Systems exports)"),
+    "--step-range": (("nsys",), "Nsight Systems exports"),
+    "--samples": (TELEMETRY, "telemetry logs (nvidia-smi, nvidia-smi dmon, dcgmi dmon, dcgm-exporter)"),
+    "--columns": (("nvidia-smi",), "nvidia-smi --query-gpu CSV logs"),
+    "--window": (tuple(f for f in FORMATS if f != "nccl-tests"), "traces and timestamped telemetry logs"),
+}
+"""The input formats each selection option applies to, and their description. An option none of the inputs takes is
+an error (it would select nothing: the result would not be what was asked for); one that only some take is a note
+on the others (a trace and a DCGM log of the same run: --steps picks the trace's steps, --samples the log's)."""
+
+
+def _check_options(srcs: Sequence[Source], fmts: Sequence[str], given: dict[str, str]) -> None:
+    """Raise for an option given (`given`: option -> its text) that applies to none of the inputs."""
+    for option, text in given.items():
+        formats, what = APPLIES[option]
+        if any(fmt in formats for fmt in fmts):
+            continue
+        shown = ", ".join(f"{src.label} ({_short_title(fmt)})" for src, fmt in zip(srcs, fmts, strict=True))
+        hint = {"--steps": "pick samples of a telemetry log with --samples A:B, or seconds with --window A:B",
+                "--samples": "select ProfilerStep numbers of a trace with --steps A:B, or seconds with --window A:B",
+                "--step-range": "select Kineto steps with --steps A:B",
+                "--columns": "--columns names the fields of an nvidia-smi CSV written with noheader",
+                "--window": "nccl-tests output has no time axis"}[option]
+        raise ObservationError([Problem(f"{option} {text}", f"applies to {what}, not to {shown}", hint)],
+                               title="invalid option")
+
+
+def _not_applied(option: str, fmt: str) -> str | None:
+    """The note on an option this input's format does not take (None: it takes it)."""
+    formats, what = APPLIES[option]
+    if fmt in formats:
+        return None
+    return f"{option} applies to {what}; ignored for this file ({_short_title(fmt)})"
+
+
+def _short_title(fmt: str) -> str:
+    """A format's title without its parenthesis: `PyTorch profiler / Kineto trace`."""
+    return FORMAT_TITLES.get(fmt, fmt).split(" (")[0]
 
 
 def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | None, float | None] | None,
@@ -90,20 +141,14 @@ def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | 
         result = analysis.result
         if analysis.job is not None and jobs is not None:  # several devices: compared as the ranks of a job
             jobs.append(analysis.job)
-        if samples is not None:
-            result.notes.append("--samples applies to telemetry logs; ignored for this export")
+        _note_ignored(result, fmt, samples=samples, columns=columns)
         return result
-    if nvtx_range:
-        raise ObservationError([Problem(f"--step-range {nvtx_range}", f"applies to Nsight Systems exports; "
-                                        f"{src.label} is {FORMAT_TITLES.get(fmt, fmt)}",
-                                        "select Kineto steps with --steps A:B")], title="invalid option")
     if fmt == "kineto":
         from . import kineto
 
         result = kineto.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, progress=progress,
                               workers=workers)
-        if samples is not None:
-            result.notes.append("--samples applies to telemetry logs; ignored for this trace")
+        _note_ignored(result, fmt, samples=samples, columns=columns, nvtx_range=nvtx_range)
         return result
     from . import dcgm, nccl_tests, nvidia_smi
 
@@ -120,7 +165,24 @@ def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | 
         result = dcgm.parse_prometheus(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
     if steps is not None:
         result.notes.append("--steps applies to profiler traces; all samples in the window were used")
+    _note_ignored(result, fmt, samples=samples, columns=columns, nvtx_range=nvtx_range, window=window)
     return result
+
+
+def _note_ignored(result: FileResult, fmt: str, **given: object) -> None:
+    """Notes on the options given (not None) that this input's format does not take."""
+    for key, value in given.items():
+        option = {"nvtx_range": "--step-range"}.get(key, f"--{key}")
+        note = _not_applied(option, fmt) if value is not None else None
+        if note is not None:
+            result.notes.append(note)
+
+
+def _option_text(value: object) -> str:
+    """An option's value as the user wrote it (a range given as a pair: A:B)."""
+    if isinstance(value, tuple):
+        return ":".join("" if v is None else str(v) for v in value)
+    return str(value)
 
 
 def _step_range(steps: tuple[float | None, float | None] | None) -> tuple[int | None, int | None] | None:
@@ -165,12 +227,16 @@ def ingest_result(sources: SourceLike | Sequence[SourceLike], *, format: str = "
         raise ObservationError([Problem(f"--format {format}", "unknown format", "one of auto, " + ", ".join(FORMATS))],
                                title=CANNOT_READ)
     nvtx_step = step_range.strip() if isinstance(step_range, str) and step_range.strip() else None
-    step_numbers = _as_range(steps, "--steps", integer=True)
+    step_numbers = _as_range(steps, "--steps", integer=True, least=0,
+                             why="ProfilerStep#0 and an export's first NVTX step are the first")
     time_window = _as_range(window, "--window", integer=False)
-    sample_range = _as_range(samples, "--samples", integer=True)
+    sample_range = _as_range(samples, "--samples", integer=True, least=1, why="the first sample of a log is 1")
     items, notes = rank_reading.expand(items)
     srcs = [Source(obj) for obj in items]
     fmts = [sniff(src) if format == "auto" else format for src in srcs]
+    options = {"--steps": steps, "--step-range": nvtx_step, "--samples": samples, "--window": window,
+               "--columns": ",".join(columns) if columns else None}
+    _check_options(srcs, fmts, {k: _option_text(v) for k, v in options.items() if v is not None})
     traces = [src for src, fmt in zip(srcs, fmts, strict=True) if fmt == "kineto"]
     multi = len(traces) > 1 or (len(traces) == 1 and (rank_reading.head_world_size(traces[0]) or 1) > 1)
     opts = {"steps": _step_range(step_numbers), "window": time_window, "gpus": gpus}

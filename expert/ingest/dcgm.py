@@ -2,7 +2,10 @@
 
 Fields are keyed on their numeric ids, which DCGM kept stable when it renamed them (`PROF_DRAM_ACTIVE` became
 `PROF_DRAM_UTIL_RATIO`); both spellings are accepted. Profiling fields are ratios in [0, 1]; 203/204 are percent.
-Values are averaged over the kept samples and devices, with min, max and the sample count kept.
+Values are averaged over the kept samples and devices, with min, max and the sample count kept. The frame buffer
+fields (250 FBTTL, 251 FBFRE, 252 FBUSD, MiB) give hbm_used_frac: FB_USED / (FB_USED + FB_FREE) per sample and
+device (FB_USED / FB_TOTAL without FB_FREE), its peak over the kept samples (nvidia_smi.PEAK_MEMORY: the high-water
+mark, which the memory rules read).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
 from ._source import Progress, Source, ascii_float, ascii_index
+from .nvidia_smi import peak_memory
 
 
 @dataclass(frozen=True)
@@ -25,13 +29,16 @@ class Field:
     id: int
     tag: str | None
     names: tuple[str, ...]
-    unit: str  # "ratio", "percent" or "bytes/s"
+    unit: str  # "ratio", "percent", "bytes/s" or "MiB"
     fact: str | None = None
 
 
 FIELDS: tuple[Field, ...] = (
     Field(203, "GPUTL", ("DEV_GPU_UTIL", "DEV_GPU_UTIL_RATIO"), "percent", "gpu_util"),
     Field(204, "MCUTL", ("DEV_MEM_COPY_UTIL", "DEV_MEM_COPY_UTIL_RATIO"), "percent"),
+    Field(250, "FBTTL", ("DEV_FB_TOTAL",), "MiB"),
+    Field(251, "FBFRE", ("DEV_FB_FREE",), "MiB"),
+    Field(252, "FBUSD", ("DEV_FB_USED",), "MiB"),
     Field(1001, "GRACT", ("PROF_GR_ENGINE_ACTIVE", "PROF_GR_ENGINE_UTIL_RATIO"), "ratio", "gpu_util"),
     Field(1002, "SMACT", ("PROF_SM_ACTIVE", "PROF_SM_UTIL_RATIO"), "ratio", "sm_active"),
     Field(1003, "SMOCC", ("PROF_SM_OCCUPANCY", "PROF_SM_OCCUPANCY_RATIO"), "ratio"),
@@ -52,7 +59,8 @@ FIELDS: tuple[Field, ...] = (
 BY_TAG = {f.tag: f for f in FIELDS if f.tag}
 BY_NAME = {name: f for f in FIELDS for name in f.names}
 BY_ID = {f.id: f for f in FIELDS}
-FACTS = ("gpu_util", "sm_active", "tensor_active", "mem_bw_util", "hardware")
+FACTS = ("gpu_util", "sm_active", "tensor_active", "mem_bw_util", "hbm_used_frac", "hardware")
+FB_TOTAL, FB_FREE, FB_USED = 250, 251, 252
 _HOW = {  # how to get each fact's field, for the "not derived" reasons
     "gpu_util": "field 203 GPUTL (or 1001 GRACT)",
     "sm_active": "field 1002 SMACT",
@@ -67,7 +75,8 @@ FP64_NO_DATA = 140737488355328.0  # DCGM_FP64_BLANK (2^47) and the not-supported
 def _unit_check(src: Source, line: int, f: Field, value: float) -> None:
     limit = 1.0 if f.unit == "ratio" else 100.0 if f.unit == "percent" else math.inf
     if not 0.0 <= value <= limit * 1.0001:
-        what = "a ratio in [0, 1]" if f.unit == "ratio" else "a percentage" if f.unit == "percent" else "a rate"
+        what = ("a ratio in [0, 1]" if f.unit == "ratio" else "a percentage" if f.unit == "percent" else
+                "a size in MiB" if f.unit == "MiB" else "a rate")
         raise src.problem(f"field {f.id} ({f.tag or f.names[0]}): {value:g} is not {what}", line=line)
 
 
@@ -83,9 +92,29 @@ class _Fields:
     def __init__(self) -> None:
         self.stats: dict[int, Stat] = {}
         self.no_data: dict[int, int] = {}
+        self.memory: dict[tuple[str, int], dict[int, float]] = {}  # (entity, sample) -> frame buffer field values
 
-    def add(self, f: Field, value: float) -> None:
+    def add(self, f: Field, value: float, entity: str = "", sample: int = 0) -> None:
         self.stats.setdefault(f.id, Stat()).add(value)
+        if f.unit == "MiB":
+            self.memory.setdefault((entity, sample), {})[f.id] = value
+
+    def memory_shares(self) -> tuple[Stat, bool]:
+        """The share of device memory in use per sample and device, and whether any used FB_TOTAL (no FB_FREE)."""
+        shares, total_used = Stat(), False
+        for values in self.memory.values():
+            used = values.get(FB_USED)
+            if used is None:
+                continue
+            if FB_FREE in values:
+                cap = used + values[FB_FREE]
+            elif FB_TOTAL in values:
+                cap, total_used = values[FB_TOTAL], True
+            else:
+                continue
+            if cap > 0:
+                shares.add(min(1.0, used / cap))
+        return shares, total_used
 
     def none(self, f: Field) -> None:
         self.no_data[f.id] = self.no_data.get(f.id, 0) + 1
@@ -108,6 +137,7 @@ def _finish(result: FileResult, fields: _Fields, seen: set[int], selector: Selec
             add_fact(result, f.fact, value, stat, field_name=name, scale=scale, selector=selector, extra=extra)
         else:
             result.stats[f"field {name}"] = round(stat.mean, 6 if f.unit == "ratio" else 3)
+    _memory(result, fields, seen, selector, label)
     for fact, how in _HOW.items():
         ids = [f.id for f in FIELDS if f.fact == fact]
         if any(i in seen for i in ids):
@@ -116,6 +146,21 @@ def _finish(result: FileResult, fields: _Fields, seen: set[int], selector: Selec
                            "Volta or newer and the DCGM profiling module")
         else:
             result.missing(fact, f"{how} is not in the {label}")
+
+
+def _memory(result: FileResult, fields: _Fields, seen: set[int], selector: Selector, label: str) -> None:
+    """hbm_used_frac from the frame buffer fields, or why not."""
+    shares, total_used = fields.memory_shares()
+    if shares.count:
+        metric = ("252 FBUSD / 250 FBTTL" if total_used else "252 FBUSD / (252 FBUSD + 251 FBFRE)")
+        peak_memory(result, shares, selector, metric=metric, extra={"field_id": FB_USED})
+    elif FB_USED in seen and (FB_FREE in seen or FB_TOTAL in seen):
+        result.missing("hbm_used_frac", "fields 252 FBUSD and 251 FBFRE (or 250 FBTTL) hold no data in the selected "
+                       "samples")
+    else:
+        absent = [f"{i} {BY_ID[i].tag}" for i in (FB_USED, FB_FREE) if i not in seen]
+        result.missing("hbm_used_frac", f"field{'s' if len(absent) > 1 else ''} {' and '.join(absent)} "
+                       f"{'are' if len(absent) > 1 else 'is'} not in the {label}")
 
 
 def parse_dmon(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, float | None] | None = None,
@@ -177,7 +222,8 @@ def parse_dmon(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, fl
 
 def _dmon_row(src: Source, number: int, kind: str, index: int, values: list[str], header: list[Field | None],
               fields: _Fields, selector: Selector) -> None:
-    if not selector.keep(f"{kind} {index}", index):
+    entity = f"{kind} {index}"
+    if not selector.keep(entity, index):
         return
     for f, cell in zip(header, values, strict=True):
         if f is None:
@@ -194,7 +240,7 @@ def _dmon_row(src: Source, number: int, kind: str, index: int, values: list[str]
             fields.none(f)
             continue
         _unit_check(src, number, f, value)
-        fields.add(f, value)
+        fields.add(f, value, entity, selector.number)
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
@@ -268,7 +314,7 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
             fields.none(f)
             continue
         _unit_check(src, number, f, value)
-        fields.add(f, value)
+        fields.add(f, value, entity, selector.number)
     if dcgm_lines == 0:
         raise src.problem("no DCGM_FI_* samples in the file" if lines else "no samples in the file",
                           hint="curl -s localhost:9400/metrics > dcgm.prom (dcgm-exporter)")

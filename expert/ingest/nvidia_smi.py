@@ -1,7 +1,8 @@
 """nvidia-smi output: `--query-gpu=... --format=csv[,noheader][,nounits] [-l N]` and `nvidia-smi dmon`.
 
 utilization.gpu (dmon: `sm`) is the share of the sample period with at least one kernel running: it becomes
-gpu_util, averaged over the kept samples and devices. `name` maps to the hardware catalog.
+gpu_util, averaged over the kept samples and devices. `name` maps to the hardware catalog. memory.used /
+memory.total becomes hbm_used_frac: its peak over the kept samples and devices, the high-water mark (`peak_memory`).
 """
 
 from __future__ import annotations
@@ -12,17 +13,22 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ..kb.knowledge import KnowledgeBase
-from ._result import FileResult
+from ._result import FileResult, Scalar
 from ._samples import Selector, Stat, add_fact
 from ._source import Progress, Source, ascii_float, ascii_index, is_header_cell
 
-FACTS = ("gpu_util", "hardware")
+FACTS = ("gpu_util", "hbm_used_frac", "hardware")
 MISSING = frozenset({"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]",
                      "[gpu is lost]", "[requested functionality has been deprecated]", "-", ""})
 _NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%|[KMGT]i?B|W|[KMG]?Hz|C|s)?$")
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
 _TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
-_KNOWN = {"utilization.gpu", "name", "index", "timestamp"}
+_KNOWN = {"utilization.gpu", "name", "index", "timestamp", "memory.used", "memory.total"}
+_MEMORY = ("memory.used", "memory.total")
+PEAK_MEMORY = ("the peak (the high-water mark of any device), not the mean: rules/memory_capacity.yaml and "
+               "rules/host.yaml read hbm_used_frac as how close the job comes to running out of device memory")
+"""Why hbm_used_frac is the peak share, not the mean (knowledge_base/facts.yaml: "Peak share of device memory the
+job uses"): every rule that reads it asks whether the job's memory fits (memory_use_low: "the job peaks at ...")."""
 
 
 def _number(src: Source, line: int, column: str, text: str) -> float | None:
@@ -87,6 +93,7 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
     header: list[str] | None = [_clean(c) for c in columns] if columns else None
     raw_header: list[str] | None = None
     util = Stat()
+    memory = Stat()  # memory.used / memory.total per sample and device
     names: dict[str, int] = {}
     rows = 0
     ignored: set[str] = set()
@@ -106,7 +113,7 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
                 known = _KNOWN & set(header)
                 if not known - {"timestamp", "index"}:
                     raise src.problem(f"none of the columns ({', '.join(header)}) is one dam reads "
-                                      "(utilization.gpu, name)", line=number,
+                                      "(utilization.gpu, name, memory.used, memory.total)", line=number,
                                       hint="nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu --format=csv")
                 ignored = set(header) - _KNOWN
                 continue
@@ -133,6 +140,14 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
                 util.add(value)
         if "name" in row and row["name"].strip().casefold() not in MISSING:
             names[row["name"].strip()] = names.get(row["name"].strip(), 0) + 1
+        if "memory.used" in row and "memory.total" in row:
+            used = _number(src, number, "memory.used", row["memory.used"])
+            cap = _number(src, number, "memory.total", row["memory.total"])
+            if used is not None and cap is not None and cap > 0:
+                if not 0.0 <= used <= cap * 1.0001:
+                    raise src.problem(f"columns memory.used, memory.total: {used:g} of {cap:g} is not a share of "
+                                      "the device memory", line=number)
+                memory.add(min(1.0, used / cap))
     if header is None or rows == 0:
         raise src.problem("no samples in the file", hint="nvidia-smi --query-gpu=... --format=csv -l 1 > log.csv")
     selector.finish(result, "timestamp" in header)
@@ -143,7 +158,26 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
         result.missing("gpu_util", "the query has no utilization.gpu column")
     _finish_util(result, kb, util, selector, "utilization.gpu", names, "name" in header,
                  "the query has no name column (add name to --query-gpu)")
+    if memory.count:
+        peak_memory(result, memory, selector, metric="memory.used / memory.total")
+    elif all(c in header for c in _MEMORY):
+        result.missing("hbm_used_frac", "no memory.used and memory.total values in the selected samples")
+    else:
+        absent = " and ".join(c for c in _MEMORY if c not in header)
+        result.missing("hbm_used_frac", f"the query has no {absent} column{'s' if ' and ' in absent else ''} (add "
+                       "memory.used,memory.total to --query-gpu)")
     return result
+
+
+def peak_memory(result: FileResult, memory: Stat, selector: Selector, *, metric: str,
+                extra: dict[str, Scalar | None] | None = None) -> None:
+    """hbm_used_frac: the peak of the sampled shares of device memory in use (`PEAK_MEMORY` says why the peak), with
+    the mean and the lowest in its provenance."""
+    result.add("hbm_used_frac", min(1.0, max(0.0, memory.hi)), metric=metric,
+               method=f"peak of {memory.count} samples of {metric} (the high-water mark of any device)",
+               aggregate=PEAK_MEMORY, window=selector.describe(),
+               samples=memory.count, min=round(memory.lo, 6), max=round(memory.hi, 6), mean=round(memory.mean, 6),
+               devices=",".join(sorted(selector.entities)), file=result.path, **(extra or {}))
 
 
 def _clean(cell: str) -> str:

@@ -3,8 +3,9 @@ processes that drive it, and their DataLoader spans, as the columnar `timeline.T
 
 Mapping (nsys -> Timeline): kernels, memcpys and memsets -> GPU activities (host-to-device copies flagged pageable or
 pinned from srcKind); CUPTI_ACTIVITY_KIND_RUNTIME -> runtime calls on their host thread (globalTid), matched to the
-activities by correlation id within a process; NVTX ranges -> operators when emit_nvtx names them after an ATen
-operator (`aten::mm, seq = 3, op_id = 5` -> `aten::mm`), else host spans (user annotations, as Kineto's
+activities by correlation id within a process; NVTX ranges -> operators when emit_nvtx names them after an ATen or
+other dispatcher operator (`aten::mm, seq = 3, op_id = 5` -> `aten::mm`; `flash_attn::_flash_attn_forward, op_id = 7`;
+names.is_operator_range), else host spans (user annotations, as Kineto's
 user_annotation events); DataLoader `__next__` ranges -> loader spans.
 
 The export's facts come from the streaming sweeps (host_sweep, gpu_sweep, analysis_sweep), which hold no rows; this
@@ -19,10 +20,8 @@ from collections.abc import Collection, Iterable, Sequence
 from ..intervals import Interval
 from ..records import KERNEL, MEMCPY, MEMSET, GpuActivity
 from ..timeline import H2D, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, PAGEABLE, PINNED, Timeline
+from .names import is_operator_range
 from .rows import NsysExport
-
-_OPERATOR_PREFIXES = ("aten::",)
-"""NVTX ranges emit_nvtx names after the operator that ran (the CPU operators of a Kineto trace)."""
 
 
 def device_timeline(export: NsysExport, device: int, activities: Iterable[GpuActivity],
@@ -74,7 +73,7 @@ def device_timeline(export: NsysExport, device: int, activities: Iterable[GpuAct
         if th is None:
             th = threads[(rg.process, rg.thread)] = thread(rg.process, rg.thread)
         name = rg.name
-        if name.startswith(_OPERATOR_PREFIXES):
+        if is_operator_range(name):
             o_start.append(rg.start_us)
             o_end.append(rg.end_us)
             o_thread.append(th)

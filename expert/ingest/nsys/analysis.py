@@ -27,7 +27,7 @@ from .._source import Progress, Source
 from ..intervals import Interval, overlap, total, union
 from ..rank_trace import RankTrace
 from ..timeline.classes import Classifier
-from ..timeline.result import TimelineAnalysis
+from ..timeline.result import TimelineAnalysis, slow_launch_note
 from ..timeline.roofline import Roof, roof_of
 from . import parallel
 from .analysis_sweep import analyse_device
@@ -472,6 +472,9 @@ class _Analysis:
         for dev, t in sorted(self.per_device.items()):
             if t.analysis is not None:
                 r.notes.append(_device_note(dev, t.analysis))
+                slow = slow_launch_note(t.analysis.facts.get("_slow_launch"), t.label)
+                if slow is not None:
+                    r.notes.append(f"device {dev}: {slow}" if len(self.per_device) > 1 else slow)
         first_analysis = used[min(used)].analysis if used else None
         if first_analysis is not None:
             r.time_breakdown = first_analysis.breakdown

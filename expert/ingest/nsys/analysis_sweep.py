@@ -26,7 +26,7 @@ from ..timeline.analysis import idle_means, idle_shares, split_gap
 from ..timeline.breakdown import assemble
 from ..timeline.cover import Cover, intersect_all
 from ..timeline.model import H2D, KIND_KERNEL, PAGEABLE, PINNED
-from ..timeline.result import DeviceIdle, TimelineAnalysis
+from ..timeline.result import SLOW_LAUNCH_US, DeviceIdle, TimelineAnalysis, slow_launches
 from ..timeline.roofline import Roof, RoofAcc, sig6
 from ..timeline.streams import (
     CoverCursor,
@@ -38,7 +38,8 @@ from ..timeline.streams import (
     intersect_iter,
     subtract_iter,
 )
-from .host_sweep import MODULE, ids_sql
+from .host_sweep import ids_sql
+from .names import MODULE
 from .schema import RUNTIME_T
 
 if TYPE_CHECKING:
@@ -226,6 +227,15 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
         host_all = subtract_iter(host_all, loader)
     if host.sync_intervals:
         host_all = subtract_iter(host_all, host.stored("dam_sync"))
+    cov_k = None  # inside launch calls: launch overhead where the GPU idles, not host compute
+    if host.launch_intervals:
+        host_all = subtract_iter(host_all, host.stored("dam_lcall"))
+        in_launch: Iterator[Interval] = host.stored("dam_lcall")
+        if loader:
+            in_launch = subtract_iter(in_launch, loader)
+        if host.sync_intervals:
+            in_launch = subtract_iter(in_launch, host.stored("dam_sync"))
+        cov_k = CoverCursor(intersect_iter(in_launch, wl))
     idle_host = _HostIdle(intersect_iter(host_all, wl))
     cov_h = CoverCursor(idle_host.stream())
     launch_gap = cat.analysis.launch_gap_max_us
@@ -289,7 +299,8 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
                     prev = me
                     idle_host.advance(prev)
             if s > prev:
-                split_gap(acc, prev, s, at, True, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap, gaps)
+                split_gap(acc, prev, s, at, True, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap, gaps,
+                          cov_k)
             ms, me = s, e
         # unions merged inline (UnionStream.add, unrolled: this loop runs once per activity)
         if e > s:
@@ -403,7 +414,8 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     if acc.busy <= 0:
         return None, ranked_trace
     if prev < w_hi:
-        split_gap(acc, prev, w_hi, _NAN, False, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap, gaps)
+        split_gap(acc, prev, w_hi, _NAN, False, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap, gaps,
+                  cov_k)
     acc.h2d = exposed.h2d_total.cum
     if exposed.any_comm:
         acc.comm = exposed.comm_sum - exposed.overlap_total.cum
@@ -417,6 +429,8 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
                                 class_groups=class_groups, kern_roof={}, counted=0, modules=modules, source=source,
                                 window=window, steps=steps, devices=[g.device], graph_launches=host.graph_launches)
     facts["_launch_gap_us"] = launch_gap
+    facts["_slow_launch"] = slow_launches([(nm, cov_w.between(a, b)) for nm, a, b in
+                                           host.slow_launch_calls(SLOW_LAUNCH_US)])
     breakdown.host_during_idle, facts["idle_host_ops"] = _host_during_idle(g, idle_host, span, top_n)
     breakdown.idle = idle_shares(idle)
     analysis = TimelineAnalysis(

@@ -1,8 +1,9 @@
 """The host side of one device of an export, swept from SQLite in time order: the threads that launch its work,
-the operator (emit_nvtx's `aten::` NVTX range) behind each launch call, the union of host activity on those threads
-(operators, non-blocking runtime calls, NVTX ranges that launch nothing), the union of blocking calls, and what ran
-at given instants (for the host-compute idle gaps). Rows are never held: intervals leave as soon as they are final,
-into temporary SQLite tables (`temp.dam_host`, `temp.dam_sync`, `temp.dam_attr`) the GPU sweep reads back in order.
+the operator (emit_nvtx's NVTX range, `names.is_operator_range`) behind each launch call, the union of host activity
+on those threads (operators, non-blocking runtime calls, NVTX ranges that launch nothing), the union of blocking
+calls, the union of launch calls (launch overhead where the GPU idles), and what ran at given instants (for the
+host-compute idle gaps). Rows are never held: intervals leave as soon as they are final, into temporary SQLite tables
+(`temp.dam_host`, `temp.dam_sync`, `temp.dam_lcall`, `temp.dam_attr`) the GPU sweep reads back in order.
 
 Semantics follow the in-memory timeline analysis (`timeline.operators.Nesting`, `timeline.windows.host_intervals`):
 a per-thread stack of ranges pushed in (start, -end) order holds exactly the chain `Nesting` walks, so the innermost
@@ -16,16 +17,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..intervals import Interval, union
-from ..timeline.classes import Classifier
+from ..timeline.classes import Classifier, api_name
 from ..timeline.streams import UnionStream
+from .names import MODULE, operator_sql
 from .schema import KERNEL_T, MEMCPY_T, MEMSET_T, NVTX_T, RUNTIME_T, STRINGS_T
 
 if TYPE_CHECKING:
     from .rows import NsysExport
 
-OPERATOR = "aten::"
-"""NVTX ranges emit_nvtx names after the operator that ran (the CPU operators of a Kineto trace)."""
-MODULE = "nn.Module: "
 _BATCH = 4096
 
 
@@ -56,11 +55,13 @@ class HostSweep:
         self.call_names: dict[int, str] = {}
         self.blocking_ids: set[int] = set()
         self.graph_ids: set[int] = set()
+        self.launch_ids: set[int] = set()  # launch calls (Classifier.is_launch_call)
         self.threads: list[int] = []  # launching threads (globalTid), in the timeline's set order once known
         self.has_runtime = False
         self.graph_launches = 0
         self.steady_host: list[Interval] = []
         self.sync_intervals = 0
+        self.launch_intervals = 0
         self.max_nvtx_rowid = 0
         self._prepare()
 
@@ -83,9 +84,10 @@ class HostSweep:
             conn.execute("CREATE INDEX IF NOT EXISTS temp.dam_ls_ts ON dam_ls (tid, s)")
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_host (s REAL, e REAL)")
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_sync (s REAL, e REAL)")
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_lcall (s REAL, e REAL)")
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_attr (rid INTEGER PRIMARY KEY, op INTEGER, module "
                          "INTEGER)")
-            for table in ("dam_ml", "dam_ls", "dam_host", "dam_sync", "dam_attr"):
+            for table in ("dam_ml", "dam_ls", "dam_host", "dam_sync", "dam_lcall", "dam_attr"):
                 conn.execute(f"DELETE FROM temp.{table}")
             for _, table in self.activity_tables():
                 _, join = x._launch_join(table)
@@ -122,10 +124,12 @@ class HostSweep:
                     launching = [int(t) for (t,) in conn.execute(f"SELECT {tid} FROM {NVTX_T} n{join} WHERE {where} "
                                                                  "GROUP BY 1 ORDER BY min(n.start)")]
             self.threads = list(dict.fromkeys(launching))
-            if rt and x.has(RUNTIME_T, "nameId") and x.has(STRINGS_T):
-                self.call_names = x.strings(f"SELECT DISTINCT nameId FROM {RUNTIME_T}")
-            self.blocking_ids = {i for i, nm in self.call_names.items() if self.cls.blocking.search(nm)}
-            self.graph_ids = {i for i, nm in self.call_names.items() if self.cls.graph.search(nm)}
+            if rt and x.has(RUNTIME_T, "nameId") and x.has(STRINGS_T):  # cudaLaunchKernel_v7000 -> cudaLaunchKernel
+                self.call_names = {i: api_name(nm) for i, nm in
+                                   x.strings(f"SELECT DISTINCT nameId FROM {RUNTIME_T}").items()}
+            self.blocking_ids = {i for i, nm in self.call_names.items() if self.cls.is_blocking(nm)}
+            self.graph_ids = {i for i, nm in self.call_names.items() if self.cls.is_graph_launch(nm)}
+            self.launch_ids = {i for i, nm in self.call_names.items() if self.cls.is_launch_call(nm)}
             if self.graph_ids:
                 self.graph_launches = int(conn.execute(
                     f"SELECT count(*) FROM {RUNTIME_T} r WHERE {rt_where} AND r.nameId IN "
@@ -160,7 +164,7 @@ class HostSweep:
             name, join, tid, where = nv
             if exact and x.has(NVTX_T, "globalTid"):
                 tid, where = "n.globalTid", where.split(" AND (n.globalTid >> 24)")[0]
-            is_op = f"substr(nm, 1, {len(OPERATOR)}) = '{OPERATOR}'"
+            is_op = operator_sql("nm")  # emit_nvtx's operators (names.is_operator_range)
             kind = f"CASE WHEN {is_op} THEN 0 WHEN substr(nm, 1, {len(MODULE)}) = '{MODULE}' THEN 2 ELSE 3 END"
             launches = (f"CASE WHEN {is_op} THEN 0 ELSE EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = th AND "
                         "l.s >= st AND l.s < en) END")
@@ -188,7 +192,8 @@ class HostSweep:
     def _sweep_rows(self) -> Iterator[tuple[int, int, int, int, int]]:
         """The rows of the first sweep, compact: (start, end, thread, code, rowid) by (start, ranges first, -end,
         rowid). code: 0 operator; 4 + launches `nn.Module:` range, 6 + launches other range (launches: it contains a
-        launch call); 8 + 2 * blocking + matched a runtime call (matched: it launched work on the device)."""
+        launch call); 8 + 4 * launch + 2 * blocking + matched a runtime call (launch: a launch call by its name,
+        `Classifier.is_launch_call`; matched: it launched work on the device)."""
         x = self.x
         threads = ids_sql(self.threads)
         exact = -1 not in self.threads  # the threads are known: they imply the processes
@@ -203,8 +208,8 @@ class HostSweep:
             found = x._nvtx_name()
             if found is not None:  # names in the row (emit_nvtx's operators), else in StringIds: one scan
                 name, join = found
-                code = (f"CASE WHEN substr({name}, 1, {len(OPERATOR)}) = '{OPERATOR}' THEN 0 WHEN substr({name}, 1, "
-                        f"{len(MODULE)}) = '{MODULE}' THEN 4 + {launches} ELSE 6 + {launches} END")
+                code = (f"CASE WHEN {operator_sql(name)} THEN 0 WHEN substr({name}, 1, {len(MODULE)}) = '{MODULE}' "
+                        f"THEN 4 + {launches} ELSE 6 + {launches} END")
                 parts.append(f"SELECT n.start AS st, n.\"end\" AS en, {tid} AS th, {code} AS code, n.rowid AS rw FROM "
                              f"{NVTX_T} n{join} WHERE {name} IS NOT NULL AND {where}")
         if x.has(RUNTIME_T):
@@ -214,8 +219,9 @@ class HostSweep:
                 tid, procs = "r.globalTid", ""
             name_id = "r.nameId" if x.has(RUNTIME_T, "nameId") else "-1"
             blocking = f"2 * ({name_id} IN ({ids_sql(self.blocking_ids)}))" if self.blocking_ids else "0"
-            parts.append(f"SELECT r.start AS st, r.\"end\" AS en, {tid} AS th, 8 + {blocking} + (r.rowid IN (SELECT "
-                         f"rid FROM temp.dam_ml)) AS code, r.rowid AS rw FROM {RUNTIME_T} r WHERE {tid} IN "
+            launch = f"4 * ({name_id} IN ({ids_sql(self.launch_ids)}))" if self.launch_ids else "0"
+            parts.append(f"SELECT r.start AS st, r.\"end\" AS en, {tid} AS th, 8 + {launch} + {blocking} + (r.rowid IN "
+                         f"(SELECT rid FROM temp.dam_ml)) AS code, r.rowid AS rw FROM {RUNTIME_T} r WHERE {tid} IN "
                          f"({threads}){procs}")
         if not parts:
             return iter(())
@@ -226,12 +232,14 @@ class HostSweep:
     # -- the first sweep -----------------------------------------------------------------------------------------
     def sweep(self, steady_slack: float, tick: Callable[[int], None] | None = None) -> None:
         """Attribute launch calls to operators (temp.dam_attr: call rowid -> operator and module NVTX rowids), write
-        the host-activity union (temp.dam_host) and the union of blocking calls (temp.dam_sync) of the launching
-        threads; keep the host activity merged across gaps up to `steady_slack` (for the steady-state window)."""
+        the host-activity union (temp.dam_host), the union of blocking calls (temp.dam_sync) and the union of launch
+        calls (temp.dam_lcall) of the launching threads; keep the host activity merged across gaps up to
+        `steady_slack` (for the steady-state window)."""
         x = self.x
         conn = x.conn
         host_buf: list[Interval] = []
         sync_buf: list[Interval] = []
+        lcall_buf: list[Interval] = []
         attr_buf: list[tuple[int, int, int]] = []
         steady_host, steady_sync_host = _Pairs(), _Pairs()
 
@@ -243,6 +251,9 @@ class HostSweep:
                 if sync_buf:
                     conn.executemany("INSERT INTO temp.dam_sync VALUES (?, ?)", sync_buf)
                     sync_buf.clear()
+                if lcall_buf:
+                    conn.executemany("INSERT INTO temp.dam_lcall VALUES (?, ?)", lcall_buf)
+                    lcall_buf.clear()
                 if attr_buf:
                     conn.executemany("INSERT OR IGNORE INTO temp.dam_attr VALUES (?, ?, ?)", attr_buf)
                     attr_buf.clear()
@@ -260,6 +271,14 @@ class HostSweep:
                 flush()
 
         sync = UnionStream(to_sync)
+
+        def to_lcall(s: float, e: float) -> None:
+            lcall_buf.append((s, e))
+            self.launch_intervals += 1
+            if len(lcall_buf) >= _BATCH:
+                flush()
+
+        lcall = UnionStream(to_lcall)
         nan = math.nan
         hs = he = nan  # the host union's running interval (slack 0, empty ones skipped)
         op_stacks: dict[int, list[tuple[float, float, int, int]]] = {}  # thread -> (end, start, rowid, module)
@@ -295,6 +314,8 @@ class HostSweep:
                     if code & 2:
                         sync.add(s, e)
                     elif e > s:
+                        if code & 4:
+                            lcall.add(s, e)
                         if hs != hs:
                             hs, he = s, e
                         elif s <= he:
@@ -353,6 +374,7 @@ class HostSweep:
             host_buf.append((hs, he))
             steady.add(hs, he)
         sync.close()
+        lcall.close()
         steady.close()
         steady_sync.close()
         self.steady_host = union([*steady_host.pairs(), *steady_sync_host.pairs()])
@@ -373,6 +395,23 @@ class HostSweep:
                 found = any(self.x.conn.execute(sql).fetchone() is not None for sql in checks)
             self.x.named_modules = found
         return found
+
+    def slow_launch_calls(self, min_us: float) -> Iterator[tuple[str, float, float]]:
+        """The launch calls (`launch_ids`) of `min_us` or more on the launching threads: (name, start, end) in
+        microseconds."""
+        x = self.x
+        if not self.launch_ids or not x.has(RUNTIME_T) or not x.has(RUNTIME_T, "nameId"):
+            return
+        tid = x.thread_key(RUNTIME_T, "globalTid", "r")
+        procs = self._proc_filter(RUNTIME_T, "r", "globalTid")
+        if -1 not in self.threads and x.has(RUNTIME_T, "globalTid"):
+            tid, procs = "r.globalTid", ""
+        sql = (f"SELECT r.nameId, r.start, r.\"end\" FROM {RUNTIME_T} r WHERE r.nameId IN ({ids_sql(self.launch_ids)}) "
+               f"AND r.\"end\" - r.start >= ? AND {tid} IN ({ids_sql(self.threads)}){procs} ORDER BY r.start")
+        with x.guard():
+            for nid, start, end in x.conn.execute(sql, (min_us * 1000.0,)):
+                s = start / 1000.0
+                yield self.call_names.get(nid) or "", s, s + (end - start) / 1000.0
 
     # -- reading back --------------------------------------------------------------------------------------------
     def stored(self, table: str) -> Iterator[Interval]:

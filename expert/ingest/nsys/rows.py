@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .._source import Progress, Source
 from ..records import KERNEL, MEMCPY, MEMSET, GpuActivity, Range, RuntimeCall, SyncSpan
+from ..timeline.classes import api_name
 from .schema import (
     COPY_ENUM_T,
     CUPTI_COPY_KINDS,
@@ -143,7 +144,8 @@ class NsysExport(NsysSchema):
     def runtime_calls(self, name_like: str | None = None,
                       processes: Collection[int] | None = None) -> Iterator[RuntimeCall]:
         """Runtime/driver API calls (optionally only those whose name matches a LIKE pattern, or made by one of
-        `processes`), in table order."""
+        `processes`), in table order, named without nsys's API-version suffix (`cudaLaunchKernel_v7000` ->
+        `cudaLaunchKernel`, as Kineto names it: `timeline.classes.api_name`)."""
         if not self.has(RUNTIME_T):
             return
         name = "s.value" if self.has(STRINGS_T) and self.has(RUNTIME_T, "nameId") else "''"
@@ -157,7 +159,8 @@ class NsysExport(NsysSchema):
                f"FROM {RUNTIME_T} r{join}{where}")
         with self.guard():
             for nm, start, end, corr, gtid in self.conn.execute(sql, (name_like,) if name_like and join else ()):
-                yield RuntimeCall(nm or "", start / 1000.0, (end - start) / 1000.0, corr if corr is not None else -1,
+                yield RuntimeCall(api_name(nm) if nm else "", start / 1000.0, (end - start) / 1000.0,
+                                  corr if corr is not None else -1,
                                   (gtid >> 24) if gtid is not None and gtid >= 0 else -1,
                                   (gtid & 0xFFFFFF) if gtid is not None and gtid >= 0 else -1)
 

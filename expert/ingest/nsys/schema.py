@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .names import sql_is_operator
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
@@ -66,6 +68,8 @@ class NsysSchema:
                                         check_same_thread=False)
         except sqlite3.Error as exc:
             raise self._problem(exc) from exc
+        # which NVTX ranges are operators (names.is_operator_range), for the queries that tell them apart
+        self.conn.create_function("dam_is_op", 1, sql_is_operator, deterministic=True)
         try:
             self._detect()
         except BaseException:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..records import Range
-from .host_sweep import OPERATOR
+from .names import OPERATOR
 
 if TYPE_CHECKING:
     from .._source import Source

@@ -30,9 +30,10 @@ What it derives:
   intensity, achieved TFLOP/s and the share of the roofline of the traced device, per operator, kernel and class;
 - why the GPU idles: each idle gap of the window is input (a DataLoader span), a blocking call (the host sat in a
   synchronize/free/synchronous copy when the GPU ran dry, or during the gap), launch overhead (a short gap before a
-  kernel the host launched after the GPU went idle), host compute (a longer gap while the launching threads ran
-  operators or python code that launch nothing), GPU-side waiting (the next work was already queued) or unattributed
-  (no host event at all);
+  kernel the host launched after the GPU went idle, and the time the launching threads spend inside launch calls,
+  named as Kineto or Nsight Systems names them: `classes.api_name`), host compute (a longer gap while the launching
+  threads ran operators or python code that launch nothing), GPU-side waiting (the next work was already queued) or
+  unattributed (no host event at all);
 - the window: ProfilerStep-like spans extended to the end of the GPU work they launched, or without steps a steady
   state that leaves out initialisation, first-call warm-up and stretches with no events at all;
 - graph replay (cudaGraphLaunch/hipGraphLaunch).

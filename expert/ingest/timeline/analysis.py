@@ -17,7 +17,7 @@ from .classes import Classifier
 from .cover import Cover, intersect_all, subtract, union_columns
 from .model import H2D, KIND_KERNEL, PAGEABLE, PINNED, Timeline
 from .operators import Nesting
-from .result import DeviceIdle, TimelineAnalysis
+from .result import SLOW_LAUNCH_US, DeviceIdle, TimelineAnalysis, slow_launches
 from .roofline import Roof, sig6
 from .windows import host_intervals, launching_threads
 
@@ -65,9 +65,11 @@ class IntervalSink(Protocol):
 
 def split_gap(acc: DeviceIdle, a: float, b: float, at: float, has_next: bool, short: float, cov_w: Cover,
               cov_l: CoverLike, cov_s: CoverLike, cov_h: CoverLike, sync_point: CoverLike, launch_gap: float,
-              host_gaps: IntervalSink) -> None:
+              host_gaps: IntervalSink, cov_k: CoverLike | None = None) -> None:
     """Split one idle gap [a, b) by cause into `acc`: before an activity launched at `at` (NaN: launch unknown) when
-    `has_next`, else before the window's end; gaps with host compute in them are appended to `host_gaps`."""
+    `has_next`, else before the window's end; gaps with host compute in them are appended to `host_gaps`. `cov_k`:
+    the launching threads inside launch calls (`Classifier.is_launch_call`), less input and blocking calls; in a
+    longer gap that time is launch overhead too, and `cov_h` (the host activity) leaves it out."""
     inside = b - a if cov_w.holds(a, b) else cov_w.between(a, b)
     if inside <= 0:
         return
@@ -92,6 +94,10 @@ def split_gap(acc: DeviceIdle, a: float, b: float, at: float, has_next: bool, sh
     if has_next and b - a <= launch_gap:
         acc.launch += rest
         return
+    if cov_k is not None and cov_k.nonempty:
+        calls = min(rest, cov_k.between(a, b))  # the host sat in a launch call (a slow first launch, say)
+        acc.launch += calls
+        rest -= calls
     hostc = min(rest, cov_h.between(a, b))
     acc.host += hostc
     acc.unattributed += rest - hostc
@@ -132,7 +138,7 @@ class _Analyzer:
         idx.sort(key=tl.g_start.__getitem__)
         idx.sort(key=tl.g_dev.__getitem__)  # stable: grouped by device, by start within a device
         names = tl.names
-        blocking_names = {i for i, nm in enumerate(names) if self.cls.blocking.search(nm)}
+        blocking_names = {i for i, nm in enumerate(names) if self.cls.is_blocking(nm)}
         r_blocking = [r for r in range(len(tl.r_start)) if tl.r_name[r] in blocking_names]
         threads = launching_threads(tl)
         wl = self.windows
@@ -140,8 +146,14 @@ class _Analyzer:
         sync_all = union_columns(tl.r_start, tl.r_end, (r for r in r_blocking if tl.r_thread[r] in threads))
         sync_w = intersect_all(subtract(sync_all, loader), wl)
         host = host_intervals(tl, threads, launch_free_spans=True, blocking=blocking_names)
-        host_w = intersect_all(subtract(subtract(host, loader), sync_all), wl)
+        # the launching threads inside launch calls: launch overhead wherever the GPU idles (inside the host activity)
+        launch_names = {i for i, nm in enumerate(names) if self.cls.is_launch_call(nm)}
+        in_launch = union_columns(tl.r_start, tl.r_end, (r for r in range(len(tl.r_start))
+                                                         if tl.r_name[r] in launch_names and tl.r_thread[r] in threads))
+        launch_w = intersect_all(subtract(subtract(in_launch, loader), sync_all), wl)
+        host_w = intersect_all(subtract(subtract(subtract(host, loader), sync_all), in_launch), wl)
         cov_w, cov_l, cov_s, cov_h, sync_point = Cover(wl), Cover(loader), Cover(sync_w), Cover(host_w), Cover(sync_all)
+        cov_k = Cover(launch_w)
         launch_gap = self.catalog.analysis.launch_gap_max_us
         per_dev: list[tuple[int, DeviceIdle]] = []
         of, g_name, g_kind = self.cls.of, tl.g_name, tl.g_kind
@@ -152,7 +164,7 @@ class _Analyzer:
             j = k
             while j < len(idx) and tl.g_dev[idx[j]] == dev:
                 j += 1
-            acc = self._device(idx[k:j], classes, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap)
+            acc = self._device(idx[k:j], classes, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap, cov_k)
             if acc.busy > 0:
                 per_dev.append((dev, acc))
             k = j
@@ -169,14 +181,18 @@ class _Analyzer:
             if flag & H2D:
                 key = "pageable" if flag & PAGEABLE else "pinned" if flag & PINNED else "unknown"
                 copies[key] += tl.g_end[i] - tl.g_start[i]
-        graph_names = {i for i, nm in enumerate(names) if self.cls.graph.search(nm)}
+        graph_names = {i for i, nm in enumerate(names) if self.cls.is_graph_launch(nm)}
         graph_launches = sum(1 for r in range(len(tl.r_name)) if tl.r_name[r] in graph_names)
         blocking_in = [r for r in r_blocking if self.in_window(tl.r_start[r])]
         blocked = Cover(intersect_all(union_columns(tl.r_start, tl.r_end, blocking_in), wl)).total
+        slow = [(tl.names[tl.r_name[r]], cov_w.between(tl.r_start[r], tl.r_end[r])) for r in range(len(tl.r_start))
+                if tl.r_name[r] in launch_names and tl.r_thread[r] in threads
+                and tl.r_end[r] - tl.r_start[r] >= SLOW_LAUNCH_US]
         matched = sum(1 for x in tl.launch if x == x)
         time_breakdown, facts = breakdown(tl, self.cls, self.catalog, self.roof, in_w, classes, source, window, steps,
                                           sorted(used), graph_launches, self.torch_types)
         facts["_launch_gap_us"] = launch_gap
+        facts["_slow_launch"] = slow_launches(slow)
         time_breakdown.host_during_idle, facts["idle_host_ops"] = self._host_during_idle(host_w, threads)
         time_breakdown.idle = idle_shares(idle)
         return TimelineAnalysis(
@@ -189,7 +205,7 @@ class _Analyzer:
             facts=facts)
 
     def _device(self, idx: list[int], classes: list[str], cov_w: Cover, cov_l: Cover, cov_s: Cover, cov_h: Cover,
-                sync_point: Cover, launch_gap: float) -> DeviceIdle:
+                sync_point: Cover, launch_gap: float, cov_k: Cover) -> DeviceIdle:
         """One device: busy time in the windows, and each idle gap split (see the module docstring). One pass over
         the activities sorted by start: a gap is the stretch before an activity that starts after everything so far
         has ended, and that activity is the one whose launch decides the gap."""
@@ -213,7 +229,7 @@ class _Analyzer:
                     prev = me
             if s > prev:
                 split_gap(acc, prev, s, launch[i], True, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap,
-                          self.host_gaps)
+                          self.host_gaps, cov_k)
             ms, me = s, e
         if me == me:
             acc.busy += cov_w.between(ms, me)
@@ -223,7 +239,7 @@ class _Analyzer:
             return acc
         if prev < w_hi:
             split_gap(acc, prev, w_hi, _NAN, False, short, cov_w, cov_l, cov_s, cov_h, sync_point, launch_gap,
-                      self.host_gaps)
+                      self.host_gaps, cov_k)
         # host-to-device copies and exposed communication on this device
         h2d = union_columns(g_start, g_end, (i for i in idx if tl.g_flag[i] & H2D))
         acc.h2d = Cover(intersect_all(h2d, self.windows)).total

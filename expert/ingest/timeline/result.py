@@ -10,9 +10,46 @@ from typing import TYPE_CHECKING, Any
 from ...breakdown import TimeBreakdown
 from ...kb.knowledge import KnowledgeBase
 from .._kb import default_kb
+from .classes import api_name
 
 if TYPE_CHECKING:
     from .._result import FileResult
+
+
+def _operators(fmt: str) -> str:
+    """What an operator is in a trace of format `fmt`, in words."""
+    return ("operator NVTX range (emit_nvtx's aten::mm, or another namespace::op)" if fmt == "nsys" else
+            "operator (a cpu_op event)")
+
+
+SLOW_LAUNCH_US = 1000.0
+"""A launch call this long (20x the 50 us a launch gap may take, kernels.yaml analysis.launch_gap_max_us) is not the
+per-launch cost CUDA graphs or fusion remove: the driver loads the kernel's module on its first launch (CUDA lazy
+loading, CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2; ROCm loads code objects the same way), which takes
+milliseconds. Its time is launch overhead all the same (the GPU waits on the launch), and the facts say so in a note."""
+
+
+def slow_launches(calls: list[tuple[str, float]]) -> tuple[int, str, float] | None:
+    """(how many, the longest one's name, its time inside the window) of the launch calls of SLOW_LAUNCH_US or more
+    given as (name, time inside the window); None when none of them reaches into the window."""
+    inside = [(t, name) for name, t in calls if t > 0]
+    if not inside:
+        return None
+    t, name = max(inside, key=lambda x: (x[0], x[1]))
+    return len(inside), name, t
+
+
+def slow_launch_note(found: tuple[int, str, float] | None, label: str) -> str | None:
+    """The note on launch calls of SLOW_LAUNCH_US or more inside the window (`slow_launches`)."""
+    if found is None:
+        return None
+    count, name, t = found
+    many = f"{count} launch calls of 1 ms or more, the longest {name}" if count > 1 else f"{name}"
+    return (f"{many} took {t / 1e3:.3g} ms inside {label}; where the GPU idled meanwhile it counts as launch "
+            "overhead. A launch call this long is usually a first launch loading the kernel's module (CUDA lazy "
+            "loading, ROCm code objects) or one waiting for room in a full launch queue, not a per-launch cost CUDA "
+            "graphs or fusion remove: profile after warm-up (or with CUDA_MODULE_LOADING=EAGER) to see the steady "
+            "state")
 
 
 @dataclass
@@ -86,7 +123,7 @@ class TimelineAnalysis:
         if spec is None:
             return
         copy = re.compile("|".join(f"(?:{p})" for p in spec.patterns))
-        copies = [e for e in self.breakdown.host_during_idle if copy.search(e.name)]
+        copies = [e for e in self.breakdown.host_during_idle if copy.search(api_name(e.name))]
         names, share = [e.name for e in copies], sum(e.share for e in copies)
         r.add("host_copy_frac", min(1.0, share), method="host-compute idle time credited to copy operators or calls "
               f"({', '.join(names) if names else 'none among the operators credited'})", **common)
@@ -147,14 +184,18 @@ class TimelineAnalysis:
                   launches_matched=round(self.launches_matched, 4), **common)
         split = ("idle gaps split by what the host was doing: DataLoader spans are input; a blocking call "
                  "(synchronize, free, synchronous copy) in progress when the GPU ran dry, or during the gap, is sync; "
-                 "a gap of at most {t:g} us before a kernel launched after the GPU went idle is launch overhead; a "
-                 "longer one is host compute where operators or launch-free python functions ran on the launching "
-                 "threads, and unattributed where nothing did")
+                 "a gap of at most {t:g} us before a kernel launched after the GPU went idle is launch overhead, and "
+                 "so is the time the launching threads spend inside launch calls (cudaLaunchKernel and friends) in a "
+                 "longer one; the rest of a longer gap is host compute where operators or launch-free python "
+                 "functions ran on the launching threads, and unattributed where nothing did")
         t = self.facts.get("_launch_gap_us", 50)
         method = split.format(t=t)
         for fact, key in (("launch_overhead_frac", "launch"), ("host_compute_frac", "host"),
                           ("host_sync_frac", "sync"), ("unattributed_idle_frac", "unattributed")):
             r.add(fact, min(1.0, max(0.0, idle[key])), method=method, gpu_wait=round(idle["gpu_wait"], 4), **common)
+        note = slow_launch_note(self.facts.get("_slow_launch"), label)
+        if note is not None:
+            r.notes.append(note)
         if self.facts.get("idle_host_ops"):
             r.add("idle_host_ops", self.facts["idle_host_ops"], method="the innermost operator or launch-free python "
                   "function around each stretch of host work inside the host-compute idle gaps, most idle time first",
@@ -200,9 +241,12 @@ class TimelineAnalysis:
             if self.facts.get("top_class_ops"):
                 r.add("top_kernel_class_ops", self.facts["top_class_ops"], method=f"operators launching most "
                       f"{top.class_} GPU time (runtime call by correlation id, then the operator that made it)", **why)
+            elif bd.top_ops:
+                r.missing("top_kernel_class_ops", f"none of the {top.class_} kernels was launched inside an operator "
+                          f"(their launch calls lie outside every {_operators(r.format)}; other classes' kernels have "
+                          "operators)")
             else:
-                r.missing("top_kernel_class_ops", "the kernels cannot be traced back to operators (no runtime calls "
-                          "or operators in the trace)")
+                r.missing("top_kernel_class_ops", self._no_operators(r.format))
         if bd.memory_bound_share is not None:
             fused = (" and compiler-fused pointwise and reduction kernels" if self.facts.get("_fused_memory_bound_us")
                      else "")
@@ -220,5 +264,18 @@ class TimelineAnalysis:
                           "hardware and dtype")
         else:
             for fact in ("top_op", "top_op_frac", "top_op_pct_of_roof"):
-                r.missing(fact, "the kernels cannot be traced back to operators (no runtime calls or operators)")
+                r.missing(fact, self._no_operators(r.format))
+
+    def _no_operators(self, fmt: str) -> str:
+        """Why no kernel of the window could be traced back to the operator that launched it."""
+        if not self.has_runtime:
+            return ("the kernels cannot be traced back to operators: the trace has no runtime calls (the launch calls "
+                    "that tie a kernel to its operator)")
+        if self.launches_matched == 0:
+            return ("the kernels cannot be traced back to operators: no kernel matches a runtime call by correlation "
+                    "id")
+        how = ("record it under torch.autograd.profiler.emit_nvtx()" if fmt == "nsys" else
+               "record CPU activity too: activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+        return (f"the kernels cannot be traced back to operators: no launch call lies inside an {_operators(fmt)} "
+                f"({how})")
 
