@@ -73,7 +73,7 @@ def test_rich_terminal_by_default(pair: tuple[str, str], capsys: pytest.CaptureF
     assert "more_dataloader_workers (matches)" in out and "data_starved" in out
 
 
-@pytest.mark.parametrize("columns", [80, 130])
+@pytest.mark.parametrize("columns", [60, 80, 130])
 def test_fact_names_and_changes_stay_whole_at_any_width(columns: int, pair: tuple[str, str], tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,3 +173,57 @@ def test_kernel_names_with_markup_are_printed_as_text(tmp_path: Path, capsys: py
     assert cli.main(["compare", str(before), str(after)]) == 0
     out = capsys.readouterr().out
     assert "Top kernels" in out and "k[/b] [red]x" in out
+
+
+def test_a_speed_up_beyond_the_bound_reads_the_same_in_every_format(pair: tuple[str, str],
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """JSON said within_bound false ("beyond the bound") while the terminal and Markdown said "(225% of it)"."""
+    after = yaml.safe_load(Path(pair[1]).read_text())
+    after["observations"].update({"data_wait_s": "1 ms", "step_time_s": "120 ms"})  # 2.5×, bound 1.67×
+    Path(pair[1]).write_text(yaml.safe_dump(after), encoding="utf-8")
+    assert cli.main(["compare", *pair, "--format", "json"]) == 0
+    workers = next(p for p in json.loads(capsys.readouterr().out)["predictions"]
+                   if p["id"] == "more_dataloader_workers")
+    assert workers["within_bound"] is False and "beyond the bound" in workers["text"]
+    assert cli.main(["compare", *pair, "--format", "markdown"]) == 0
+    assert "| `more_dataloader_workers` | **matches** | ≤ 1.67× | 2.50× (beyond the bound) |" in capsys.readouterr().out
+    monkeypatch.setenv("COLUMNS", "140")
+    assert cli.main(["compare", *pair]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "more_dataloader_workers" in line)
+    assert row.rstrip().endswith("≤ 1.67×   2.50× (beyond the bound)") and "of it" not in row
+
+
+def test_rich_output_goes_to_the_file_as_plain_text(pair: tuple[str, str], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`--output` with the default rich format printed to stdout and wrote no file; it writes plain text (no colour
+    codes), as `dam diagnose --output` does."""
+    out = tmp_path / "cmp.txt"
+    assert cli.main(["compare", *pair, "--output", str(out), "--fail-if", "verdict changed"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "dam compare: gate failed: verdict changed" in captured.err
+    text = out.read_text(encoding="utf-8")
+    assert "dam compare: before → after" in text and "more_dataloader_workers (matches)" in text
+    assert "✗ verdict changed: verdict input →" in text
+    assert "\x1b" not in text and max(len(line) for line in text.splitlines()) <= 100
+    diagnosed = tmp_path / "diagnosis.txt"
+    assert cli.main(["diagnose", pair[0], "--output", str(diagnosed)]) == 0
+    assert capsys.readouterr().out == "" and "\x1b" not in diagnosed.read_text(encoding="utf-8")
+
+
+def test_the_gate_shows_every_condition_with_its_outcome(pair: tuple[str, str], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """With three conditions and two failing, only the two ✗ lines appeared: the passing one is shown with ✓."""
+    conditions = ["--fail-if", "step_time_s > +5%", "--fail-if", "verdict changed", "--fail-if", "speedup < 2"]
+    monkeypatch.setenv("COLUMNS", "120")
+    assert cli.main(["compare", *pair, *conditions]) == 1
+    lines = [line.strip(" │") for line in capsys.readouterr().out.splitlines()]
+    gate = lines[lines.index("failed (2 of 3 conditions)"):][:4]
+    assert gate[1] == "✓ step_time_s > +5%: does not hold"
+    assert gate[2].startswith("✗ verdict changed: verdict input →") and gate[3] == "✗ speedup < 2: speedup 1.25×"
+    comment = tmp_path / "comment.md"
+    assert cli.main(["compare", *pair, *conditions, "--format", "markdown", "--output", str(comment)]) == 1
+    text = comment.read_text(encoding="utf-8")
+    assert "**Gate: failed** (2 of 3 conditions)\n\n- ✅ `step_time_s > +5%`: does not hold\n" in text
+    assert "- ❌ `verdict changed`: verdict input →" in text and "- ❌ `speedup < 2`: speedup 1.25×\n" in text

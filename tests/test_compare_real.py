@@ -100,3 +100,58 @@ def test_nsys_before_after() -> None:
     assert c.before.kind == c.after.kind == "trace"
     assert any(f.before is not None and f.after is not None for f in c.facts)
     assert Comparison.model_validate_json(c.to_json()) == c
+
+
+def _terminal(c: Comparison, columns: int) -> list[str]:
+    import io
+
+    from expert.compare.render import print_comparison
+    from expert.report.render.console import SafeConsole
+
+    out = io.StringIO()
+    print_comparison(c, SafeConsole(file=out, width=columns, color_system=None), expert.default_expert().kb)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("columns", [60, 80, 140])
+def test_resnet50_predictions_read_as_the_json_says(resnet: Comparison, columns: int) -> None:
+    """cuda_streams_overlap (bound 1.01×, measured 1.26×: within_bound false) showed "1.26× (2354% of it)" in the
+    terminal and Markdown: each prediction beyond its bound says "beyond the bound", and only the ones within show
+    their share of the predicted gain."""
+    from expert.compare.render import markdown
+
+    assert resnet.predictions
+    text = "\n".join(_terminal(resnet, columns))
+    rows = markdown(resnet, expert.default_expert().kb).splitlines()
+    section = text.split("Did the change do what the before report predicted?", 1)[1]
+    for p in resnet.predictions:
+        cell = section.split(p.id, 1)[1].split("\n\n")[0]  # the prediction's row, up to the next one
+        later = [q.id for q in resnet.predictions if q.id != p.id and q.id in cell]
+        cell = cell.split(later[0], 1)[0] if later else cell
+        row = next(r for r in rows if r.startswith(f"| `{p.id}` |"))
+        if p.within_bound is False:
+            assert "beyond the bound" in cell and "of it" not in cell, (p.id, cell)
+            assert "(beyond the bound)" in row and "of it" not in row, row
+        else:
+            assert "beyond the bound" not in cell and "beyond the bound" not in row
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_resnet50_numbers_stay_whole_in_a_narrow_terminal(resnet: Comparison, columns: int) -> None:
+    """At 60 columns the GPU-time Δ of a kernel class showed as "-3.688e…" and the facts table lost its change
+    column: every number of the facts, the kernel classes, top kernels and top operators is printed whole."""
+    import re
+
+    from expert.compare.render import _change, _num, _signed
+
+    lines = _terminal(resnet, columns)
+    assert max(len(line) for line in lines) <= columns
+    text = "\n".join(lines)
+    delta = resnet.breakdown_delta
+    assert delta.classes and delta.top_kernels
+    shown = {_change(f) for f in resnet.facts if f.significant and not f.derived and f.change is not None}
+    for row in [*delta.classes, *delta.top_kernels[:10], *delta.top_ops[:10]]:
+        shown |= {t for t in (_num(row.before_s), _num(row.after_s), _signed(row.delta_s)) if t != "—"}
+    missing = sorted(n for n in shown if not re.search(rf"(?<![\w.+-]){re.escape(n)}(?![\w.])", text))
+    assert not missing, missing
+    assert not re.search(r"[\d.%×]…", text)

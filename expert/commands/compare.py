@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from typing import Any
 
@@ -41,6 +42,9 @@ exit codes: 0 compared (gate passed or none given), 1 a --fail-if condition held
 """
 
 
+_FILE_COLUMNS = 100  # the width of the rich view written to --output (dam diagnose writes its report as wide)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("compare", help="before against after: what moved, the verdicts, and a regression gate",
                        description="Compare two runs (before and after a change): the facts that moved beyond their "
@@ -58,7 +62,8 @@ def register(sub: Any) -> None:
                    help="fail (exit 1) when the condition holds, e.g. 'step_time_s > +5%%' (repeatable; see below)")
     p.add_argument("--format", choices=["rich", "json", "markdown"], default="rich",
                    help="output: rich (terminal), json (the Comparison, for tools), markdown (a pull-request comment)")
-    p.add_argument("--output", metavar="FILE", help="write json/markdown output to FILE instead of stdout")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the output to FILE instead of stdout (rich: as plain text, 100 columns wide)")
     p.add_argument("--engine", choices=["auto", "durable", "pure"], default="auto",
                    help="rule engine (auto: durable-rules where it loads)")
     p.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
@@ -119,7 +124,12 @@ def run(args: argparse.Namespace) -> int:
         from ..compare.render import print_comparison
         from ..report.render.console import SafeConsole as Console
 
-        print_comparison(comparison, Console(), expert.kb)
+        if args.output is None:
+            print_comparison(comparison, Console(), expert.kb)
+        else:  # as `dam diagnose --output` does: plain text, no colour codes, for a file read later
+            console = Console(record=True, file=io.StringIO(), width=_FILE_COLUMNS)
+            print_comparison(comparison, console, expert.kb)
+            _write(console.export_text(), args.output)
     if not comparison.gate.passed:
         for reason in comparison.gate.failed:
             print(f"dam compare: gate failed: {reason}", file=sys.stderr)
