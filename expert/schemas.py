@@ -56,7 +56,10 @@ def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
     """What an observation of one fact may look like (values are normalised by the library, so this is lenient)."""
     described = f"{spec.description} Accepts {spec.range_text()}."
     if spec.type == "enum":
-        return {"description": described, "enum": [*(spec.choices or []), "unknown"]}
+        choices: list[object] = [*(spec.choices or []), "unknown"]
+        if set(spec.choices or []) == {"yes", "no"}:  # YAML reads a bare yes/no as a boolean, which `convert` takes
+            choices += [True, False]
+        return {"description": described, "enum": choices}
     if spec.type == "hardware":
         return {"description": described, "type": "string", "examples": sorted(kb.hardware)}
     if spec.type == "text":
@@ -68,9 +71,23 @@ def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
             **({"examples": [spec.example]} if spec.example else {})}
 
 
-def _facts_object(kb: KnowledgeBase) -> JsonSchema:
-    """A mapping of observable fact -> value (derived facts cannot be given)."""
-    props = {name: _fact_value(spec, kb) for name, spec in sorted(kb.facts.items()) if spec.askable}
+def _with_provenance(value: JsonSchema) -> JsonSchema:
+    """A fact's value given bare or as `{value, source, detail}`, the form `dam ingest` writes (both are read by
+    expert/observations/normalise.py: `_raw_items` and `_entry`)."""
+    bare = {k: v for k, v in value.items() if k != "description"}
+    entry = {"type": "object", "required": ["value"], "additionalProperties": False, "properties": {
+        "value": bare,
+        "source": {"type": "string", "description": "where the value came from (default: user)"},
+        "detail": {"type": "object", "description": "how it was measured (method, window, file, ...); string and "
+                                                    "number entries are kept in the report, others are dropped"}}}
+    return {"description": value["description"], "anyOf": [bare, entry]}
+
+
+def _facts_object(kb: KnowledgeBase, provenance: bool = False) -> JsonSchema:
+    """A mapping of observable fact -> value (derived facts cannot be given); with `provenance`, each value may also
+    be given as `{value, source, detail}`."""
+    props = {name: _with_provenance(_fact_value(spec, kb)) if provenance else _fact_value(spec, kb)
+             for name, spec in sorted(kb.facts.items()) if spec.askable}
     return {"type": "object", "properties": props, "additionalProperties": False}
 
 
@@ -102,7 +119,7 @@ def _refine_tests(schema: JsonSchema, kb: KnowledgeBase) -> None:
 
 
 def _refine_observations(schema: JsonSchema, kb: KnowledgeBase) -> None:
-    facts = _facts_object(kb)
+    facts = _facts_object(kb, provenance=True)
     schema["properties"]["observations"] = facts
     structured = {key: schema.pop(key) for key in ("properties", "required", "additionalProperties", "type")
                   if key in schema}

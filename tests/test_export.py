@@ -17,7 +17,7 @@ from expert import Expert, Report
 from expert._resources import data_dir, examples_dir
 from expert.observations.file import read_observation_file
 from expert.report.render import FORMATS, export, load, write
-from expert.report.render.graph import load_json
+from expert.report.render.graph import load_json, node_kind
 from expert.report.render.svg import roofline
 from expert.rules.testing import load_rule_tests
 
@@ -62,14 +62,14 @@ def test_dot_parses_back(name: str) -> None:
     assert set(parsed.nodes) == {n.id for n in r.graph.nodes}
     assert {(u, v, d["relation"].strip('"')) for u, v, d in parsed.edges(data=True)} == {
         (e.source, e.target, e.relation) for e in r.graph.edges}
-    assert {n: parsed.nodes[n]["kind"].strip('"') for n in parsed.nodes} == {n.id: n.kind for n in r.graph.nodes}
+    assert {n: parsed.nodes[n]["kind"].strip('"') for n in parsed.nodes} == {n.id: node_kind(n) for n in r.graph.nodes}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_graphml_and_mermaid(name: str) -> None:
     r = report(name)
     node_ids = {n.id for n in r.graph.nodes}
-    kinds = {n.id: n.kind for n in r.graph.nodes}
+    kinds = {n.id: node_kind(n) for n in r.graph.nodes}
     graphml = nx.parse_graphml(export(r, "graphml"))
     assert set(graphml.nodes) == node_ids and graphml.number_of_edges() == len(r.graph.edges)
     assert {n: graphml.nodes[n]["kind"] for n in graphml.nodes} == kinds
@@ -211,6 +211,34 @@ def test_roofline_places_the_workload() -> None:
     assert roofline(EXPERT.diagnose({"hardware": "l40s", "gpu_util": 0.6})) is None  # no dtype: no peak
 
 
+APPLIED = {"hardware": "h100-sxm", "workload": "training", "gpu_util": "60%", "uses_cuda_graphs": "yes",
+           "applied_optimizations": "cuda_graphs"}
+
+
+def test_an_applied_optimization_is_its_own_kind_in_every_export() -> None:
+    """A job that already replays CUDA graphs: the report lists cuda_graphs both as wasted (trace-graphs-in-use: more
+    of it would not help) and as already applied; every export shows the applied one as kind "applied", labelled
+    "already applied", beside (not as a copy of) the wasted one."""
+    pydot = pytest.importorskip("pydot", reason="pydot is in the test extra: pip install -e '.[test]'")
+    r = EXPERT.diagnose(APPLIED)
+    assert [w.id for w in r.wasted if w.id == "cuda_graphs"] == [a.id for a in r.applied] == ["cuda_graphs"]
+    (dot,) = pydot.graph_from_dot_data(export(r, "dot"))
+    node = dot.get_node('"applied:cuda_graphs"')[0]
+    assert node.get("kind").strip('"') == "applied"
+    assert node.get("label").strip('"') == "already applied: CUDA Graphs"
+    assert dot.get_node('"wasted:cuda_graphs"')[0].get("label").strip('"') == "wasted: CUDA Graphs"
+    graphml = nx.parse_graphml(export(r, "graphml"))
+    assert graphml.nodes["applied:cuda_graphs"]["kind"] == "applied"
+    assert graphml.nodes["wasted:cuda_graphs"]["kind"] == "wasted"
+    mermaid = export(r, "mermaid")
+    assert mermaid.count('"wasted: CUDA Graphs"') == 1
+    assert '[\\"already applied: CUDA Graphs"/]:::applied' in mermaid
+    assert "classDef applied " in mermaid
+    linked = {n["id"]: n["kind"] for n in json.loads(export(r, "json"))["graph"]["nodes"]}
+    assert linked["applied:cuda_graphs"] == "applied" and linked["wasted:cuda_graphs"] == "wasted"
+    assert 'data-id="applied:cuda_graphs" data-kind="applied"' in export(r, "html")
+
+
 def test_every_format_exports_text() -> None:
     r = EXPERT.diagnose(GEMM)
     for fmt in FORMATS:
@@ -252,6 +280,13 @@ def test_cli_explain(capsys: pytest.CaptureFixture[str], saved: Path) -> None:
     assert code == 0 and "verdict: input -> undecided" in out and "num_workers: 0 -> 8" in out
     code, out, _ = dam(capsys, "explain", str(saved), "--counterfactuals", "--engine", "pure")
     assert code == 0 and "data_wait_s" in out
+    # a known regime, optimization or fact that this report did not conclude or observe is a question (exit 0)
+    code, out, _ = dam(capsys, "explain", str(saved), "--why-not", "pruning")
+    assert code == 0 and "pruning is not recommended" in out
+    code, out, _ = dam(capsys, "explain", str(saved), "--why-not", "coordination")
+    assert code == 0 and "coordination" in out
+    code, out, _ = dam(capsys, "explain", str(saved), "--how", "num_nodes")
+    assert code == 0 and "num_nodes: unknown. It was not observed" in out
     code, out, _ = dam(capsys, "explain", "--example", "llm_decode_batch1", "--why", "verdict")
     assert code == 0 and ("the verdict is" in out or "there is no verdict" in out)
 
@@ -303,6 +338,12 @@ def test_cli_plot_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     (("explain", "{saved}", "--what-if", "gpu_util=250"), "gpu_util"),
     (("explain", "{saved}", "--what-if", "ridge_point=10"), "is derived"),
     (("explain",), "no report given"),
+    # a name that is nothing at all: exit 2 with the closest names, for --why, --why-not and --how alike
+    (("explain", "{saved}", "--how", "gpu_utl"), "no fact is called 'gpu_utl' (did you mean gpu_util"),
+    (("explain", "{saved}", "--why-not", "nonsense"), "no bottleneck, finding, optimization or rule is called"),
+    (("explain", "{saved}", "--why-not", "data_strved"), "did you mean data_starved?"),
+    (("explain", "{saved}", "--why-not", "gpu_util"), "dam explain REPORT --how gpu_util"),
+    (("explain", "{saved}", "--why", "data_strved"), "did you mean data_starved"),
     (("plot", "roofline", "--example", "large_gemm", "--output", "{tmp}/x.gif"), "unknown image type"),
     (("plot", "roofline", "--set", "gpu_util=0.5", "--output", "{tmp}/x.svg"), "peak FLOP/s"),
     (("plot", "roofline", "--output", "{tmp}/x.svg"), "nothing to plot"),

@@ -210,6 +210,11 @@ def test_lint_explain_and_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and len(out.splitlines()) == len(LINTS)
     rc, _, err = dam(capsys, "rules", "lint", "--explain", "DAM999")
     assert rc == 2 and "no such lint" in err
+    # an unknown lint id is not a knowledge base that cannot be loaded: say so, suggest and list the ids
+    assert "unknown lint id" in err and "cannot be loaded" not in err
+    assert "did you mean DAM109" in err and all(lint.id in err for lint in LINTS)
+    rc, out, _ = dam(capsys, "rules", "lint", "--explain", "dam106")
+    assert rc == 0 and out.startswith("## DAM106 ")
 
 
 @pytest.mark.parametrize("broken", ERROR_FIXTURES, ids=[d.name for d in ERROR_FIXTURES])

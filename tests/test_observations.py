@@ -52,6 +52,35 @@ def test_values_are_parsed_to_canonical_units(name: str, raw: Any, value: Any) -
     assert _one(name, raw) == pytest.approx(value)
 
 
+@pytest.mark.parametrize(("name", "raw", "value"), [
+    # counts: a lowercase magnitude is how model sizes are written ("a 7b model", pythia-70m); a count has no milli
+    ("model_params", "7b", 7e9),
+    ("model_params", "7 b", 7e9),
+    ("model_params", "70m", 7e7),
+    ("model_params", "1.5k", 1.5e3),
+    ("active_params", "13b", 1.3e10),
+    ("tokens_per_step", "2m", 2e6),
+    # other units keep taking any case, and an all-lowercase bytes unit keeps meaning bytes
+    ("bytes_moved", "40 gb", 4e10),
+    ("step_time_s", "12 MS", 0.012),
+    ("achieved_bandwidth", "3.35 tb/s", 3350.0),
+])
+def test_unit_case_is_read_where_it_is_unambiguous(name: str, raw: Any, value: Any) -> None:
+    assert _one(name, raw) == pytest.approx(value)
+
+
+@pytest.mark.parametrize(("name", "raw", "text"), [
+    ("interconnect_bandwidth", "400 Gb/s", "'Gb/s' reads as bits"),  # a 400 Gb/s link moves 50 GB/s, not 400
+    ("bytes_moved", "8 Gib", "write GiB"),
+    ("bytes_moved", "1 Mb", "write MB"),
+    ("model_params", "7 bn", "unknown unit 'bn'"),
+])
+def test_a_unit_of_bits_is_not_read_as_bytes(name: str, raw: str, text: str) -> None:
+    with pytest.raises(ObservationError) as info:
+        EXPERT.observations({name: raw})
+    assert info.value.problems[0].where == name and text in str(info.value.problems[0])
+
+
 @pytest.mark.parametrize("percent", range(101))
 def test_percentages_convert_exactly(percent: int) -> None:
     # "95%" is the double nearest 0.95, never 95 * 0.01 = 0.9500000000000001 (which reads as "above 95 %")

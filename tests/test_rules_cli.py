@@ -139,6 +139,18 @@ def test_docs_write_and_check(capsys: pytest.CaptureFixture[str], tmp_path: Path
     target.write_text(text.replace("Batch size 1", "Batch size one"), encoding="utf-8")
     rc, _, err = dam(capsys, "rules", "docs", "--output", str(target), "--check")
     assert rc == 1 and "stale" in err
+    # the command it suggests regenerates the file that was checked, with the options it was made with
+    assert f"regenerate it with `dam rules docs --output {target}`" in err and "docs/rules.md" not in err
+
+
+def test_docs_check_names_the_rules_dirs_it_was_given(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "team rules.md"
+    assert dam(capsys, "rules", "docs", "--output", str(target), "--rules-dir", str(TEAM))[0] == 0
+    assert dam(capsys, "rules", "docs", "--output", str(target), "--rules-dir", str(TEAM), "--check")[0] == 0
+    target.write_text(target.read_text(encoding="utf-8") + "x\n", encoding="utf-8")
+    rc, _, err = dam(capsys, "rules", "docs", "--output", str(target), "--rules-dir", str(TEAM), "--check")
+    assert rc == 1
+    assert f"`dam rules docs --output '{target}' --rules-dir {TEAM}`" in err
 
 
 def test_committed_rule_docs_are_current(capsys: pytest.CaptureFixture[str]) -> None:

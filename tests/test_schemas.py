@@ -10,6 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from conftest import SHARED  # ../shared (or $DAM_SHARED)
 
 import expert
 from expert._resources import data_dir
@@ -72,6 +73,55 @@ def test_flat_observations_validate_and_unknown_facts_do_not() -> None:
     assert errors("observations", {"gpu_util": "62%", "hardware": "h100-sxm"}) == []
     assert errors("observations", {"gpu_utilization": 0.62})
     assert errors("observations", {"observations": {"io_overhead": 0.2}})  # derived: cannot be given
+
+
+TELEMETRY = ROOT / "tests" / "fixtures" / "telemetry"
+REAL_TRACES = SHARED / "traces"
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_ingest_written_files_validate_as_observation_files(form: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`dam ingest --as yaml|json` writes each fact as {value, source, detail} (and time_breakdown): the schema of the
+    file `dam diagnose FILE` reads accepts it, and `dam diagnose` reads it."""
+    from expert import commands as cli
+
+    out = tmp_path / f"run.{form}"
+    inputs = [str(TELEMETRY / "kineto_two_steps.json"), str(TELEMETRY / "dcgmi_dmon.txt")]
+    assert cli.main(["ingest", *inputs, "--as", form, "--output", str(out)]) == 0
+    data = json.loads(out.read_text(encoding="utf-8")) if form == "json" else load(out)  # YAML 1.1 reads 5e-05 as text
+    assert data["observations"]["gpu_util"]["source"] == "kineto:kineto_two_steps.json"
+    assert errors("observations", data) == []
+    assert cli.main(["diagnose", str(out), "--format", "json"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(not REAL_TRACES.is_dir(), reason="the real traces are in ../shared/traces")
+@pytest.mark.parametrize("trace", ["kineto-resnet50/resnet50_num_workers_4.pt.trace.json.gz",
+                                   "nsys/mfu_2gpu_before.sqlite"])
+def test_real_ingested_traces_validate(trace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from expert import commands as cli
+
+    out = tmp_path / "real.yaml"
+    assert cli.main(["ingest", str(REAL_TRACES / trace), "--as", "yaml", "--output", str(out)]) == 0
+    capsys.readouterr()
+    assert errors("observations", load(out)) == []
+
+
+def test_observation_entries_are_value_source_detail() -> None:
+    entry = {"value": "62%", "source": "nvidia-smi", "detail": {"samples": 6, "method": "mean"}}
+    assert errors("observations", {"observations": {"gpu_util": entry}}) == []
+    assert errors("observations", {"gpu_util": {"value": 0.62}}) == []
+    assert errors("observations", {"observations": {"gpu_util": {"source": "x"}}})  # no value
+    assert errors("observations", {"observations": {"gpu_util": {"value": 0.62, "sorce": "x"}}})  # a typo
+    assert errors("observations", {"observations": {"gpu_util": {"value": True}}})  # not a number
+    # a bare YAML yes/no is read as a boolean, which a yes/no fact takes
+    assert errors("observations", load_text("uses_cuda_graphs: yes\noptimizer_offload: no\n")) == []
+    assert errors("observations", {"dtype": True})  # not a yes/no fact
+
+
+def load_text(text: str) -> Any:
+    return yaml.safe_load(text)
 
 
 def test_report_validates() -> None:

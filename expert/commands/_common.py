@@ -22,6 +22,26 @@ def example_path(name: str) -> Path:
                            title="unknown example")
 
 
+def observation_path(given: str, command: str) -> Path:
+    """The path of an observation file (or, for explain, a report) named on the command line. "-" (standard input) is
+    refused with a clear message: those files are read by path (facts can still be given with --set, and traces or
+    telemetry piped with `--from -`)."""
+    from ..errors import ObservationError, Problem
+
+    if given == "-":
+        if command == "explain":
+            problem = ("reading a report from standard input is not supported",
+                       "save it to a file (dam diagnose ... --format json --output report.json) and run `dam explain "
+                       "report.json` (a file named - is ./-)")
+        else:
+            problem = ("reading observations from standard input is not supported",
+                       f"save them to a file and run `dam {command} FILE` (a file named - is ./-), give facts with "
+                       "--set NAME=VALUE, or pipe a trace or telemetry through `dam diagnose --from -`")
+        title = "cannot read the report" if command == "explain" else "cannot read the observation file"
+        raise ObservationError([Problem("-", *problem)], title=title)
+    return Path(given)
+
+
 def parse_sets(pairs: list[str]) -> dict[str, str]:
     """--set NAME=VALUE pairs as a mapping; malformed pairs raise ObservationError."""
     from ..errors import ObservationError, Problem

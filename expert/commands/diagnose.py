@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..errors import ObservationError, Problem
-from ._common import add_hardware_file_option, example_path, make_expert, parse_sets, write_text
+from ._common import (
+    add_hardware_file_option,
+    example_path,
+    make_expert,
+    observation_path,
+    parse_sets,
+    write_text,
+)
 
 EPILOG = """\
 examples:
@@ -69,7 +75,8 @@ def gather(args: argparse.Namespace, origins: dict[str, str] | None = None) -> t
         args.ranks = list(result.observations.ranks)
         description = "Diagnosed from " + ", ".join(f"{f.name} ({f.format})" for f in result.files)
         args.time_breakdown = result.time_breakdown  # where the GPU time goes, for the report
-    path = example_path(args.example) if args.example else (Path(args.file) if args.file else None)
+    path = example_path(args.example) if args.example else (observation_path(args.file, "diagnose") if args.file
+                                                              else None)
     if path is not None:
         obs_file = read_observation_file(path, parse_yaml=bundled_yaml) if args.example else read_observation_file(path)
         raw.update(obs_file.observations)

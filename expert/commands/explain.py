@@ -57,12 +57,12 @@ def load_report(path: str | None, example: str | None, rules_args: argparse.Name
     from ..errors import ObservationError, Problem
     from ..observations.file import read_observation_file
     from ..report.render import load
-    from ._common import example_path, make_expert
+    from ._common import example_path, make_expert, observation_path
 
     if example:
         source = example_path(example)
     elif path:
-        source = Path(path)
+        source = observation_path(path, "explain")
     else:
         raise ObservationError([Problem("REPORT", "no report given",
                                         "give a saved report (dam diagnose ... --format json --output report.json) "
@@ -100,6 +100,56 @@ def _write(text: str, output: str | None) -> None:
     write_text(output, text)
 
 
+def _did_you_mean(ident: str, names: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(ident, sorted(names), n=3, cutoff=0.6)
+    return f"did you mean {', '.join(close)}? " if close else ""
+
+
+def _nothing_to_explain(option: str, ident: str, problem: str, hint: str) -> Exception:
+    from ..errors import ObservationError, Problem
+
+    return ObservationError([Problem(f"{option} {ident}", problem, hint)], title="nothing to explain")
+
+
+def _facts(report: Any, kb: Any) -> set[str]:
+    from ..derive.registry import DERIVATIONS
+
+    return set(kb.facts) | set(report.observations) | set(report.derived) | {d.output for d in DERIVATIONS}
+
+
+def _check_fact(report: Any, name: str, kb: Any) -> None:
+    """--how NAME for a fact the report does not know: a fact of the vocabulary that was not observed is a question
+    with an answer (exit 0); a name that is no fact at all is an error (exit 2), with the closest fact names."""
+    facts = _facts(report, kb)
+    if name in facts:
+        return
+    raise _nothing_to_explain("--how", name, f"no fact is called {name!r}",
+                              f"{_did_you_mean(name, facts)}the facts are listed in knowledge_base/facts.yaml; a "
+                              "conclusion is explained by --why ID")
+
+
+def _check_why_not(report: Any, ident: str, kb: Any) -> None:
+    """--why-not ID that no rule or regime table of the report can conclude: a regime or optimization of the
+    knowledge base is still a question with an answer (exit 0); a fact, or a name that is nothing at all, is an
+    error (exit 2), with the closest names that --why-not can ask about."""
+    regimes, optimizations = set(kb.regimes.regimes), set(kb.optimizations)
+    if ident in regimes or ident in optimizations:
+        return
+    if ident in _facts(report, kb):
+        raise _nothing_to_explain("--why-not", ident, f"{ident!r} is a fact, not a conclusion",
+                                  f"how it was observed or derived: dam explain REPORT --how {ident}")
+    rules = {e.rule_id for e in report.evaluations}
+    findings = {e.concludes.finding for e in report.evaluations if e.concludes.finding}
+    findings |= {f.id for f in report.findings}
+    targets = regimes | optimizations | rules | findings
+    raise _nothing_to_explain(
+        "--why-not", ident, f"no bottleneck, finding, optimization or rule is called {ident!r}",
+        f"{_did_you_mean(ident, targets)}ask about a bottleneck ({', '.join(sorted(regimes))}), a finding or rule id "
+        "(dam rules list) or an optimization id (knowledge_base/optimizations.yaml)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..report.render import export
     from ._common import make_expert, parse_sets
@@ -111,8 +161,12 @@ def run(args: argparse.Namespace) -> int:
     result: Any
     if args.why_not:
         result = report.why_not(args.why_not)
+        if result.kind == "unknown":
+            _check_why_not(report, args.why_not, make_expert(args).kb)
     elif args.how:
         result = report.how(args.how)
+        if result.kind == "unknown":
+            _check_fact(report, args.how, make_expert(args).kb)
     elif args.what_if:
         result = report.what_if(parse_sets(args.what_if), make_expert(args))
     elif args.counterfactuals:

@@ -179,10 +179,19 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_lint(args: argparse.Namespace) -> int:
-    from ..rules.lint import LINTS, lint_page, lint_paths
+    from ..rules.lint import LINTS, LINTS_BY_ID, lint_page, lint_paths
 
     if args.explain:
-        print(lint_page(args.explain))
+        if args.explain.strip().upper() not in LINTS_BY_ID:
+            from ..errors import KnowledgeBaseError, Problem
+            from ..rules.references import suggest
+
+            close = suggest(args.explain.strip().upper(), LINTS_BY_ID)
+            raise KnowledgeBaseError([Problem(f"--explain {args.explain}", "no such lint id",
+                                              f"{close + ' ' if close else ''}the lint ids: "
+                                              f"{', '.join(LINTS_BY_ID)} (dam rules lint --list)")],
+                                     title="unknown lint id")
+        print(lint_page(args.explain.strip()))
         return 0
     if args.list:
         for lint in LINTS:
@@ -329,8 +338,18 @@ def run_test(args: argparse.Namespace) -> int:
     return 1 if suite.failures else 0
 
 
+def _docs_command(args: argparse.Namespace) -> str:
+    """The `dam rules docs` command line that regenerates the file --check compared: its --output and --rules-dir."""
+    import shlex
+
+    words = ["dam", "rules", "docs", "--output", args.output]
+    for directory in args.rules_dir:
+        words += ["--rules-dir", directory]
+    return shlex.join(words)
+
+
 def run_docs(args: argparse.Namespace) -> int:
-    from ..rules.docs import GENERATED_BY, render_rules_docs
+    from ..rules.docs import render_rules_docs
 
     kb, ruleset, tests, dirs = _load(args.rules_dir)
     text = render_rules_docs(kb, ruleset, tests, dirs)
@@ -340,7 +359,7 @@ def run_docs(args: argparse.Namespace) -> int:
             return 2
         current = Path(args.output).read_text(encoding="utf-8") if Path(args.output).is_file() else None
         if current != text:
-            print(f"{args.output} is stale; regenerate it with `{GENERATED_BY}`", file=sys.stderr)
+            print(f"{args.output} is stale; regenerate it with `{_docs_command(args)}`", file=sys.stderr)
             return 1
         print(f"{args.output} is up to date")
         return 0

@@ -12,7 +12,7 @@ from typing import Any, Union
 from pydantic import ValidationError
 
 from .._yaml import load_yaml, validate
-from ..errors import KnowledgeBaseError, Problem
+from ..errors import KnowledgeBaseError, Problem, not_a_file
 from .catalogs import HardwareSpec, _Strict
 
 # what `Expert(extra_hardware=...)` accepts: a file, or entries as mappings or HardwareSpec
@@ -34,8 +34,13 @@ _SHAPES = ("a mapping with a `hardware:` list (like knowledge_base/hardware.yaml
 def load_hardware_file(path: str | Path) -> list[HardwareSpec]:
     """Read and validate a hardware file; every problem names the file, the entry and the field."""
     where = Path(path)
-    if not where.is_file():
-        raise KnowledgeBaseError([Problem(str(where), "no such file", f"give a YAML or JSON file holding {_SHAPES}")],
+    what = not_a_file(where)  # "no such file", "a directory", "a FIFO (named pipe)" (<(cat hw.yaml)), ...
+    if what is not None:
+        piped = any(kind in what for kind in ("FIFO", "device", "socket"))
+        raise KnowledgeBaseError([Problem(str(where), what if what == "no such file" else f"cannot read: {what}",
+                                          ("a pipe or process substitution is not read: save the entries to a file "
+                                           "and give its path" if piped else
+                                           f"give a YAML or JSON file holding {_SHAPES}"))],
                                  title="cannot read the hardware file")
     data = load_yaml(where)
     if isinstance(data, list):

@@ -171,12 +171,36 @@ def _unit_factor(unit: str, spec: FactSpec, kb: KnowledgeBase) -> float:
     if unit in table:
         factor = table[unit]
     else:
-        folded = {k.casefold(): v for k, v in table.items() if k}
-        if unit.casefold() not in folded or spec.dimension == "count":
+        # any case of a listed unit: "gb" is GB, "ms" is ms. For counts this is what people write for model sizes
+        # ("7b", "70m", "1.5k"): a count has no milli or bit, so a lowercase k/m/b/g/t can only be the magnitude.
+        # Only where the folded spellings agree: a table listing two units that differ only in case, with different
+        # factors, takes neither folded.
+        folded: dict[str, float] = {}
+        clashes: set[str] = set()
+        for name, value in table.items():
+            if name:
+                key = name.casefold()
+                if key in folded and folded[key] != value:
+                    clashes.add(key)
+                folded[key] = value
+        if unit.casefold() not in folded or unit.casefold() in clashes:
             raise ValueError(f"unknown unit {unit!r}; accepted: {', '.join(k for k in table if k) or 'none'}")
+        listed = next(name for name in table if name.casefold() == unit.casefold())
+        if spec.dimension != "count" and _bits_for_bytes(unit, listed):
+            raise ValueError(f"{unit!r} reads as bits (a lowercase b after an upper-case letter, as a 400 Gb/s "
+                             f"link is written); bytes are B: write {listed} (1 byte = 8 bits)")
         factor = folded[unit.casefold()]
     base = table.get(spec.unit or dim.base, 1.0)  # canonical unit may differ from the dimension's base
     return factor / base
+
+
+def _bits_for_bytes(given: str, listed: str) -> bool:
+    """True when `given` is a unit of bits where `listed` is the same unit of bytes: "Gb/s" for "GB/s", "Mb" for
+    "MB" (a lowercase b where the unit has B, in a unit that spells another letter upper-case, as networking writes
+    bits). An all-lowercase "gb" is left to mean the bytes it is usually typed for."""
+    if not any(c.isupper() for c in given):
+        return False
+    return any(g == "b" and u == "B" for g, u in zip(given, listed, strict=False))
 
 
 NO_OPTIMIZATIONS = "none"  # an `optimizations` fact's answer when the job uses none of them

@@ -21,6 +21,7 @@ KIND_STYLE: dict[str, tuple[str, str]] = {
     "bottleneck": ("#fee2e2", "#dc2626"),
     "recommendation": ("#dcfce7", "#16a34a"),
     "wasted": ("#f5f5f4", "#78716c"),
+    "applied": ("#ecfccb", "#4d7c0f"),
     "measurement": ("#ede9fe", "#7c3aed"),
 }
 RELATION_STYLE: dict[str, tuple[str, bool]] = {  # relation -> (colour, dashed)
@@ -32,6 +33,13 @@ RELATION_STYLE: dict[str, tuple[str, bool]] = {  # relation -> (colour, dashed)
 }
 
 
+def node_kind(node: GraphNode) -> str:
+    """The kind every export shows for a node: its graph kind, except that an optimization the job already applies
+    (an `applied:` node, from the fact applied_optimizations) is its own kind, "applied", not "wasted" (the report
+    graph may store it as "wasted"; an optimization that a rule also rules out keeps its own "wasted:" node)."""
+    return "applied" if node.id.startswith("applied:") else node.kind
+
+
 def node_label(report: Report, node: GraphNode) -> str:
     """A one-line label for a node: the value of a fact, the rule id and title, the conclusion's title."""
     bare = node.id.split(":", 1)[1] if ":" in node.id else node.id
@@ -41,6 +49,8 @@ def node_label(report: Report, node: GraphNode) -> str:
         return f"finding: {bare}"
     if node.kind == "bottleneck":
         return f"{node.label}" + (" (verdict)" if bare == report.bottleneck else "")
+    if node_kind(node) == "applied":
+        return f"already applied: {node.label}"
     if node.kind == "wasted":
         return f"wasted: {node.label}"
     return node.label
@@ -60,6 +70,7 @@ _MERMAID_SHAPE = {
     "bottleneck": ('[["', '"]]'),
     "recommendation": ('("', '")'),
     "wasted": ('>"', '"]'),
+    "applied": ('[\\"', '"/]'),
     "measurement": ('[("', '")]'),
 }
 # plain arrows feed evidence forward, thick ones conclude; only the dashed relations carry a label (less clutter)
@@ -81,8 +92,9 @@ def to_mermaid(report: Report) -> str:
     text = labels(report)
     lines = ["flowchart LR"]
     for n in report.graph.nodes:
-        left, right = _MERMAID_SHAPE[n.kind]
-        lines.append(f"  {ids[n.id]}{left}{_mermaid_text(text[n.id])}{right}:::{n.kind}")
+        kind = node_kind(n)
+        left, right = _MERMAID_SHAPE[kind]
+        lines.append(f"  {ids[n.id]}{left}{_mermaid_text(text[n.id])}{right}:::{kind}")
     for e in report.graph.edges:
         if e.source in ids and e.target in ids:
             lines.append(f"  {ids[e.source]} {_MERMAID_ARROW[e.relation]} {ids[e.target]}")
@@ -94,7 +106,8 @@ def to_mermaid(report: Report) -> str:
 # ---- Graphviz DOT -----------------------------------------------------------------------------------------------
 
 _DOT_SHAPE = {"observation": "ellipse", "derived": "parallelogram", "rule": "box", "finding": "hexagon",
-              "bottleneck": "doubleoctagon", "recommendation": "box", "wasted": "box", "measurement": "cylinder"}
+              "bottleneck": "doubleoctagon", "recommendation": "box", "wasted": "box", "applied": "note",
+              "measurement": "cylinder"}
 _DOT_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -114,8 +127,9 @@ def to_dot(report: Report) -> str:
              '  node [style="rounded,filled", fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=8];']
     for n in report.graph.nodes:
-        fill, stroke = KIND_STYLE[n.kind]
-        attrs = {"label": text[n.id], "kind": n.kind, "shape": _DOT_SHAPE[n.kind], "fillcolor": fill, "color": stroke}
+        kind = node_kind(n)
+        fill, stroke = KIND_STYLE[kind]
+        attrs = {"label": text[n.id], "kind": kind, "shape": _DOT_SHAPE[kind], "fillcolor": fill, "color": stroke}
         attrs.update({f"attr_{k}": v for k, v in _scalar_attrs(n.attrs).items()})
         body = ", ".join(f"{k}={_dot_quote(v)}" for k, v in attrs.items())
         lines.append(f"  {_dot_quote(n.id)} [{body}];")
@@ -147,7 +161,7 @@ def to_graphml(report: Report) -> str:
     text = labels(report)
     for n in report.graph.nodes:
         attrs = {k: _graphml_value(v) for k, v in n.attrs.items()}
-        attrs.update(kind=n.kind, label=text[n.id])
+        attrs.update(kind=node_kind(n), label=text[n.id])
         graph.add_node(n.id, **attrs)
     for e in report.graph.edges:
         graph.add_edge(e.source, e.target, relation=e.relation)
@@ -163,7 +177,7 @@ def node_link(report: Report) -> dict[str, Any]:
         "directed": True,
         "multigraph": False,
         "graph": {"verdict": report.bottleneck},
-        "nodes": [{"id": n.id, "kind": n.kind, "label": n.label, **n.attrs} for n in report.graph.nodes],
+        "nodes": [{"id": n.id, "kind": node_kind(n), "label": n.label, **n.attrs} for n in report.graph.nodes],
         "edges": [{"source": e.source, "target": e.target, "relation": e.relation} for e in report.graph.edges],
     }
 

@@ -12,7 +12,7 @@ from html import escape
 
 from ..model import Report
 from . import _parts as shared
-from .graph import KIND_STYLE, RELATION_STYLE, labels
+from .graph import KIND_STYLE, RELATION_STYLE, labels, node_kind
 
 _FONT = "font-family=\"Helvetica, Arial, sans-serif\""
 
@@ -38,7 +38,7 @@ _KIND_ORDER = list(KIND_STYLE)
 def layout(report: Report) -> dict[str, tuple[float, float]]:
     """Top-left corner of every node: longest-path layers left to right, barycentre ordering within a layer."""
     nodes = [n.id for n in report.graph.nodes]
-    kind = {n.id: n.kind for n in report.graph.nodes}
+    kind = {n.id: node_kind(n) for n in report.graph.nodes}
     preds: dict[str, list[str]] = {n: [] for n in nodes}
     succs: dict[str, list[str]] = {n: [] for n in nodes}
     for e in report.graph.edges:
@@ -131,13 +131,14 @@ def provenance_svg(report: Report, element_id: str = "provenance-graph") -> str:
     out.append('<g class="nodes">')
     for n in report.graph.nodes:
         nx_, ny = coords[n.id]
-        fill, stroke = KIND_STYLE[n.kind]
+        kind = node_kind(n)
+        fill, stroke = KIND_STYLE[kind]
         width_px = 2.5 if n.id == f"bottleneck:{report.bottleneck}" else 1.2
-        deco = ' text-decoration="line-through"' if n.kind == "wasted" else ""
-        out.append(f'<g class="node" data-id="{_e(n.id)}" data-kind="{n.kind}"><title>{_e(text[n.id])}</title>'
+        deco = ' text-decoration="line-through"' if kind == "wasted" else ""
+        out.append(f'<g class="node" data-id="{_e(n.id)}" data-kind="{kind}"><title>{_e(text[n.id])}</title>'
                    f'<rect x="{_num(nx_)}" y="{_num(ny)}" width="{NODE_W}" height="{NODE_H}" rx="8" fill="{fill}" '
                    f'stroke="{stroke}" stroke-width="{width_px}"/>'
-                   f'<text x="{_num(nx_ + 8)}" y="{_num(ny + 14)}" font-size="9" fill="{stroke}">{n.kind}</text>'
+                   f'<text x="{_num(nx_ + 8)}" y="{_num(ny + 14)}" font-size="9" fill="{stroke}">{kind}</text>'
                    f'<text x="{_num(nx_ + 8)}" y="{_num(ny + 27)}" font-size="11" fill="#111827"{deco}>'
                    f"{_e(_short(text[n.id], 32))}</text></g>")
     out.append("</g></svg>")
