@@ -34,18 +34,25 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ObservationError, Problem
     from ..report.render.console import SafeConsole as Console
 
+    if args.action == "show" and not (args.id or "").strip():  # a usage error: said before the catalog loads
+        raise ObservationError([Problem("ID", "dam hardware show needs the hardware to show",
+                                        "give a catalog id, alias, device name or family name, e.g. dam hardware "
+                                        "show h100-sxm; dam hardware list gives every id")],
+                               title="missing argument")
     kb = make_expert(args).kb
     console = Console()
     if args.action == "list":
-        console.print(catalog_table(kb, with_names=console.width >= 100))  # ids alone on a narrow terminal
+        # ids alone below NAMES_FROM columns (the caption says so), and a tighter table below 80
+        console.print(catalog_table(kb, with_names=console.width >= NAMES_FROM, compact=console.width < 80))
         return 0
-    found = kb.hardware_resolution(args.id or "")
+    found = kb.hardware_resolution(args.id)
     if found is None:
         import difflib
 
-        close = difflib.get_close_matches((args.id or "").casefold(), list(kb.hardware), n=3, cutoff=0.4)
+        close = difflib.get_close_matches(args.id.casefold(), list(kb.hardware), n=3, cutoff=0.4)
         raise ObservationError([Problem(f"hardware {args.id}", "not in the catalog",
-                                        f"did you mean {', '.join(close)}?" if close else "see dam hardware list")])
+                                        f"did you mean {', '.join(close)}?" if close else "see dam hardware list")],
+                               title="unknown hardware")
     if found.note:
         from rich.text import Text
 
@@ -54,19 +61,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def catalog_table(kb: Any, with_names: bool = True) -> Any:
-    """The catalog as a rich table: one row per entry, dense peaks, memory and the bf16 ridge point."""
-    from rich.table import Table
+NAMES_FROM = 100  # the terminal columns from which `dam hardware list` has room for each entry's name
+
+
+def catalog_table(kb: Any, with_names: bool = True, compact: bool = False) -> Any:
+    """The catalog as a rich table: one row per entry, dense peaks, memory and the bf16 ridge point; `compact`
+    (a terminal under 80 columns) draws no borders, so that every figure still fits whole at 60."""
+    from rich import box
     from rich.text import Text
 
-    table = Table(title="Hardware catalog (dense peaks in TFLOP/s; memory in GB and GB/s)",
-                  caption="ridge: bf16 (else fp16) peak over bandwidth, FLOP/byte · — no published figure · n/a no "
-                          "such format · dam hardware show ID: every format, links, sources")
+    from ..report.render.fit import FitTable
+
+    caption = ("ridge: bf16 (else fp16) peak over bandwidth, FLOP/byte · — no published figure · n/a no such format "
+               "· dam hardware show ID: every format, links, sources")
+    if not with_names:
+        caption += f" · names from {NAMES_FROM} columns on (dam hardware show ID gives them)"
+    style: dict[str, Any] = ({"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "collapse_padding": True}
+                             if compact else {})
+    table = FitTable(title="Hardware catalog (dense peaks in TFLOP/s; memory in GB and GB/s)", caption=caption,
+                     **style)
     table.add_column("id", no_wrap=True)
     if with_names:
-        table.add_column("name", ratio=1)
+        table.add_column("name", ratio=1, overflow="fold")
     for col in ("bf16", "fp8", "fp32", "memory", "GB/s", "ridge"):
-        table.add_column(col, justify="right", no_wrap=True)
+        # a figure is never cut: on a narrow terminal "80 HBM3" and "125 (fp16)" wrap between their words instead
+        table.add_column(col, justify="right", no_wrap=col not in ("bf16", "memory"), overflow="fold")
     for hw in kb.hardware.values():
         half = "bf16" if "bf16" in hw.peak_tflops else "fp16"
         peak = hw.peak(half)

@@ -5,14 +5,17 @@ The built-in SVG writer (expert/export/svg.py) needs no plotting library; matplo
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any, Literal
 
 from ...errors import ObservationError, OutputError, Problem
 from ..model import Report
+from . import _parts as shared
 from .svg import roofline
 
 Chart = Literal["roofline", "iron-law"]
+SAVE_DPI = 150
 
 
 def _figure() -> Any:
@@ -45,7 +48,7 @@ def draw(report: Report, chart: Chart, path: Path) -> Path:
     else:
         _iron_law(report, ax)
     try:
-        fig.savefig(path, dpi=150)
+        fig.savefig(path, dpi=SAVE_DPI)
     except (OSError, ValueError) as exc:
         raise OutputError([Problem(str(path), f"cannot write: {getattr(exc, 'strerror', None) or exc}")],
                           title="cannot draw the chart") from exc
@@ -85,23 +88,64 @@ def _roofline(report: Report, ax: Any) -> None:
     ax.legend(loc="lower right", fontsize=8)
 
 
+_LABEL_CHARS = 24  # a term's label wraps at this many characters (the bars keep most of the width)
+_FOOTNOTE_SIZE = 7
+
+
 def _iron_law(report: Report, ax: Any) -> None:
+    """The iron-law bars: each term's label wrapped beside its bar, the values in a column right of the axes (clear
+    of the bars and of the measured-step line), the legend below the axes, and the notes as a footnote wrapped to
+    the figure's width; the figure's height follows the number of label lines."""
     law = report.iron_law
     if all(t.seconds is None for t in law.terms):
         raise no_chart("iron-law")
-    labels = [t.label for t in law.terms][::-1]
-    seconds = [t.seconds or 0.0 for t in law.terms][::-1]
-    colours = ["#d97706" if t.term == "unexplained" else "#7c3aed" for t in law.terms][::-1]
-    bars = ax.barh(labels, seconds, color=colours)
-    for bar, term in zip(bars, law.terms[::-1], strict=True):
+    terms = law.terms[::-1]  # drawn bottom to top: the first term on top
+    labels = [textwrap.fill(t.label, _LABEL_CHARS) for t in terms]
+    fig = ax.figure
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig.set_size_inches(fig.get_figwidth(), max(3.6, 2.2 + 0.2 * lines + 0.25 * len(terms)))
+    colours = ["#d97706" if t.term == "unexplained" else "#7c3aed" for t in terms]
+    rows = list(range(len(terms)))
+    ax.barh(rows, [t.seconds or 0.0 for t in terms], color=colours)
+    ax.set_yticks(rows)
+    ax.set_yticklabels(labels)
+    values = ax.get_yaxis_transform()  # x in axes coordinates, y in data: a column right of the axes
+    for row, term in zip(rows, terms, strict=True):
         text = "unknown" if term.seconds is None else f"{term.seconds:.4g} s" + (
             f" ({term.share:.0%})" if term.share is not None else "")
-        ax.annotate(text, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(4, 0),
-                    textcoords="offset points", va="center", fontsize=9)
+        ax.annotate(text, (1.0, row), xycoords=values, xytext=(6, 0), textcoords="offset points", va="center",
+                    fontsize=9, color="#6b7280" if term.seconds is None else "#111827", annotation_clip=False)
     if law.step_time_s is not None:
         ax.axvline(law.step_time_s, color="#dc2626", ls="--", label=f"measured step {law.step_time_s:.4g} s")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), fontsize=8, frameon=False, borderaxespad=0.0)
+    ax.set_xlim(left=0.0)
     ax.set_xlabel("seconds per step")
     ax.set_title("Iron law: T = input + D/BW + O/(R·η) + L")
-    if law.efficiency_source:
-        ax.text(0.0, -0.18, law.efficiency_source[:140], transform=ax.transAxes, fontsize=7, va="top")
+    notes = shared.iron_law_notes(law, "sequential")
+    if notes:
+        fig.supxlabel(_wrap_to_figure(fig, "; ".join(notes), _FOOTNOTE_SIZE), x=0.01, ha="left",
+                      fontsize=_FOOTNOTE_SIZE, color="#374151")
+
+
+def _wrap_to_figure(fig: Any, text: str, fontsize: float) -> str:
+    """`text` wrapped so that every line fits the figure's width (less a margin), measured at the figure's dpi and
+    at the dpi it is saved at (hinting makes text wider at some resolutions than at others)."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.text import Text
+
+    room = fig.get_figwidth() * 0.96  # inches: the footnote starts 1 % in from the left edge
+    probe = Text(0, 0, "", fontsize=fontsize, figure=fig)
+    renderers = []
+    for dpi in sorted({float(fig.dpi), float(SAVE_DPI)}):
+        size = (int(fig.get_figwidth() * dpi), int(fig.get_figheight() * dpi))
+        renderers.append((RendererAgg(*size, dpi), dpi))  # type: ignore[no-untyped-call]
+
+    def fits(line: str) -> bool:
+        probe.set_text(line)
+        return all(probe.get_window_extent(renderer, dpi=dpi).width / dpi <= room for renderer, dpi in renderers)
+
+    for width in range(max(len(text), 20), 19, -2):
+        wrapped = textwrap.fill(text, width)
+        if all(fits(line) for line in wrapped.splitlines()):
+            return wrapped
+    return textwrap.fill(text, 20)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from ...ingest import IngestResult
 from ...kb.knowledge import KnowledgeBase
 from ._parts import seconds_text
-from .terminal import rank_grid, time_breakdown_view
+from .fit import FitTable
+from .terminal import NARROW, rank_grid, time_breakdown_view
 
 
 def _value(name: str, value: object, kb: KnowledgeBase | None) -> str:
@@ -67,26 +69,39 @@ def print_ingest(result: IngestResult, console: Console, kb: KnowledgeBase | Non
     shared = {key: next(iter(values)) for key, values in named.items() if len(values) == 1 and len(observed) > 1}
     title = " · ".join(["Observations", *(f"{label} {escape(shared[key])}" for key, label in
                                           (("source", "from"), ("window", "window")) if shared.get(key))])
-    facts = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
-    facts.add_column("fact", no_wrap=True, style="bold")
-    # a long value (operator names) wraps, so that a narrow terminal still leaves room for where each came from
-    facts.add_column("value", overflow="fold", max_width=30)
-    facts.add_column("← from", overflow="fold", min_width=24)
+    facts = FitTable(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
+    # below 80 columns each fact is a line of its own, its range and where it came from indented under it (the whole
+    # width: a column beside the fact names would leave too little to read); from 80 on, a long value (operator
+    # names) wraps, so that there is still room beside it for where each came from
+    narrow = console.width < NARROW
+    if narrow:
+        facts.add_column("fact: value, ← from", overflow="fold")
+    else:
+        facts.add_column("fact", no_wrap=True, style="bold")
+        facts.add_column("value", overflow="fold", max_width=30)
+        facts.add_column("← from", overflow="fold", min_width=24)
     for name, obs in observed.items():
         detail = dict(obs.detail)
         span = _range(detail, name, kb)
         # values, device names and file names come from the input: printed as text, never as rich markup
-        value = escape(_value(name, obs.value, kb)) + (f"\n[dim]{escape(span)}[/dim]" if span else "")
         parts = (detail.get("method"), None if "window" in shared else detail.get("window"),
                  None if "source" in shared else obs.source)
-        facts.add_row(escape(name), value, escape(" · ".join(str(x) for x in parts if x)))
+        source = escape(" · ".join(str(x) for x in parts if x))
+        if narrow:
+            under = "\n".join(filter(None, (escape(span) if span else "", f"← {source}" if source else "")))
+            facts.add_row(Group(f"[bold]{escape(name)}[/bold]  {escape(_value(name, obs.value, kb))}",
+                                Padding(f"[dim]{under}[/dim]", (0, 0, 0, 2))) if under else
+                          f"[bold]{escape(name)}[/bold]  {escape(_value(name, obs.value, kb))}")
+        else:
+            value = escape(_value(name, obs.value, kb)) + (f"\n[dim]{escape(span)}[/dim]" if span else "")
+            facts.add_row(f"[bold]{escape(name)}[/bold]", value, source)
     console.print(facts)
     ranks = job_table(result)
     if ranks is not None:
         console.print(ranks)
     if result.not_derived:
-        missing = Table(title="Not derived", box=box.SIMPLE, title_justify="left")
-        missing.add_column("fact", style="yellow")
+        missing = FitTable(title="Not derived", box=box.SIMPLE, title_justify="left")
+        missing.add_column("fact", style="yellow", no_wrap=True)
         missing.add_column("why", overflow="fold")
         for name, reason in result.not_derived.items():
             missing.add_row(escape(name), escape(reason))

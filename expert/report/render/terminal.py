@@ -11,15 +11,16 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ...breakdown import TimeBreakdown
+from ...breakdown import TimeBreakdown, TimeEntry
 from ...observations.normalise import RankFigures
 from ..model import Report
 from . import _parts as shared
 from .console import SafeConsole
+from .fit import Bar, ByWidth, FitTable, longest, short_names
 
 _BAND_STYLE = {"fail": "bold red", "marginal": "yellow", "pass": "green", "n/a": "dim"}
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-_BAR_WIDTH = 30
+NARROW = 80  # the terminal columns below which a table of four text columns is laid out again, stacked
 _SHORT_TERM = {"input": "input wait", "data": "D/BW", "compute": "O/(R·η)", "latency": "L_lat",
                "unexplained": "unexplained"}
 
@@ -71,21 +72,24 @@ def iron_law_table(report: Report) -> Table | None:
     law = report.iron_law
     if all(t.seconds is None for t in law.terms):
         return None
-    table = Table(title="Iron law: T = D/BW + O/(R·η) + L (+ input wait)", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("term", no_wrap=True)
-    table.add_column("seconds", justify="right")
-    table.add_column("share of step", justify="right")
-    table.add_column("", no_wrap=True)
+    rows: list[tuple[str, str, str, RenderableType]] = []
     for term in law.terms:
+        name = _SHORT_TERM.get(term.term, term.label)
         if term.seconds is None:
-            table.add_row(_SHORT_TERM.get(term.term, term.label), "?", "?", Text("unknown", style="dim"))
+            rows.append((name, "?", "?", Text("unknown", style="dim")))
             continue
         share = term.share or 0.0
-        filled = round(share * _BAR_WIDTH)
-        colour = "yellow" if term.term == "unexplained" else "magenta"
-        bar = Text("█" * filled, style=colour) + Text("░" * (_BAR_WIDTH - filled), style="dim")
-        table.add_row(_SHORT_TERM.get(term.term, term.label), f"{term.seconds:.4g}",
-                      f"{share:.0%}" if term.share is not None else "?", bar)
+        bar = Bar(share, "yellow" if term.term == "unexplained" else "magenta")
+        rows.append((name, f"{term.seconds:.4g}", f"{share:.0%}" if term.share is not None else "?", bar))
+    table = FitTable(title="Iron law: T = D/BW + O/(R·η) + L (+ input wait)", box=box.SIMPLE_HEAD,
+                     title_justify="left")
+    table.add_column("term", no_wrap=True)
+    # the figures are never cut: a narrow terminal wraps the header and shortens the bar instead
+    table.add_column("seconds", justify="right", min_width=longest((r[1] for r in rows), "seconds"))
+    table.add_column("share of step", justify="right", min_width=longest((r[2] for r in rows), "share of step"))
+    table.add_column("", min_width=len("unknown"))
+    for row in rows:
+        table.add_row(*row)
     table.caption = "; ".join(shared.iron_law_notes(law, "sequential"))
     return table
 
@@ -94,12 +98,13 @@ def cluster_table(report: Report) -> Table | None:
     cluster = report.cluster
     if cluster is None:
         return None
-    table = Table(title="Cluster (C³: computation, communication, coordination)", box=box.SIMPLE_HEAD,
-                  title_justify="left")
-    table.add_column("fact")
-    table.add_column("value", justify="right")
-    for name, value in shared.cluster_facts(cluster):
-        table.add_row(name, shared.value_text(value))
+    facts = [(name, shared.value_text(value)) for name, value in shared.cluster_facts(cluster)]
+    table = FitTable(title="Cluster (C³: computation, communication, coordination)", box=box.SIMPLE_HEAD,
+                     title_justify="left")
+    table.add_column("fact", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold", min_width=longest(v for _, v in facts))
+    for name, value in facts:
+        table.add_row(name, Text(value))
     return table
 
 
@@ -145,10 +150,12 @@ def ranks_table(report: Report) -> Table | None:
 def findings_table(report: Report) -> Table | None:
     if not report.findings:
         return None
-    table = Table(title="Findings", box=box.SIMPLE_HEAD, title_justify="left", show_lines=False)
-    table.add_column("severity")
-    table.add_column("finding")
-    table.add_column("evidence")
+    table = FitTable(title="Findings", box=box.SIMPLE_HEAD, title_justify="left", show_lines=False)
+    table.add_column("severity", no_wrap=True)
+    # the message wraps; the rule id on its own line under it, and the fact names of the evidence, stay whole
+    table.add_column("finding", overflow="fold", min_width=longest(f.rule_id for f in report.findings))
+    table.add_column("evidence", overflow="fold",
+                     min_width=longest(word for f in report.findings for e in f.evidence for word in e.test.split()))
     for f in report.findings:
         evidence = "\n".join(e.test for e in f.evidence)
         finding = Text(f.message)  # rule text is printed as text: "[/x]" in a message is not rich markup
@@ -160,11 +167,11 @@ def findings_table(report: Report) -> Table | None:
 def optimizations_table(report: Report) -> Table | None:
     if not report.recommended and not report.wasted and not report.applied:
         return None
-    table = Table(title="Recommended vs wasted", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("optimization")
-    table.add_column("why")
-    table.add_column("max gain", justify="right")
+    table = FitTable(title="Recommended vs wasted", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("optimization", overflow="fold")
+    table.add_column("why", overflow="fold")
+    table.add_column("max gain", justify="right", no_wrap=True)
     for i, rec in enumerate(report.recommended, 1):
         gain = f"≤ {rec.expected_gain.max_speedup:.2f}x" if rec.expected_gain else "unknown"
         why = Text(rec.why)
@@ -179,33 +186,44 @@ def optimizations_table(report: Report) -> Table | None:
 
 
 def scorecard_table(report: Report) -> Table:
-    table = Table(title="D·A·M scorecard (seed Table 5)", box=box.SIMPLE_HEAD, title_justify="left")
+    table = FitTable(title="D·A·M scorecard (seed Table 5)", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("axis", "metric", "value", "band", "bands"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("axis", "value", "band"), overflow="fold")
     for row in report.scorecard:
         table.add_row(row.axis, Text(row.title), shared.percent_text(row.value),
                       Text(row.band, style=_BAND_STYLE[row.band]), Text(row.bands))
     return table
 
 
-def measurements_table(report: Report) -> Table | None:
+def measurements_table(report: Report) -> RenderableType | None:
+    """The next measurements: fact, tool, how and why side by side; below 80 columns the tool, how and why stacked in
+    one column beside the fact."""
     if not report.next_measurements:
         return None
-    table = Table(title="Next measurements", box=box.SIMPLE_HEAD, title_justify="left")
+    title = "Next measurements"
+    table = FitTable(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("fact", "tool", "how", "why"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "fact", overflow="fold")
+    narrow = FitTable(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    narrow.add_column("fact", no_wrap=True)
+    narrow.add_column("tool · how · why", overflow="fold")
     for m in report.next_measurements:
-        table.add_row(m.fact or f"({m.axis} axis)", Text(m.tool), Text(m.how), Text(m.why))
-    return table
+        fact = m.fact or f"({m.axis} axis)"
+        table.add_row(fact, Text(m.tool), Text(m.how), Text(m.why))
+        stacked = Text(m.tool, style="bold")
+        stacked.append(f"\n{m.how}")
+        stacked.append(f"\n{m.why}", style="dim")
+        narrow.add_row(fact, stacked)
+    return ByWidth(NARROW, table, narrow)
 
 
 def missing_table(report: Report, limit: int = 8) -> Table | None:
     if not report.missing:
         return None
-    table = Table(title="Missing evidence (would sharpen or decide the diagnosis)", box=box.SIMPLE_HEAD,
-                  title_justify="left")
-    table.add_column("fact")
-    table.add_column("question")
+    table = FitTable(title="Missing evidence (would sharpen or decide the diagnosis)", box=box.SIMPLE_HEAD,
+                     title_justify="left")
+    table.add_column("fact", no_wrap=True)
+    table.add_column("question", overflow="fold")
     for m in report.missing[:limit]:
         table.add_row(m.fact, Text(m.question))
     if len(report.missing) > limit:
@@ -238,32 +256,25 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
         head.append(f"\nroof: {shared.roof_text(tb.roof)}", style="dim")
     parts.append(head)
     if tb.classes:
-        classes = Table(title=f"Where the GPU time goes ({tb.gpu_time_s:.4g} s of GPU activity, {tb.kernels} kernels)",
-                        box=box.SIMPLE_HEAD, title_justify="left")
-        for col, just in (("class", "left"), ("share", "right"), ("", "left"), ("FLOP/B", "right"),
-                          ("% of roof", "right")):
-            classes.add_column(col, justify=just, no_wrap=True, min_width=len(col))  # type: ignore[arg-type]
-        for c in tb.classes:
-            filled = round(c.share * _BAR_WIDTH)
-            bar = Text("█" * filled, style="magenta" if c.memory_bound_by_nature else "cyan")
-            bar.append("░" * (_BAR_WIDTH - filled), style="dim")
+        classes = FitTable(title=f"Where the GPU time goes ({tb.gpu_time_s:.4g} s of GPU activity, "
+                                 f"{tb.kernels} kernels)", box=box.SIMPLE_HEAD, title_justify="left")
+        # class names and figures are never cut: a narrow terminal shortens the bar and wraps the headers
+        cells = [(c.class_, f"{c.share:.1%}", shared.number_text(c.arithmetic_intensity), _pct(c.pct_of_roof))
+                 for c in tb.classes]
+        classes.add_column("class", no_wrap=True)
+        classes.add_column("share", justify="right", no_wrap=True)
+        classes.add_column("", min_width=4)
+        classes.add_column("FLOP/B", justify="right", min_width=longest((c[2] for c in cells), "FLOP/B"))
+        classes.add_column("% of roof", justify="right", min_width=longest((c[3] for c in cells), "% of roof"))
+        for c, (name, share, intensity, roof) in zip(tb.classes, cells, strict=True):
             # class names are an observation file's text where it carries a time breakdown: text, never markup
-            classes.add_row(Text(c.class_), f"{c.share:.1%}", bar, shared.number_text(c.arithmetic_intensity),
-                            _pct(c.pct_of_roof))
+            classes.add_row(Text(name), share, Bar(c.share, "magenta" if c.memory_bound_by_nature else "cyan"),
+                            intensity, roof)
         if tb.memory_bound_share is not None:
             classes.caption = f"memory-bound by nature (magenta): {tb.memory_bound_share:.0%} of GPU time"
         parts.append(classes)
     for title, entries in shared.top_lists(tb):
-        table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-        for col, just in (("name", "left"), ("class", "left"), ("share", "right"), ("FLOP/B", "right"),
-                          ("% of roof", "right")):
-            table.add_column(col, justify=just, overflow="ellipsis", no_wrap=True,  # type: ignore[arg-type]
-                             min_width=20 if col == "name" else 11 if col == "class" else len(col),
-                             max_width=34 if col == "name" else None)
-        for e in entries[:8]:
-            table.add_row(Text(e.name), Text(e.class_ or ""), f"{e.share:.1%}",
-                          shared.number_text(e.arithmetic_intensity), _pct(e.pct_of_roof))
-        parts.append(table)
+        parts.append(_top_table(title, entries[:8]))
     if tb.idle is not None:
         line = Text("GPU busy ", style="bold")
         line.append(shared.idle_text(tb.idle))
@@ -281,6 +292,28 @@ def time_breakdown_view(tb: TimeBreakdown) -> RenderableType:
     for note in tb.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(Text("Where the time goes", style="bold cyan"), *parts)
+
+
+def _top_table(title: str, entries: Sequence[TimeEntry]) -> RenderableType:
+    """A top-N list (kernels, operators, modules): the name takes the width the figures leave, and a long one is cut
+    keeping what tells it from the others; below 80 columns each name has a line of its own, the figures under it."""
+    cells = [(e.class_ or "", f"{e.share:.1%}", shared.number_text(e.arithmetic_intensity), _pct(e.pct_of_roof))
+             for e in entries]
+    names = short_names([e.name for e in entries])
+    table = FitTable(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("name", min_width=12)
+    table.add_column("class", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("FLOP/B", justify="right", min_width=longest((c[2] for c in cells), "FLOP/B"))
+    table.add_column("% of roof", justify="right", min_width=longest((c[3] for c in cells), "% of roof"))
+    narrow = FitTable(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    narrow.add_column("name: class, share, FLOP/B, % of roof", overflow="fold")
+    for name, (class_, share, intensity, roof) in zip(names, cells, strict=True):
+        table.add_row(name, Text(class_), share, intensity, roof)
+        figures = Text("  " + ", ".join(filter(None, (class_, share, intensity and f"{intensity} FLOP/B",
+                                                      roof and f"{roof} of roof"))), style="dim")
+        narrow.add_row(Group(name, figures))
+    return ByWidth(NARROW, table, narrow)
 
 
 def report_renderable(report: Report) -> RenderableType:
