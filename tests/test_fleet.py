@@ -367,7 +367,7 @@ def test_cli_prints_paths_and_notes_as_text(tmp_path: Path, capsys: pytest.Captu
     out = tmp_path / "o[" / "x]"
     assert cli.main(["fleet", str(tmp_path / "in"), "--out", str(out), "--job-key", r"a\.csv", "--workers", "1"]) == 0
     printed = capsys.readouterr().out
-    assert "left out:" in printed and "b[red]x.csv" in printed  # the note wraps on a narrow terminal
+    assert "left out:" in printed and "b[red]x.csv" in printed  # paths are never folded
     assert f"rows: {out} (Parquet)" in printed
 
 

@@ -134,7 +134,7 @@ def _print(result: Any, resumed: bool) -> None:
     console = Console()
     # notes quote the files left out, and the paths are the user's --out: printed as text, never rich markup
     for note in result.notes:
-        console.print(Text(f"note: {note}", style="yellow"))
+        console.print(Text(f"note: {note}", style="yellow"), soft_wrap=True)  # paths stay whole
     kinds = result.error_kinds()
     errors = f"{result.errors} error rows" + (" (" + ", ".join(f"{k} {n}" for k, n in kinds.items()) + ")"
                                               if kinds else "")
