@@ -243,3 +243,29 @@ def test_main_leaves_the_guard_up_until_the_watch_is_on(monkeypatch: pytest.Monk
     finally:
         signal.signal(signal.SIGINT, before)
     assert len(seen) == 1 and getattr(seen[0], "__name__", None) == "_handle"
+
+
+LEAK = """import multiprocessing, os, sys
+from expert import _interrupt, commands
+_interrupt.is_dam_script = lambda: True  # as in the `dam` script
+
+def _leak(argv):  # what a Ctrl-C while the workers start can leave: a semaphore the tracker must unlink
+    kept = multiprocessing.get_context("forkserver").Queue()  # alive: its finalizer would unlink it
+    sys.stderr.flush()
+    os._exit(130)
+
+commands._main = _leak
+commands.main()
+"""
+
+
+def test_the_resource_trackers_leak_warning_is_not_shown_after_the_command() -> None:
+    """After a Ctrl-C that ends the command while workers start, multiprocessing's resource tracker unlinked the
+    semaphore left behind and printed "There appear to be 1 leaked semaphore objects" under the command's line."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    plain = subprocess.run([sys.executable, "-c", LEAK.replace("commands.main()", "_leak([])")],
+                           capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert "leaked semaphore" in plain.stderr  # the warning this test is about (outside the script's main)
+    script = subprocess.run([sys.executable, "-c", LEAK], capture_output=True, text=True, timeout=60, cwd=REPO,
+                            env=env)
+    assert script.returncode == 130 and "resource_tracker" not in script.stderr, script.stderr

@@ -57,6 +57,7 @@ def _needed(argv: Sequence[str]) -> Collection[str] | None:
 # allocates about a million objects (imports, pydantic model classes, the rule set) and frees almost none, so at 700
 # the collector walks the growing heap again and again for nothing: ~4 % of a cold `dam diagnose` (issue 20).
 SCRIPT_GC_THRESHOLD = 100_000
+TRACKER_WARNINGS = "ignore::UserWarning:multiprocessing.resource_tracker"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,6 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and is_dam_script():  # the process is the command: it ends when main() returns
         import gc
 
+        # Worker processes (rank and nsys readers) share semaphores through multiprocessing's resource tracker, a
+        # process of its own. A Ctrl-C that ends the command while workers start can leave it one to unlink, which it
+        # does, and then it warns "There appear to be 1 leaked semaphore objects" on the terminal after the
+        # command's one line. Processes started from here on (the tracker, the workers) take this process's -W
+        # options: that warning of that module is not shown (the tracker still cleans up what it warns about).
+        sys.warnoptions.append(TRACKER_WARNINGS)
         gc.set_threshold(SCRIPT_GC_THRESHOLD, *gc.get_threshold()[1:])
         try:
             code = _main(argv)
