@@ -328,6 +328,22 @@ def test_a_communication_verdict_is_confirmed_on_the_collectives_not_the_dataloa
                            ).next_measurements[-1].how.startswith("Batch load and wait time")
 
 
+@pytest.mark.parametrize(("name", "verdict", "tool", "says"), [
+    ("kv_cache_bound_server", "capacity", "nvidia-smi", "kv_cache_usage"),
+    ("model_does_not_fit", "capacity", "nvidia-smi", "memory.used"),
+    ("offloaded_optimizer_weak_host", "host", "Framework profiler trace (torch.profiler)", "Optimizer.step"),
+])
+def test_capacity_and_host_verdicts_are_confirmed_where_they_show(name: str, verdict: str, tool: str,
+                                                                   says: str) -> None:
+    """What fits shows in memory in use (not in a kernel's counters, Nsight Compute's Table 4 row); CPU work on the
+    critical path shows in the host's operators while the GPU idles (not in the DataLoader's batch wait)."""
+    report = example(name)
+    assert report.bottleneck == verdict
+    (confirm,) = [m for m in report.next_measurements if m.fact is None and m.settles == [verdict]]
+    assert confirm.tool == tool and says in confirm.how
+    assert "Nsight Compute" not in confirm.tool and "Batch load" not in confirm.how
+
+
 def test_a_regime_confirmed_with_an_unknown_tool_does_not_load(tmp_path: Path) -> None:
     kb = tmp_path / "kb"
     shutil.copytree(data_dir("knowledge_base"), kb)
