@@ -226,3 +226,16 @@ def test_dam_ingest_cuts_nothing_at_the_right_edge(width: int) -> None:
         cut = [w for w in how.split() if w not in shown_words and not all(
             part in shown_words or f"{part}-" in shown_words for part in w.split("-") if part)]
         assert not cut, (width, name, cut)
+
+
+def test_a_rich_without_the_private_helpers_falls_back_to_its_own_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FitTable reads rich's private column measurements (rich 13 and 14); where a later rich has renamed them
+    (an AttributeError or TypeError while fitting), the table renders as rich lays it out, never crashes."""
+    from expert.report.render import fit
+
+    def renamed(*args: object) -> list[int]:
+        raise AttributeError("'FitTable' object has no attribute '_measure_column'")
+
+    monkeypatch.setattr(fit, "_floors", renamed)
+    text = shown(STARVED, 60)
+    assert "Input-bound" in text and max(len(line.rstrip()) for line in text.splitlines()) <= 60

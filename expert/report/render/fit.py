@@ -30,6 +30,14 @@ class FitTable(Table):
 
     def _calculate_column_widths(self, console: Console, options: ConsoleOptions) -> list[int]:
         widths = super()._calculate_column_widths(console, options)
+        try:
+            return self._fitted(console, options, widths)
+        except (AttributeError, TypeError):  # rich's private helpers changed: its own layout, which cuts, not a crash
+            return widths
+
+    def _fitted(self, console: Console, options: ConsoleOptions, widths: list[int]) -> list[int]:
+        """The widths of the module doc, from rich's private measurements (`_measure_column`, `_get_padding_width`:
+        rich 13 and 14)."""
         available = options.max_width
         measured = [self._measure_column(console, options, column) for column in self.columns]
         natural = [m.maximum for m in measured]
