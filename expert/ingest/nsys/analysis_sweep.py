@@ -228,6 +228,8 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     if host.sync_intervals:
         host_all = subtract_iter(host_all, host.stored("dam_sync"))
     cov_k = None  # inside launch calls: launch overhead where the GPU idles, not host compute
+    if host.slow_intervals:  # a first launch loading its module: neither steady launch overhead nor host compute
+        host_all = subtract_iter(host_all, host.stored("dam_slow"))
     if host.launch_intervals:
         host_all = subtract_iter(host_all, host.stored("dam_lcall"))
         in_launch: Iterator[Interval] = host.stored("dam_lcall")

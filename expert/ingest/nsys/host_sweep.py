@@ -3,7 +3,8 @@ the operator (emit_nvtx's NVTX range, `names.is_operator_range`) behind each lau
 on those threads (operators, non-blocking runtime calls, NVTX ranges that launch nothing), the union of blocking
 calls, the union of launch calls (launch overhead where the GPU idles), and what ran at given instants (for the
 host-compute idle gaps). Rows are never held: intervals leave as soon as they are final, into temporary SQLite tables
-(`temp.dam_host`, `temp.dam_sync`, `temp.dam_lcall`, `temp.dam_attr`) the GPU sweep reads back in order.
+(`temp.dam_host`, `temp.dam_sync`, `temp.dam_lcall`, `temp.dam_slow`, `temp.dam_attr`) the GPU sweep reads back in
+order.
 
 Semantics follow the in-memory timeline analysis (`timeline.operators.Nesting`, `timeline.windows.host_intervals`):
 a per-thread stack of ranges pushed in (start, -end) order holds exactly the chain `Nesting` walks, so the innermost
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..intervals import Interval, union
 from ..timeline.classes import Classifier, api_name
+from ..timeline.result import SLOW_LAUNCH_US
 from ..timeline.streams import UnionStream
 from .names import MODULE, operator_sql
 from .schema import KERNEL_T, MEMCPY_T, MEMSET_T, NVTX_T, RUNTIME_T, STRINGS_T
@@ -62,6 +64,7 @@ class HostSweep:
         self.steady_host: list[Interval] = []
         self.sync_intervals = 0
         self.launch_intervals = 0
+        self.slow_intervals = 0  # launch calls of SLOW_LAUNCH_US or more (a first launch loading its module)
         self.max_nvtx_rowid = 0
         self._prepare()
 
@@ -85,9 +88,10 @@ class HostSweep:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_host (s REAL, e REAL)")
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_sync (s REAL, e REAL)")
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_lcall (s REAL, e REAL)")
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_slow (s REAL, e REAL)")
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_attr (rid INTEGER PRIMARY KEY, op INTEGER, module "
                          "INTEGER)")
-            for table in ("dam_ml", "dam_ls", "dam_host", "dam_sync", "dam_lcall", "dam_attr"):
+            for table in ("dam_ml", "dam_ls", "dam_host", "dam_sync", "dam_lcall", "dam_slow", "dam_attr"):
                 conn.execute(f"DELETE FROM temp.{table}")
             for _, table in self.activity_tables():
                 _, join = x._launch_join(table)
@@ -240,6 +244,7 @@ class HostSweep:
         host_buf: list[Interval] = []
         sync_buf: list[Interval] = []
         lcall_buf: list[Interval] = []
+        slow_buf: list[Interval] = []
         attr_buf: list[tuple[int, int, int]] = []
         steady_host, steady_sync_host = _Pairs(), _Pairs()
 
@@ -254,6 +259,9 @@ class HostSweep:
                 if lcall_buf:
                     conn.executemany("INSERT INTO temp.dam_lcall VALUES (?, ?)", lcall_buf)
                     lcall_buf.clear()
+                if slow_buf:
+                    conn.executemany("INSERT INTO temp.dam_slow VALUES (?, ?)", slow_buf)
+                    slow_buf.clear()
                 if attr_buf:
                     conn.executemany("INSERT OR IGNORE INTO temp.dam_attr VALUES (?, ?, ?)", attr_buf)
                     attr_buf.clear()
@@ -279,6 +287,14 @@ class HostSweep:
                 flush()
 
         lcall = UnionStream(to_lcall)
+
+        def to_slow(s: float, e: float) -> None:
+            slow_buf.append((s, e))
+            self.slow_intervals += 1
+            if len(slow_buf) >= _BATCH:
+                flush()
+
+        slow = UnionStream(to_slow)
         nan = math.nan
         hs = he = nan  # the host union's running interval (slack 0, empty ones skipped)
         op_stacks: dict[int, list[tuple[float, float, int, int]]] = {}  # thread -> (end, start, rowid, module)
@@ -314,8 +330,8 @@ class HostSweep:
                     if code & 2:
                         sync.add(s, e)
                     elif e > s:
-                        if code & 4:
-                            lcall.add(s, e)
+                        if code & 4:  # a launch call; one of a millisecond or more is a one-off, not overhead
+                            (lcall if e - s < SLOW_LAUNCH_US else slow).add(s, e)
                         if hs != hs:
                             hs, he = s, e
                         elif s <= he:
@@ -375,6 +391,7 @@ class HostSweep:
             steady.add(hs, he)
         sync.close()
         lcall.close()
+        slow.close()
         steady.close()
         steady_sync.close()
         self.steady_host = union([*steady_host.pairs(), *steady_sync_host.pairs()])

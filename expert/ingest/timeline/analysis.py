@@ -146,12 +146,17 @@ class _Analyzer:
         sync_all = union_columns(tl.r_start, tl.r_end, (r for r in r_blocking if tl.r_thread[r] in threads))
         sync_w = intersect_all(subtract(sync_all, loader), wl)
         host = host_intervals(tl, threads, launch_free_spans=True, blocking=blocking_names)
-        # the launching threads inside launch calls: launch overhead wherever the GPU idles (inside the host activity)
+        # the launching threads inside launch calls: launch overhead wherever the GPU idles (inside the host activity);
+        # a launch call of SLOW_LAUNCH_US or more is a one-off (a first launch loading its module), neither launch
+        # overhead nor host compute: its idle time is unattributed, and a note names it
         launch_names = {i for i, nm in enumerate(names) if self.cls.is_launch_call(nm)}
-        in_launch = union_columns(tl.r_start, tl.r_end, (r for r in range(len(tl.r_start))
-                                                         if tl.r_name[r] in launch_names and tl.r_thread[r] in threads))
+        calls = [r for r in range(len(tl.r_start)) if tl.r_name[r] in launch_names and tl.r_thread[r] in threads]
+        in_launch = union_columns(tl.r_start, tl.r_end, (r for r in calls
+                                                         if tl.r_end[r] - tl.r_start[r] < SLOW_LAUNCH_US))
+        one_off = union_columns(tl.r_start, tl.r_end, (r for r in calls
+                                                       if tl.r_end[r] - tl.r_start[r] >= SLOW_LAUNCH_US))
         launch_w = intersect_all(subtract(subtract(in_launch, loader), sync_all), wl)
-        host_w = intersect_all(subtract(subtract(subtract(host, loader), sync_all), in_launch), wl)
+        host_w = intersect_all(subtract(subtract(subtract(subtract(host, loader), sync_all), in_launch), one_off), wl)
         cov_w, cov_l, cov_s, cov_h, sync_point = Cover(wl), Cover(loader), Cover(sync_w), Cover(host_w), Cover(sync_all)
         cov_k = Cover(launch_w)
         launch_gap = self.catalog.analysis.launch_gap_max_us
@@ -185,9 +190,8 @@ class _Analyzer:
         graph_launches = sum(1 for r in range(len(tl.r_name)) if tl.r_name[r] in graph_names)
         blocking_in = [r for r in r_blocking if self.in_window(tl.r_start[r])]
         blocked = Cover(intersect_all(union_columns(tl.r_start, tl.r_end, blocking_in), wl)).total
-        slow = [(tl.names[tl.r_name[r]], cov_w.between(tl.r_start[r], tl.r_end[r])) for r in range(len(tl.r_start))
-                if tl.r_name[r] in launch_names and tl.r_thread[r] in threads
-                and tl.r_end[r] - tl.r_start[r] >= SLOW_LAUNCH_US]
+        slow = [(tl.names[tl.r_name[r]], cov_w.between(tl.r_start[r], tl.r_end[r])) for r in calls
+                if tl.r_end[r] - tl.r_start[r] >= SLOW_LAUNCH_US]
         matched = sum(1 for x in tl.launch if x == x)
         time_breakdown, facts = breakdown(tl, self.cls, self.catalog, self.roof, in_w, classes, source, window, steps,
                                           sorted(used), graph_launches, self.torch_types)

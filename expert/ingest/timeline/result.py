@@ -26,7 +26,8 @@ SLOW_LAUNCH_US = 1000.0
 """A launch call this long (20x the 50 us a launch gap may take, kernels.yaml analysis.launch_gap_max_us) is not the
 per-launch cost CUDA graphs or fusion remove: the driver loads the kernel's module on its first launch (CUDA lazy
 loading, CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2; ROCm loads code objects the same way), which takes
-milliseconds. Its time is launch overhead all the same (the GPU waits on the launch), and the facts say so in a note."""
+milliseconds, once. The GPU idle time such a call holds is neither launch overhead (a verdict on it would propose
+CUDA graphs) nor host compute: it is unattributed, and a note names the call."""
 
 
 def slow_launches(calls: list[tuple[str, float]]) -> tuple[int, str, float] | None:
@@ -45,11 +46,10 @@ def slow_launch_note(found: tuple[int, str, float] | None, label: str) -> str | 
         return None
     count, name, t = found
     many = f"{count} launch calls of 1 ms or more, the longest {name}" if count > 1 else f"{name}"
-    return (f"{many} took {t / 1e3:.3g} ms inside {label}; where the GPU idled meanwhile it counts as launch "
-            "overhead. A launch call this long is usually a first launch loading the kernel's module (CUDA lazy "
-            "loading, ROCm code objects) or one waiting for room in a full launch queue, not a per-launch cost CUDA "
-            "graphs or fusion remove: profile after warm-up (or with CUDA_MODULE_LOADING=EAGER) to see the steady "
-            "state")
+    return (f"{many} took {t / 1e3:.3g} ms inside {label}. A launch call this long is a one-off, usually a first "
+            "launch loading the kernel's module (CUDA lazy loading, ROCm code objects), not the per-launch cost CUDA "
+            "graphs or fusion remove: the GPU idle time it holds is counted as unattributed, not as launch overhead "
+            "or host compute. Profile after warm-up (or with CUDA_MODULE_LOADING=EAGER) to see the steady state")
 
 
 @dataclass
@@ -186,7 +186,7 @@ class TimelineAnalysis:
                  "(synchronize, free, synchronous copy) in progress when the GPU ran dry, or during the gap, is sync; "
                  "a gap of at most {t:g} us before a kernel launched after the GPU went idle is launch overhead, and "
                  "so is the time the launching threads spend inside launch calls (cudaLaunchKernel and friends) in a "
-                 "longer one; the rest of a longer gap is host compute where operators or launch-free python "
+                 "longer one, except a call of 1 ms or more (a one-off first launch: unattributed); the rest of a longer gap is host compute where operators or launch-free python "
                  "functions ran on the launching threads, and unattributed where nothing did")
         t = self.facts.get("_launch_gap_us", 50)
         method = split.format(t=t)
