@@ -186,8 +186,9 @@ class TimelineAnalysis:
                  "(synchronize, free, synchronous copy) in progress when the GPU ran dry, or during the gap, is sync; "
                  "a gap of at most {t:g} us before a kernel launched after the GPU went idle is launch overhead, and "
                  "so is the time the launching threads spend inside launch calls (cudaLaunchKernel and friends) in a "
-                 "longer one, except a call of 1 ms or more (a one-off first launch: unattributed); the rest of a longer gap is host compute where operators or launch-free python "
-                 "functions ran on the launching threads, and unattributed where nothing did")
+                 "longer one, except a call of 1 ms or more (a one-off first launch: unattributed); the rest of a "
+                 "longer gap is host compute where operators or launch-free python functions ran on the launching "
+                 "threads, and unattributed where nothing did")
         t = self.facts.get("_launch_gap_us", 50)
         method = split.format(t=t)
         for fact, key in (("launch_overhead_frac", "launch"), ("host_compute_frac", "host"),
