@@ -44,10 +44,13 @@ def _wasted(report: Report) -> dict[str, str]:
 
 @pytest.mark.parametrize("engine", [DURABLE, PURE], ids=["durable", "pure"])
 def test_marginal_wait_and_saturated_cpu_without_workers_never_prefetch(engine: Expert) -> None:
-    """The QA case: a marginal data wait with the host CPU pegged votes input through input-host-cpu-saturated, whose
-    regime table lists prefetching as effective, while the old waste was gated on data_starved (> 10 %)."""
+    """The QA case: a marginal data wait with the host CPU pegged once voted input through input-host-cpu-saturated,
+    whose regime table lists prefetching as effective, while the old waste was gated on data_starved (> 10 %). The
+    wait (10 ms of 300, the GPU idle 55 %) now leaves host and launch overhead open beside input (no verdict), and
+    prefetching stays out of reach either way."""
     report = engine.diagnose({**STARVED, "data_wait_s": "10 ms", "host_cpu_util": "95%"})
-    assert report.bottleneck == "input"
+    assert report.bottleneck is None
+    assert {"host_cpu_not_input"} <= {f.id for f in report.findings}
     assert "prefetching" not in _recommended(report)
     wasted = _wasted(report)
     assert "num_workers=0" in wasted["prefetching"] and "ValueError" in wasted["prefetching"]
@@ -69,9 +72,9 @@ def test_no_workers_never_prefetch_whatever_the_verdict(facts: dict[str, Any]) -
 
 @pytest.mark.parametrize("facts", [
     {**STARVED, "num_workers": 4},
-    {**STARVED, "num_workers": 8, "data_wait_s": "10 ms", "host_cpu_util": "95%"},
+    {**STARVED, "num_workers": 8, "data_wait_s": "60 ms", "host_cpu_util": "95%"},
     {key: value for key, value in STARVED.items() if key != "num_workers"},  # unknown: still proposed
-], ids=["starved", "marginal-saturated", "workers-unknown"])
+], ids=["starved", "starved-saturated", "workers-unknown"])
 def test_input_bound_with_workers_still_prefetch(facts: dict[str, Any]) -> None:
     report = DURABLE.diagnose(facts)
     assert report.bottleneck == "input"

@@ -40,6 +40,12 @@ def io_overhead(data_wait_s: float, step_time_s: float) -> float:
     return data_wait_s / step_time_s
 
 
+def share_of_idle(io_overhead: float, idle: float) -> float:
+    """The data wait over the GPU's idle share of the step (a wait of 5 % with the GPU idle 70 %: 0.07); an idle share
+    under 1 % counts as 1 % (a wait with no idle time at all overlapped GPU work: rules/conflicts.yaml)."""
+    return io_overhead / max(idle, 0.01)
+
+
 def achieved_tflops(flops: float, step_time_s: float) -> float:
     """Achieved model TFLOP/s from FLOPs per step and step time."""
     return flops / step_time_s / 1e12
@@ -225,4 +231,4 @@ __all__ = ["DerivedValue", "Facts", "Value", "achieved_tflops", "amdahl_max_spee
            "compression_ratio", "coordination_loss", "daly_interval", "decode_bandwidth_gbs", "decode_intensity",
            "exposed_comm", "gradient_accumulation_steps", "io_overhead", "iron_law", "lost_share", "mfu",
            "ridge_point",
-           "ring_allreduce_bytes", "scaling_efficiency", "tokens_per_step", "young_interval"]
+           "ring_allreduce_bytes", "scaling_efficiency", "share_of_idle", "tokens_per_step", "young_interval"]

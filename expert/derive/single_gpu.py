@@ -35,6 +35,7 @@ from .formulas import (
     iron_law,
     mfu,
     ridge_point,
+    share_of_idle,
 )
 
 
@@ -117,6 +118,8 @@ _OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")
 
 _SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
+_WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
+               "and the iron law's overlap form: a wait shorter than the idle time leaves the rest of it unexplained")
 
 # ---- the compute term's η (issue 12 item 7) ----------------------------------------------------------------------
 _ETA = ("seed, iron law compute term O/(R_peak·η); η = achieved FLOP/s over peak while the GPU computes: MFU is "
@@ -197,6 +200,13 @@ SCORECARD: tuple[Derivation, ...] = (
     Derivation("io_overhead", ("data_wait_s", "step_time_s"), "data_wait_s / step_time_s",
                "seed Table 5 (I/O overhead)",
                lambda f, kb: Result(io_overhead(num(f, "data_wait_s"), num(f, "step_time_s")))),
+    # how much of the GPU's idle time the data wait can account for: the idle share a trace measures, else the
+    # complement of the utilization (the same window read from the other side)
+    Derivation("wait_share_of_idle", ("io_overhead", "gpu_idle_gap_frac"), "io_overhead / gpu_idle_gap_frac",
+               _WAIT_SHARE, lambda f, kb: Result(share_of_idle(num(f, "io_overhead"),
+                                                               num(f, "gpu_idle_gap_frac")))),
+    Derivation("wait_share_of_idle", ("io_overhead", "gpu_util"), "io_overhead / (1 − gpu_util)", _WAIT_SHARE,
+               lambda f, kb: Result(share_of_idle(num(f, "io_overhead"), 1.0 - num(f, "gpu_util")))),
     Derivation("compression_ratio", ("active_params", "model_params"), "active_params / model_params",
                "seed Table 5 (compression/sparsity ratio)",
                lambda f, kb: Result(compression_ratio(num(f, "active_params"), num(f, "model_params")))),
