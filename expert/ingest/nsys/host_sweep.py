@@ -49,6 +49,27 @@ def ids_sql(values: Sequence[int] | set[int]) -> str:
     return ",".join(str(int(v)) for v in sorted(values)) or "NULL"
 
 
+class _Batch:
+    """Intervals bound for one temporary table (written sorted), kept until `_BATCH` of them call `full`."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self.rows: list[Interval] = []
+        self.count = 0
+        self.full: Callable[[], None] = lambda: None
+
+    def add(self, s: float, e: float) -> None:
+        self.rows.append((s, e))
+        self.count += 1
+        if len(self.rows) >= _BATCH:
+            self.full()
+
+    def write(self, conn: Any) -> None:
+        if self.rows:
+            conn.executemany(f"INSERT INTO temp.{self.table} VALUES (?, ?)", self.rows)
+            self.rows.clear()
+
+
 class HostSweep:
     """The host rows of the processes `procs` that drive `device` (all processes when the export does not say)."""
 
@@ -243,8 +264,7 @@ class HostSweep:
         conn = x.conn
         host_buf: list[Interval] = []
         sync_buf: list[Interval] = []
-        lcall_buf: list[Interval] = []
-        slow_buf: list[Interval] = []
+        lcall_t, slow_t = _Batch("dam_lcall"), _Batch("dam_slow")
         attr_buf: list[tuple[int, int, int]] = []
         steady_host, steady_sync_host = _Pairs(), _Pairs()
 
@@ -256,12 +276,8 @@ class HostSweep:
                 if sync_buf:
                     conn.executemany("INSERT INTO temp.dam_sync VALUES (?, ?)", sync_buf)
                     sync_buf.clear()
-                if lcall_buf:
-                    conn.executemany("INSERT INTO temp.dam_lcall VALUES (?, ?)", lcall_buf)
-                    lcall_buf.clear()
-                if slow_buf:
-                    conn.executemany("INSERT INTO temp.dam_slow VALUES (?, ?)", slow_buf)
-                    slow_buf.clear()
+                for table in (lcall_t, slow_t):
+                    table.write(conn)
                 if attr_buf:
                     conn.executemany("INSERT OR IGNORE INTO temp.dam_attr VALUES (?, ?, ?)", attr_buf)
                     attr_buf.clear()
@@ -280,21 +296,8 @@ class HostSweep:
 
         sync = UnionStream(to_sync)
 
-        def to_lcall(s: float, e: float) -> None:
-            lcall_buf.append((s, e))
-            self.launch_intervals += 1
-            if len(lcall_buf) >= _BATCH:
-                flush()
-
-        lcall = UnionStream(to_lcall)
-
-        def to_slow(s: float, e: float) -> None:
-            slow_buf.append((s, e))
-            self.slow_intervals += 1
-            if len(slow_buf) >= _BATCH:
-                flush()
-
-        slow = UnionStream(to_slow)
+        lcall_t.full = slow_t.full = flush
+        lcall, slow = UnionStream(lcall_t.add), UnionStream(slow_t.add)
         nan = math.nan
         hs = he = nan  # the host union's running interval (slack 0, empty ones skipped)
         op_stacks: dict[int, list[tuple[float, float, int, int]]] = {}  # thread -> (end, start, rowid, module)
@@ -392,6 +395,7 @@ class HostSweep:
         sync.close()
         lcall.close()
         slow.close()
+        self.launch_intervals, self.slow_intervals = lcall_t.count, slow_t.count
         steady.close()
         steady_sync.close()
         self.steady_host = union([*steady_host.pairs(), *steady_sync_host.pairs()])
