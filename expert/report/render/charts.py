@@ -144,8 +144,13 @@ def _wrap_to_figure(fig: Any, text: str, fontsize: float) -> str:
         probe.set_text(line)
         return all(probe.get_window_extent(renderer, dpi=dpi).width / dpi <= room for renderer, dpi in renderers)
 
-    for width in range(max(len(text), 20), 19, -2):
-        wrapped = textwrap.fill(text, width)
-        if all(fits(line) for line in wrapped.splitlines()):
-            return wrapped
-    return textwrap.fill(text, 20)
+    def wraps_within(width: int) -> bool:
+        return all(fits(line) for line in textwrap.fill(text, width).splitlines())
+
+    lo, hi = 20, max(len(text), 20)  # the widest wrap that fits: a binary search (narrower wraps fit too)
+    if wraps_within(hi):
+        return textwrap.fill(text, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if wraps_within(mid) else (lo, mid)
+    return textwrap.fill(text, lo)
