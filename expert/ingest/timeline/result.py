@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ...breakdown import TimeBreakdown
 from ...kb.knowledge import KnowledgeBase
 from .._kb import default_kb
-from .classes import api_name, is_operator_name
+from .classes import api_name
 
 if TYPE_CHECKING:
     from .._result import FileResult
@@ -128,19 +128,6 @@ class TimelineAnalysis:
         r.add("host_copy_frac", min(1.0, share), method="host-compute idle time credited to copy operators or calls "
               f"({', '.join(names) if names else 'none among the operators credited'})", **common)
 
-    def _host_in_operators(self, r: FileResult, host: float, common: dict[str, Any]) -> None:
-        """host_op_frac: the share of the host-compute idle time credited to framework operators (`aten::mm`,
-        `flash_attn::...`: a dispatcher's `namespace::op`), not to python functions or annotations (`train.py(12):
-        preprocess`, `Optimizer.step#...`) or bare runtime calls. Only the listed (top) entries are counted, so it is
-        at least this share."""
-        if host <= 0 or not self.breakdown.host_during_idle:
-            r.missing("host_op_frac", "no host-compute idle time in the window")
-            return
-        ops = [e for e in self.breakdown.host_during_idle if is_operator_name(e.name)]
-        share = sum(e.share for e in ops) / host
-        r.add("host_op_frac", min(1.0, share), method="host-compute idle time credited to framework operators "
-              f"({', '.join(e.name for e in ops[:3]) if ops else 'none'}) over all of it", **common)
-
     def _precision(self, r: FileResult, kb: KnowledgeBase) -> tuple[bool, str]:
         """Whether the trace shows lower precision already applied, and why (empty when it shows no lower precision).
 
@@ -245,7 +232,6 @@ class TimelineAnalysis:
         self._applied(r, file, kb)
         bd = self.breakdown
         self._host_copies(r, kb, common)
-        self._host_in_operators(r, idle["host"], common)
         why = {"window": label, "file": file}
         if bd.classes:
             top = bd.classes[0]
