@@ -504,6 +504,8 @@ class TraceAnalysisSettings(_Strict):
     event_free_gap_source: str
     warmup_min_tail_share: float = Field(gt=0, lt=1)
     warmup_source: str
+    one_off_launch_min_us: float = Field(gt=0)
+    one_off_launch_source: str
     min_shape_coverage: float = Field(gt=0, le=1)
     min_shape_coverage_source: str
 

@@ -349,7 +349,7 @@ class _Analysis:
         procs = self.devices.get(dev, set())
         loader = self._loader_spans(dev)
         host = HostSweep(self.x, dev, procs, cls)
-        host.sweep(catalog.analysis.event_free_gap_us / 2, tick)
+        host.sweep(catalog.analysis.event_free_gap_us / 2, catalog.analysis.one_off_launch_min_us, tick)
         gpu = GpuSweep(self.x, host, dev, catalog, cls, loader, self.kernel_wait_us, tick)
         candidates = [p for p in procs if p in steps_by_proc] or (list(steps_by_proc) if len(steps_by_proc) == 1
                                                                   else [])

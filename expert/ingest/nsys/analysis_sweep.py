@@ -26,7 +26,7 @@ from ..timeline.analysis import idle_means, idle_shares, split_gap
 from ..timeline.breakdown import assemble
 from ..timeline.cover import Cover, intersect_all
 from ..timeline.model import H2D, KIND_KERNEL, PAGEABLE, PINNED
-from ..timeline.result import SLOW_LAUNCH_US, DeviceIdle, TimelineAnalysis, slow_launches
+from ..timeline.result import DeviceIdle, TimelineAnalysis, slow_launches
 from ..timeline.roofline import Roof, RoofAcc, sig6
 from ..timeline.streams import (
     CoverCursor,
@@ -431,8 +431,9 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
                                 class_groups=class_groups, kern_roof={}, counted=0, modules=modules, source=source,
                                 window=window, steps=steps, devices=[g.device], graph_launches=host.graph_launches)
     facts["_launch_gap_us"] = launch_gap
+    one_off_us = facts["_one_off_launch_us"] = cat.analysis.one_off_launch_min_us
     facts["_slow_launch"] = slow_launches([(nm, cov_w.between(a, b)) for nm, a, b in
-                                           host.slow_launch_calls(SLOW_LAUNCH_US)])
+                                           host.slow_launch_calls(one_off_us)], one_off_us)
     breakdown.host_during_idle, facts["idle_host_ops"] = _host_during_idle(g, idle_host, span, top_n)
     breakdown.idle = idle_shares(idle)
     analysis = TimelineAnalysis(

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..intervals import Interval, union
 from ..timeline.classes import Classifier, api_name
-from ..timeline.result import SLOW_LAUNCH_US
 from ..timeline.streams import UnionStream
 from .names import MODULE, operator_sql
 from .schema import KERNEL_T, MEMCPY_T, MEMSET_T, NVTX_T, RUNTIME_T, STRINGS_T
@@ -85,7 +84,7 @@ class HostSweep:
         self.steady_host: list[Interval] = []
         self.sync_intervals = 0
         self.launch_intervals = 0
-        self.slow_intervals = 0  # launch calls of SLOW_LAUNCH_US or more (a first launch loading its module)
+        self.slow_intervals = 0  # one-off launch calls (kernels.yaml analysis.one_off_launch_min_us or longer)
         self.max_nvtx_rowid = 0
         self._prepare()
 
@@ -255,11 +254,12 @@ class HostSweep:
             return x.conn.execute(sql)
 
     # -- the first sweep -----------------------------------------------------------------------------------------
-    def sweep(self, steady_slack: float, tick: Callable[[int], None] | None = None) -> None:
+    def sweep(self, steady_slack: float, one_off_us: float, tick: Callable[[int], None] | None = None) -> None:
         """Attribute launch calls to operators (temp.dam_attr: call rowid -> operator and module NVTX rowids), write
         the host-activity union (temp.dam_host), the union of blocking calls (temp.dam_sync) and the union of launch
-        calls (temp.dam_lcall) of the launching threads; keep the host activity merged across gaps up to
-        `steady_slack` (for the steady-state window)."""
+        calls (temp.dam_lcall; those of `one_off_us` or more, one-off first launches, in temp.dam_slow) of the
+        launching threads; keep the host activity merged across gaps up to `steady_slack` (for the steady-state
+        window)."""
         x = self.x
         conn = x.conn
         host_buf: list[Interval] = []
@@ -334,7 +334,7 @@ class HostSweep:
                         sync.add(s, e)
                     elif e > s:
                         if code & 4:  # a launch call; one of a millisecond or more is a one-off, not overhead
-                            (lcall if e - s < SLOW_LAUNCH_US else slow).add(s, e)
+                            (lcall if e - s < one_off_us else slow).add(s, e)
                         if hs != hs:
                             hs, he = s, e
                         elif s <= he:

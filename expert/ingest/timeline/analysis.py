@@ -17,7 +17,7 @@ from .classes import Classifier
 from .cover import Cover, intersect_all, subtract, union_columns
 from .model import H2D, KIND_KERNEL, PAGEABLE, PINNED, Timeline
 from .operators import Nesting
-from .result import SLOW_LAUNCH_US, DeviceIdle, TimelineAnalysis, slow_launches
+from .result import DeviceIdle, TimelineAnalysis, slow_launches
 from .roofline import Roof, sig6
 from .windows import host_intervals, launching_threads
 
@@ -147,14 +147,15 @@ class _Analyzer:
         sync_w = intersect_all(subtract(sync_all, loader), wl)
         host = host_intervals(tl, threads, launch_free_spans=True, blocking=blocking_names)
         # the launching threads inside launch calls: launch overhead wherever the GPU idles (inside the host activity);
-        # a launch call of SLOW_LAUNCH_US or more is a one-off (a first launch loading its module), neither launch
-        # overhead nor host compute: its idle time is unattributed, and a note names it
+        # a launch call of analysis.one_off_launch_min_us (kernels.yaml) or more is a one-off (a first launch loading
+        # its module), neither launch overhead nor host compute: its idle time is unattributed, and a note names it
         launch_names = {i for i, nm in enumerate(names) if self.cls.is_launch_call(nm)}
         calls = [r for r in range(len(tl.r_start)) if tl.r_name[r] in launch_names and tl.r_thread[r] in threads]
+        one_off_us = self.catalog.analysis.one_off_launch_min_us
         in_launch = union_columns(tl.r_start, tl.r_end, (r for r in calls
-                                                         if tl.r_end[r] - tl.r_start[r] < SLOW_LAUNCH_US))
+                                                         if tl.r_end[r] - tl.r_start[r] < one_off_us))
         one_off = union_columns(tl.r_start, tl.r_end, (r for r in calls
-                                                       if tl.r_end[r] - tl.r_start[r] >= SLOW_LAUNCH_US))
+                                                       if tl.r_end[r] - tl.r_start[r] >= one_off_us))
         launch_w = intersect_all(subtract(subtract(in_launch, loader), sync_all), wl)
         host_w = intersect_all(subtract(subtract(subtract(subtract(host, loader), sync_all), in_launch), one_off), wl)
         cov_w, cov_l, cov_s, cov_h, sync_point = Cover(wl), Cover(loader), Cover(sync_w), Cover(host_w), Cover(sync_all)
@@ -191,12 +192,13 @@ class _Analyzer:
         blocking_in = [r for r in r_blocking if self.in_window(tl.r_start[r])]
         blocked = Cover(intersect_all(union_columns(tl.r_start, tl.r_end, blocking_in), wl)).total
         slow = [(tl.names[tl.r_name[r]], cov_w.between(tl.r_start[r], tl.r_end[r])) for r in calls
-                if tl.r_end[r] - tl.r_start[r] >= SLOW_LAUNCH_US]
+                if tl.r_end[r] - tl.r_start[r] >= one_off_us]
         matched = sum(1 for x in tl.launch if x == x)
         time_breakdown, facts = breakdown(tl, self.cls, self.catalog, self.roof, in_w, classes, source, window, steps,
                                           sorted(used), graph_launches, self.torch_types)
         facts["_launch_gap_us"] = launch_gap
-        facts["_slow_launch"] = slow_launches(slow)
+        facts["_one_off_launch_us"] = one_off_us
+        facts["_slow_launch"] = slow_launches(slow, one_off_us)
         time_breakdown.host_during_idle, facts["idle_host_ops"] = self._host_during_idle(host_w, threads)
         time_breakdown.idle = idle_shares(idle)
         return TimelineAnalysis(

@@ -22,30 +22,30 @@ def _operators(fmt: str) -> str:
             "operator (a cpu_op event)")
 
 
-SLOW_LAUNCH_US = 1000.0
-"""A launch call this long (20x the 50 us a launch gap may take, kernels.yaml analysis.launch_gap_max_us) is not the
-per-launch cost CUDA graphs or fusion remove: the driver loads the kernel's module on its first launch (CUDA lazy
-loading, CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2; ROCm loads code objects the same way), which takes
-milliseconds, once. The GPU idle time such a call holds is neither launch overhead (a verdict on it would propose
-CUDA graphs) nor host compute: it is unattributed, and a note names the call."""
+def _duration(us: float) -> str:
+    return f"{us / 1e3:g} ms" if us >= 1000 else f"{us:g} us"
 
 
-def slow_launches(calls: list[tuple[str, float]]) -> tuple[int, str, float] | None:
-    """(how many, the longest one's name, its time inside the window) of the launch calls of SLOW_LAUNCH_US or more
-    given as (name, time inside the window); None when none of them reaches into the window."""
+OneOffLaunches = tuple[int, str, float, float]
+"""(how many, the longest one's name, its time inside the window, the threshold in us) of one-off launch calls."""
+
+
+def slow_launches(calls: list[tuple[str, float]], min_us: float) -> OneOffLaunches | None:
+    """The one-off launch calls (`min_us` or longer: kernels.yaml analysis.one_off_launch_min_us, given as (name,
+    time inside the window)) that reach into the window, summed up; None when none does."""
     inside = [(t, name) for name, t in calls if t > 0]
     if not inside:
         return None
     t, name = max(inside, key=lambda x: (x[0], x[1]))
-    return len(inside), name, t
+    return len(inside), name, t, min_us
 
 
-def slow_launch_note(found: tuple[int, str, float] | None, label: str) -> str | None:
-    """The note on launch calls of SLOW_LAUNCH_US or more inside the window (`slow_launches`)."""
+def slow_launch_note(found: OneOffLaunches | None, label: str) -> str | None:
+    """The note on the one-off launch calls inside the window (`slow_launches`)."""
     if found is None:
         return None
-    count, name, t = found
-    many = f"{count} launch calls of 1 ms or more, the longest {name}" if count > 1 else f"{name}"
+    count, name, t, min_us = found
+    many = f"{count} launch calls of {_duration(min_us)} or more, the longest {name}" if count > 1 else f"{name}"
     return (f"{many} took {t / 1e3:.3g} ms inside {label}. A launch call this long is a one-off, usually a first "
             "launch loading the kernel's module (CUDA lazy loading, ROCm code objects), not the per-launch cost CUDA "
             "graphs or fusion remove: the GPU idle time it holds is counted as unattributed, not as launch overhead "
@@ -186,11 +186,10 @@ class TimelineAnalysis:
                  "(synchronize, free, synchronous copy) in progress when the GPU ran dry, or during the gap, is sync; "
                  "a gap of at most {t:g} us before a kernel launched after the GPU went idle is launch overhead, and "
                  "so is the time the launching threads spend inside launch calls (cudaLaunchKernel and friends) in a "
-                 "longer one, except a call of 1 ms or more (a one-off first launch: unattributed); the rest of a "
+                 "longer one, except a call of {o} or more (a one-off first launch: unattributed); the rest of a "
                  "longer gap is host compute where operators or launch-free python functions ran on the launching "
                  "threads, and unattributed where nothing did")
-        t = self.facts.get("_launch_gap_us", 50)
-        method = split.format(t=t)
+        method = split.format(t=self.facts["_launch_gap_us"], o=_duration(self.facts["_one_off_launch_us"]))
         for fact, key in (("launch_overhead_frac", "launch"), ("host_compute_frac", "host"),
                           ("host_sync_frac", "sync"), ("unattributed_idle_frac", "unattributed")):
             r.add(fact, min(1.0, max(0.0, idle[key])), method=method, gpu_wait=round(idle["gpu_wait"], 4), **common)
