@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..errors import ObservationError, Problem
 from ..kb.knowledge import KnowledgeBase
@@ -87,40 +88,46 @@ def _as_range(value: StepRange | TimeWindow, what: str, *, integer: bool,
 
 
 TELEMETRY: tuple[Format, ...] = ("nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus")
-APPLIES: dict[str, tuple[tuple[Format, ...], str]] = {
-    "--steps": (("kineto", "nsys"), "profiler traces (Kineto traces, Nsight Systems exports)"),
-    "--step-range": (("nsys",), "Nsight Systems exports"),
-    "--samples": (TELEMETRY, "telemetry logs (nvidia-smi, nvidia-smi dmon, dcgmi dmon, dcgm-exporter)"),
-    "--columns": (("nvidia-smi",), "nvidia-smi --query-gpu CSV logs"),
-    "--window": (tuple(f for f in FORMATS if f != "nccl-tests"), "traces and timestamped telemetry logs"),
+class _Applies(NamedTuple):
+    formats: tuple[Format, ...]
+    what: str  # the formats, in words
+    instead: str  # the hint where no input takes the option
+
+
+APPLIES: dict[str, _Applies] = {
+    "--steps": _Applies(("kineto", "nsys"), "profiler traces (Kineto traces, Nsight Systems exports)",
+                        "pick samples of a telemetry log with --samples A:B, or seconds with --window A:B"),
+    "--step-range": _Applies(("nsys",), "Nsight Systems exports", "select Kineto steps with --steps A:B"),
+    "--samples": _Applies(TELEMETRY, "telemetry logs (nvidia-smi, nvidia-smi dmon, dcgmi dmon, dcgm-exporter)",
+                          "select ProfilerStep numbers of a trace with --steps A:B, or seconds with --window A:B"),
+    "--columns": _Applies(("nvidia-smi",), "nvidia-smi --query-gpu CSV logs",
+                          "--columns names the fields of an nvidia-smi CSV written with noheader"),
+    "--window": _Applies(tuple(f for f in FORMATS if f != "nccl-tests"), "traces and timestamped telemetry logs",
+                         "nccl-tests output has no time axis"),
 }
-"""The input formats each selection option applies to, and their description. An option none of the inputs takes is
-an error (it would select nothing: the result would not be what was asked for); one that only some take is a note
-on the others (a trace and a DCGM log of the same run: --steps picks the trace's steps, --samples the log's)."""
+"""The input formats each selection option applies to, their description, and what to use where none of the inputs
+takes it. An option none of the inputs takes is an error (it would select nothing: the result would not be what was
+asked for); one that only some take is a note on the others (a trace and a DCGM log of the same run: --steps picks
+the trace's steps, --samples the log's)."""
 
 
 def _check_options(srcs: Sequence[Source], fmts: Sequence[str], given: dict[str, str]) -> None:
     """Raise for an option given (`given`: option -> its text) that applies to none of the inputs."""
     for option, text in given.items():
-        formats, what = APPLIES[option]
-        if any(fmt in formats for fmt in fmts):
+        applies = APPLIES[option]
+        if any(fmt in applies.formats for fmt in fmts):
             continue
         shown = ", ".join(f"{src.label} ({_short_title(fmt)})" for src, fmt in zip(srcs, fmts, strict=True))
-        hint = {"--steps": "pick samples of a telemetry log with --samples A:B, or seconds with --window A:B",
-                "--samples": "select ProfilerStep numbers of a trace with --steps A:B, or seconds with --window A:B",
-                "--step-range": "select Kineto steps with --steps A:B",
-                "--columns": "--columns names the fields of an nvidia-smi CSV written with noheader",
-                "--window": "nccl-tests output has no time axis"}[option]
-        raise ObservationError([Problem(f"{option} {text}", f"applies to {what}, not to {shown}", hint)],
-                               title="invalid option")
+        raise ObservationError([Problem(f"{option} {text}", f"applies to {applies.what}, not to {shown}",
+                                        applies.instead)], title="invalid option")
 
 
 def _not_applied(option: str, fmt: str) -> str | None:
     """The note on an option this input's format does not take (None: it takes it)."""
-    formats, what = APPLIES[option]
-    if fmt in formats:
+    applies = APPLIES[option]
+    if fmt in applies.formats:
         return None
-    return f"{option} applies to {what}; ignored for this file ({_short_title(fmt)})"
+    return f"{option} applies to {applies.what}; ignored for this file ({_short_title(fmt)})"
 
 
 def _short_title(fmt: str) -> str:
@@ -133,40 +140,42 @@ def _read_one(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | 
               gpus: Sequence[int] | None, columns: Sequence[str] | None, progress: Progress | None,
               nvtx_range: str | None = None, jobs: list[JobResult] | None = None,
               workers: int | None = None) -> FileResult:
+    result = _parse(src, fmt, kb, steps=steps, window=window, samples=samples, gpus=gpus, columns=columns,
+                    progress=progress, nvtx_range=nvtx_range, jobs=jobs, workers=workers)
+    _note_ignored(result, fmt, steps=steps, samples=samples, columns=columns, nvtx_range=nvtx_range, window=window)
+    return result
+
+
+def _parse(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | None, float | None] | None,
+           window: tuple[float | None, float | None] | None, samples: tuple[float | None, float | None] | None,
+           gpus: Sequence[int] | None, columns: Sequence[str] | None, progress: Progress | None,
+           nvtx_range: str | None, jobs: list[JobResult] | None, workers: int | None) -> FileResult:
+    """One file read by its format's reader, with the options that format takes."""
     if fmt == "nsys":
         from . import nsys
 
         analysis = nsys.analyse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, step_range=nvtx_range,
                                 progress=progress, workers=workers)
-        result = analysis.result
         if analysis.job is not None and jobs is not None:  # several devices: compared as the ranks of a job
             jobs.append(analysis.job)
-        _note_ignored(result, fmt, samples=samples, columns=columns)
-        return result
+        return analysis.result
     if fmt == "kineto":
         from . import kineto
 
-        result = kineto.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, progress=progress,
-                              workers=workers)
-        _note_ignored(result, fmt, samples=samples, columns=columns, nvtx_range=nvtx_range)
-        return result
+        return kineto.parse(src, kb, steps=_step_range(steps), window=window, gpus=gpus, progress=progress,
+                            workers=workers)
     from . import dcgm, nccl_tests, nvidia_smi
 
     if fmt == "nvidia-smi":
-        result = nvidia_smi.parse_csv(src, kb, window=window, samples=samples, gpus=gpus, columns=columns,
-                                      progress=progress)
-    elif fmt == "nvidia-smi-dmon":
-        result = nvidia_smi.parse_dmon(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
-    elif fmt == "dcgmi":
-        result = dcgm.parse_dmon(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
-    elif fmt == "nccl-tests":
-        result = nccl_tests.parse(src, kb, progress=progress)
-    else:
-        result = dcgm.parse_prometheus(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
-    if steps is not None:
-        result.notes.append("--steps applies to profiler traces; all samples in the window were used")
-    _note_ignored(result, fmt, samples=samples, columns=columns, nvtx_range=nvtx_range, window=window)
-    return result
+        return nvidia_smi.parse_csv(src, kb, window=window, samples=samples, gpus=gpus, columns=columns,
+                                    progress=progress)
+    if fmt == "nvidia-smi-dmon":
+        return nvidia_smi.parse_dmon(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
+    if fmt == "dcgmi":
+        return dcgm.parse_dmon(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
+    if fmt == "nccl-tests":
+        return nccl_tests.parse(src, kb, progress=progress)
+    return dcgm.parse_prometheus(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
 
 
 def _note_ignored(result: FileResult, fmt: str, **given: object) -> None:
