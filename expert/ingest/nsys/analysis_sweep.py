@@ -433,7 +433,7 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     facts["_launch_gap_us"] = launch_gap
     one_off_us = facts["_one_off_launch_us"] = cat.analysis.one_off_launch_min_us
     facts["_slow_launch"] = slow_launches([(nm, cov_w.between(a, b)) for nm, a, b in
-                                           host.slow_launch_calls(one_off_us)], one_off_us)
+                                           host.slow_launch_calls()], one_off_us)
     breakdown.host_during_idle, facts["idle_host_ops"] = _host_during_idle(g, idle_host, span, top_n)
     breakdown.idle = idle_shares(idle)
     analysis = TimelineAnalysis(

@@ -85,6 +85,7 @@ class HostSweep:
         self.sync_intervals = 0
         self.launch_intervals = 0
         self.slow_intervals = 0  # one-off launch calls (kernels.yaml analysis.one_off_launch_min_us or longer)
+        self.one_off_calls: list[tuple[int, float, float]] = []  # those calls: (rowid, start, end), in start order
         self.max_nvtx_rowid = 0
         self._prepare()
 
@@ -333,8 +334,11 @@ class HostSweep:
                     if code & 2:
                         sync.add(s, e)
                     elif e > s:
-                        if code & 4:  # a launch call; one of a millisecond or more is a one-off, not overhead
-                            (lcall if e - s < one_off_us else slow).add(s, e)
+                        if code & 4 and e - s < one_off_us:  # a launch call
+                            lcall.add(s, e)
+                        elif code & 4:  # a one-off (a first launch loading its module), not launch overhead
+                            slow.add(s, e)
+                            self.one_off_calls.append((rowid, s, e))
                         if hs != hs:
                             hs, he = s, e
                         elif s <= he:
@@ -417,22 +421,18 @@ class HostSweep:
             self.x.named_modules = found
         return found
 
-    def slow_launch_calls(self, min_us: float) -> Iterator[tuple[str, float, float]]:
-        """The launch calls (`launch_ids`) of `min_us` or more on the launching threads: (name, start, end) in
-        microseconds."""
-        x = self.x
-        if not self.launch_ids or not x.has(RUNTIME_T) or not x.has(RUNTIME_T, "nameId"):
+    def slow_launch_calls(self) -> Iterator[tuple[str, float, float]]:
+        """The one-off launch calls the sweep found (`one_off_calls`), named: (name, start, end) in microseconds."""
+        if not self.one_off_calls:
             return
-        tid = x.thread_key(RUNTIME_T, "globalTid", "r")
-        procs = self._proc_filter(RUNTIME_T, "r", "globalTid")
-        if -1 not in self.threads and x.has(RUNTIME_T, "globalTid"):
-            tid, procs = "r.globalTid", ""
-        sql = (f"SELECT r.nameId, r.start, r.\"end\" FROM {RUNTIME_T} r WHERE r.nameId IN ({ids_sql(self.launch_ids)}) "
-               f"AND r.\"end\" - r.start >= ? AND {tid} IN ({ids_sql(self.threads)}){procs} ORDER BY r.start")
-        with x.guard():
-            for nid, start, end in x.conn.execute(sql, (min_us * 1000.0,)):
-                s = start / 1000.0
-                yield self.call_names.get(nid) or "", s, s + (end - start) / 1000.0
+        x = self.x
+        names: dict[int, int] = {}
+        if x.has(RUNTIME_T, "nameId"):
+            with x.guard():
+                names = dict(x.conn.execute(f"SELECT rowid, nameId FROM {RUNTIME_T} WHERE rowid IN "
+                                            f"({ids_sql([row for row, _, _ in self.one_off_calls])})"))
+        for row, s, e in self.one_off_calls:
+            yield self.call_names.get(names.get(row, -1)) or "", s, e
 
     # -- reading back --------------------------------------------------------------------------------------------
     def stored(self, table: str) -> Iterator[Interval]:
