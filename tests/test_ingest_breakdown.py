@@ -83,6 +83,47 @@ def test_preprocessing_in_the_loop_is_host_bound_not_latency_bound(tmp_path: Pat
     assert "preprocess_in_workers" in [r.id for r in report.recommended]
     finding = next(f for f in report.findings if f.id == "host_compute")
     assert "50%" in finding.message
+    # the CPU work launches nothing: only the microsecond each aten::mm spends before its launch call, when the GPU
+    # has drained, is the dispatch of a GPU operator (3 us in 40 ms)
+    assert values["host_dispatch_frac"] == pytest.approx(3 / 40_020, rel=1e-3)
+    assert values["idle_dispatch_ops"] == "aten::mm"
+    assert report.derived["dispatch_share_of_host"].value < 0.001
+
+
+def test_dispatch_slower_than_the_gpu_is_overhead_bound_not_preprocessing(tmp_path: Path) -> None:
+    """Each aten::conv2d spends 400 us on the CPU (inside aten::cudnn_convolution: heuristics, allocation) before it
+    launches a 300 us kernel: the GPU drains its queue and waits inside the next operator's dispatch. No
+    preprocessing anywhere, so moving it to DataLoader workers is no fix; a graph replay or a larger batch is."""
+    t = Trace()
+    ts = 0.0
+    for s in range(3):
+        start = ts
+        for _ in range(40):
+            t.op("aten::conv2d", ts, 410)
+            ext = t.op("aten::cudnn_convolution", ts + 5, 400)
+            corr = t.runtime("cudaLaunchKernel", ts + 398, 4, ext=ext)
+            t.kernel("void cudnn::cnn::implicit_convolve_sgemm<float, 128>", ts + 410, 300, corr)
+            ts += 410
+        t.step(s + 1, start, ts - start)
+    result = ingest_result(t.write(tmp_path / "dispatch.json"))
+    values = result.observations.values()
+    # per 410 us: 300 us busy; the 110 us before the next kernel pass inside the next conv2d, 4 us of them inside its
+    # launch call (launch overhead), the rest host compute, all of it inside an operator that launched GPU work
+    assert values["gpu_util"] == pytest.approx(300 / 410, rel=2e-2)
+    assert values["host_compute_frac"] == pytest.approx(106 / 410, rel=5e-2)
+    assert values["host_dispatch_frac"] == pytest.approx(values["host_compute_frac"], rel=1e-6)
+    assert values["idle_dispatch_ops"] == "aten::conv2d"
+    assert values["idle_host_ops"] == "aten::cudnn_convolution and aten::conv2d"  # conv2d's own 5 us after it
+    report = expert.diagnose(result.observations)
+    assert report.bottleneck == "latency" and report.candidates[0].strength == "confirmed"
+    assert "host" not in [c.regime for c in report.candidates]
+    recommended = [r.id for r in report.recommended]
+    assert recommended[0] == "cuda_graphs" and "batching" in recommended
+    wasted = [w.id for w in report.wasted]
+    assert "preprocess_in_workers" in wasted and "gpu_data_preprocessing" in wasted
+    assert "cuda_graphs" not in wasted  # 300 us kernels, but the trace measured the dispatch that replay removes
+    finding = next(f for f in report.findings if f.id == "host_dispatch")
+    assert "aten::conv2d" in finding.message and "100%" in finding.message
 
 
 def test_item_every_step_is_sync_bound(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ EXPECTED: dict[str, Any] = {
     # DataLoader 100 us, a 10 us cudaLaunchKernel (launch overhead) and 510 us of nothing
     "launch_overhead_frac": 20 / 2100,
     "host_compute_frac": 5 / 2100,
+    "host_dispatch_frac": 0.0,  # that host compute is a copy call outside any operator: no operator's dispatch
     "host_sync_frac": 0.0,
     "unattributed_idle_frac": 525 / 2100,
     "uses_cuda_graphs": "no",
@@ -76,7 +77,8 @@ def test_every_fact_matches_the_hand_computation() -> None:
     _check(result.observations.values())
     # the fixture records no shapes and no operator ids: no operator breakdown, no shape-derived FLOPs
     assert set(result.not_derived) == {"top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
-                                       "bytes_moved", "arithmetic_intensity", "dtype", "applied_optimizations"}
+                                       "bytes_moved", "arithmetic_intensity", "dtype", "applied_optimizations",
+                                       "idle_dispatch_ops"}
     assert "no graph launches" in result.not_derived["applied_optimizations"]  # nothing shows an optimization
     assert "record_shapes=True" in result.not_derived["bytes_moved"]
     assert result.files[0].stats["reader"] == "msgspec batches"

@@ -46,6 +46,11 @@ def share_of_idle(io_overhead: float, idle: float) -> float:
     return io_overhead / max(idle, 0.01)
 
 
+def dispatch_share(host_dispatch_frac: float, host_compute_frac: float) -> float:
+    """The part of the host-compute idle time spent inside the model's own GPU operators (0 with no host time)."""
+    return min(1.0, host_dispatch_frac / host_compute_frac) if host_compute_frac > 0 else 0.0
+
+
 def achieved_tflops(flops: float, step_time_s: float) -> float:
     """Achieved model TFLOP/s from FLOPs per step and step time."""
     return flops / step_time_s / 1e12

@@ -31,6 +31,7 @@ from .formulas import (
     compression_ratio,
     decode_bandwidth_gbs,
     decode_intensity,
+    dispatch_share,
     io_overhead,
     iron_law,
     mfu,
@@ -120,6 +121,8 @@ _SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 _WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
                "and the iron law's overlap form: a wait shorter than the idle time leaves the rest of it unexplained")
+_DISPATCH = ("Horace He, Making Deep Learning Go Brrrr (overhead-bound: the GPU waits while Python and the framework "
+             "dispatch each operator); the host-compute idle time a profiler trace credits to GPU operators")
 
 # ---- the compute term's η (issue 12 item 7) ----------------------------------------------------------------------
 _ETA = ("seed, iron law compute term O/(R_peak·η); η = achieved FLOP/s over peak while the GPU computes: MFU is "
@@ -207,6 +210,9 @@ SCORECARD: tuple[Derivation, ...] = (
                                                                num(f, "gpu_idle_gap_frac")))),
     Derivation("wait_share_of_idle", ("io_overhead", "gpu_util"), "io_overhead / (1 − gpu_util)", _WAIT_SHARE,
                lambda f, kb: Result(share_of_idle(num(f, "io_overhead"), 1.0 - num(f, "gpu_util")))),
+    Derivation("dispatch_share_of_host", ("host_dispatch_frac", "host_compute_frac"),
+               "host_dispatch_frac / host_compute_frac", _DISPATCH,
+               lambda f, kb: Result(dispatch_share(num(f, "host_dispatch_frac"), num(f, "host_compute_frac")))),
     Derivation("compression_ratio", ("active_params", "model_params"), "active_params / model_params",
                "seed Table 5 (compression/sparsity ratio)",
                lambda f, kb: Result(compression_ratio(num(f, "active_params"), num(f, "model_params")))),

@@ -19,7 +19,7 @@ from .model import H2D, KIND_KERNEL, PAGEABLE, PINNED, Timeline
 from .operators import Nesting
 from .result import DeviceIdle, TimelineAnalysis, slow_launches
 from .roofline import Roof, sig6
-from .windows import host_intervals, launching_threads
+from .windows import host_intervals, launch_starts, launching_threads
 
 if TYPE_CHECKING:
     from ...kb.catalogs import TorchTypes
@@ -45,6 +45,12 @@ def idle_shares(idle: dict[str, float]) -> IdleShares:
     return IdleShares(busy=sig6(idle["busy"]), input=sig6(idle["data"]), launch=sig6(idle["launch"]),
                       host_compute=sig6(idle["host"]), sync=sig6(idle["sync"]),
                       unattributed=sig6(idle["unattributed"]), gpu_wait=sig6(idle["gpu_wait"]))
+
+
+def _launches_within(starts: Sequence[float], a: float, b: float) -> bool:
+    """Whether a launch call starts in [a, b] (`starts` sorted)."""
+    k = bisect_left(starts, a)
+    return k < len(starts) and starts[k] <= b
 
 
 class CoverLike(Protocol):
@@ -199,7 +205,7 @@ class _Analyzer:
         facts["_launch_gap_us"] = launch_gap
         facts["_one_off_launch_us"] = one_off_us
         facts["_slow_launch"] = slow_launches(slow, one_off_us)
-        time_breakdown.host_during_idle, facts["idle_host_ops"] = self._host_during_idle(host_w, threads)
+        time_breakdown.host_during_idle, facts["idle_host_ops"] = self._host_during_idle(host_w, threads, facts)
         time_breakdown.idle = idle_shares(idle)
         return TimelineAnalysis(
             span_us=self.span, devices=sorted(used), activities=len(in_w), idle=idle, kernels=len(kernels),
@@ -256,10 +262,18 @@ class _Analyzer:
             acc.comm = total(comm_w) - Cover(intersect_all(comm_w, compute)).total
         return acc
 
-    def _host_during_idle(self, host_w: list[Interval], threads: set[int]) -> tuple[list[TimeEntry], str | None]:
+    def _host_during_idle(self, host_w: list[Interval], threads: set[int],
+                          facts: dict[str, object]) -> tuple[list[TimeEntry], str | None]:
         """What the launching threads ran while the GPU idled in host-compute gaps: each stretch of host activity in
-        such a gap is credited to the innermost operator (or launch-free python function/annotation) around it."""
+        such a gap is credited to the innermost operator (or launch-free python function/annotation) around it.
+
+        The stretches inside an operator whose outermost enclosing operator launched GPU work, neither of them a copy
+        (kernels.yaml `calls.host_copy`), are the CPU side of the model's own GPU operators (dispatch, argument checks,
+        allocation, library heuristics): their time goes to `facts["_host_dispatch_us"]`, and those outermost
+        operators, most time first, to `facts["_host_dispatch_ops"]`. A stretch in CPU-only work (an operator tree
+        that launches nothing, a python function) is not."""
         tl = self.tl
+        facts["_host_dispatch_us"] = 0.0
         gaps = union(self.host_gaps)
         pieces = intersect_all(host_w, gaps)
         if not pieces:
@@ -277,14 +291,18 @@ class _Analyzer:
         ops = around(tl.o_start, tl.o_end, tl.o_thread)
         spans = around(tl.s_start, tl.s_end, tl.s_thread)
         calls = around(tl.r_start, tl.r_end, tl.r_thread)
+        launches = launch_starts(tl)
         credit: dict[str, float] = {}
         count: dict[str, int] = {}
+        dispatch: dict[str, float] = {}
         for (a, b), mid in zip(pieces, mids, strict=True):
             best, best_start, best_name = -1, -math.inf, ""
+            outer = -1  # the outermost operator around the stretch, on the thread of its innermost one
             for th in threads:
                 o = ops.innermost(th, mid, mid)
                 if o >= 0 and tl.o_start[o] > best_start:
                     best, best_start, best_name = o, tl.o_start[o], tl.names[tl.o_name[o]]
+                    outer = ops.outermost(th, o)
                 sp = spans.innermost(th, mid, mid)
                 if sp >= 0 and tl.s_start[sp] > best_start:
                     best, best_start, best_name = sp, tl.s_start[sp], tl.names[tl.s_name[sp]]
@@ -293,6 +311,14 @@ class _Analyzer:
                 best_name = tl.names[tl.r_name[found]] if found >= 0 else "runtime calls"
             credit[best_name] = credit.get(best_name, 0.0) + (b - a)
             count[best_name] = count.get(best_name, 0) + 1
+            if outer >= 0 and _launches_within(launches.get(tl.o_thread[outer], ()), tl.o_start[outer],
+                                               tl.o_end[outer]):
+                name = tl.names[tl.o_name[outer]]
+                if not (self.cls.is_host_copy(name) or self.cls.is_host_copy(best_name)):
+                    dispatch[name] = dispatch.get(name, 0.0) + (b - a)
+        facts["_host_idle_us"] = sum(b - a for a, b in pieces)
+        facts["_host_dispatch_us"] = sum(dispatch.values())
+        facts["_host_dispatch_ops"] = sorted(dispatch.items(), key=lambda kv: -kv[1])[:self.catalog.analysis.top_n]
         span = self.span or 1.0
         ranked = sorted(credit.items(), key=lambda kv: -kv[1])
         entries = [TimeEntry(name=name, gpu_time_s=sig6(t / 1e6), share=sig6(t / span), count=count[name])

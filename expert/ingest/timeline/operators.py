@@ -33,6 +33,16 @@ class Nesting:
             ids.append(i)
             stack.append(len(ids) - 1)
 
+    def outermost(self, thread: int, i: int) -> int:
+        """The outermost span around span `i` of `thread` (itself when it has no parent)."""
+        st, ids, parents = self.by_thread[thread]
+        k = bisect_right(st, self.starts[i]) - 1
+        while k >= 0 and ids[k] != i:  # spans starting at the same instant: walk back to i
+            k -= 1
+        while k >= 0 and parents[k] >= 0:
+            k = parents[k]
+        return ids[k] if k >= 0 else i
+
     def innermost(self, thread: int, s: float, e: float) -> int:
         found = self.by_thread.get(thread)
         if found is None:

@@ -116,6 +116,32 @@ class TimelineAnalysis:
             r.missing("applied_optimizations", "; ".join(how) if how else "no graph launches, and no GEMM time "
                       "mostly in 16-bit or narrower tensor-core kernels")
 
+    def _host_dispatch(self, r: FileResult, host_share: float, common: dict[str, Any]) -> None:
+        """host_dispatch_frac: the part of host_compute_frac spent inside operators whose outermost operator launched
+        GPU work (not copies): the CPU side of the model's own operators (`analysis._Analyzer._host_during_idle`)."""
+        dispatch_us = self.facts.get("_host_dispatch_us")
+        if dispatch_us is None:
+            why = ("this reader does not tell the CPU side of GPU operators from CPU-only work in the host-compute "
+                   "gaps (Kineto traces do)")
+            r.missing("host_dispatch_frac", why)
+            r.missing("idle_dispatch_ops", why)
+            return
+        idle_us = float(self.facts.get("_host_idle_us") or 0.0)
+        share = min(1.0, max(0.0, host_share)) * float(dispatch_us) / idle_us if idle_us > 0 else 0.0
+        ops: list[tuple[str, float]] = self.facts.get("_host_dispatch_ops") or []
+        named = ", ".join(f"{name} {t / idle_us:.0%}" for name, t in ops[:4]) if idle_us > 0 else ""
+        r.add("host_dispatch_frac", min(1.0, share), method="host-compute idle time inside operators whose outermost "
+              "operator launched GPU work, copies left out: the CPU side of the model's own GPU operators (dispatch, "
+              "argument checks, allocation, library heuristics), as a share of the window"
+              + (f"; of the host-compute idle time: {named}" if named else ""), **common)
+        if ops:
+            top = [name for name, _ in ops[:3]]
+            r.add("idle_dispatch_ops", top[0] if len(top) == 1 else ", ".join(top[:-1]) + " and " + top[-1],
+                  method="the outermost operators that launched GPU work around the host-compute idle time inside "
+                  "them, most idle time first", **common)
+        else:
+            r.missing("idle_dispatch_ops", "no host-compute idle time inside operators that launch GPU work")
+
     def _host_copies(self, r: FileResult, kb: KnowledgeBase, common: dict[str, Any]) -> None:
         """host_copy_frac: the host-compute idle time the launching threads spent in copy operators or calls
         (knowledge_base/kernels.yaml `calls.host_copy`), as a share of the window."""
@@ -196,6 +222,7 @@ class TimelineAnalysis:
         note = slow_launch_note(self.facts.get("_slow_launch"), label)
         if note is not None:
             r.notes.append(note)
+        self._host_dispatch(r, idle["host"], common)
         if self.facts.get("idle_host_ops"):
             r.add("idle_host_ops", self.facts["idle_host_ops"], method="the innermost operator or launch-free python "
                   "function around each stretch of host work inside the host-compute idle gaps, most idle time first",
