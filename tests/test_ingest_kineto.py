@@ -78,7 +78,7 @@ def test_every_fact_matches_the_hand_computation() -> None:
     # the fixture records no shapes and no operator ids: no operator breakdown, no shape-derived FLOPs
     assert set(result.not_derived) == {"top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
                                        "bytes_moved", "arithmetic_intensity", "dtype", "applied_optimizations",
-                                       "idle_dispatch_ops"}
+                                       "idle_dispatch_ops", "allreduce_comm_share", "comm_kinds"}
     assert "no graph launches" in result.not_derived["applied_optimizations"]  # nothing shows an optimization
     assert "record_shapes=True" in result.not_derived["bytes_moved"]
     assert result.files[0].stats["reader"] == "msgspec batches"

@@ -97,6 +97,9 @@ _YOUNG = "Young 1974, CACM 17(9), https://doi.org/10.1145/361147.361115"
 _DALY = "Daly 2006, FGCS 22, https://doi.org/10.1016/j.future.2004.11.016"
 
 # cluster scale (seed Table 6, C³): computation, communication, coordination
+_C3_KINDS = ("seed C³ (C2 communication) and Table 2 (async gradient sync overlaps the gradient all-reduce with "
+             "backward); PyTorch DDP communication hooks act on gradient buckets, not on send/receive or all-to-all")
+
 CLUSTER: tuple[Derivation, ...] = (
     Derivation("per_gpu_throughput", ("cluster_throughput", "num_gpus"), "cluster_throughput / num_gpus", _C3_SCALING,
                lambda f, kb: Result(num(f, "cluster_throughput") / num(f, "num_gpus"))),
@@ -115,6 +118,13 @@ CLUSTER: tuple[Derivation, ...] = (
     Derivation("comm_frac", ("exposed_comm_s", "step_time_s"), "exposed_comm_s / step_time_s", _C3_COMM,
                lambda f, kb: clamp_fraction(num(f, "exposed_comm_s") / num(f, "step_time_s"),
                                              "exposed communication share")),
+    Derivation("exposed_allreduce_frac", ("comm_frac", "allreduce_comm_share"), "comm_frac × allreduce_comm_share",
+               _C3_KINDS, lambda f, kb: Result(num(f, "comm_frac") * num(f, "allreduce_comm_share"))),
+    # without a trace's collective mix the exposed communication is taken as data-parallel collectives (what a
+    # data-parallel job's collectives are; an inference service's gradient techniques are wasted by a rule)
+    Derivation("exposed_allreduce_frac", ("comm_frac",),
+               "comm_frac (the collectives' kinds not measured: all of it taken as data-parallel collectives)",
+               _C3_KINDS, lambda f, kb: Result(num(f, "comm_frac"))),
     Derivation("interconnect_bandwidth", ("interconnect", "hardware"),
                "the hardware's own link (hardware.yaml, bidirectional total) / 2", "knowledge_base/hardware.yaml",
                _hardware_link, gate=OWN_LINK),

@@ -453,8 +453,8 @@ def _optimizations(
                                         expected_gain=gain)
         effort = opt.effort if opt.effort is not None else 6  # undeclared effort: after every declared one
         # a bound known to be loose (what it acts on is narrower than its term, and not measured) ranks after an
-        # equal bound that is not
-        loose = int(bound_is_loose(ctx, opt))
+        # equal bound that is not; an unknown gain has no bound to be loose
+        loose = int(gain is not None and bound_is_loose(ctx, opt))
         recommended.append(((-(gain.max_speedup if gain else 1.0), loose, effort, spec, index), recommendation))
     ctx.proposals = [rec for _, rec in recommended]  # the graph lists them in proposal order
     recommended.sort(key=lambda item: item[0])

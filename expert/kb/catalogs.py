@@ -539,6 +539,27 @@ class Tf32Gemm(_Patterns):
     """GEMM kernel names that run TF32 tensor-core math on fp32 tensors (regular expressions, case-insensitive)."""
 
 
+class CollectiveKind(_Strict):
+    """One kind of collective, by the names of the communication kernels that run it (case-insensitive)."""
+
+    id: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")
+    data_parallel: bool = False  # all-reduce, reduce-scatter, all-gather: gradients and parameters (kernels.yaml)
+    patterns: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _patterns_compile(self) -> CollectiveKind:
+        _check_patterns(self.patterns)
+        return self
+
+
+class Collectives(_Strict):
+    """Which collective each communication kernel runs (kernels.yaml `collectives`), first match first."""
+
+    source: str
+    rationale: str
+    kinds: list[CollectiveKind] = Field(min_length=1)
+
+
 class KernelCatalog(_Strict):
     """knowledge_base/kernels.yaml: kernel classes, host call roles and the trace analysis thresholds."""
 
@@ -549,6 +570,7 @@ class KernelCatalog(_Strict):
     tf32_gemm: Tf32Gemm | None = None
     fused_memory_bound: FusedMemoryBound | None = None
     fast_convolution: FastConvolution | None = None
+    collectives: Collectives | None = None
     analysis: TraceAnalysisSettings
 
     @model_validator(mode="after")

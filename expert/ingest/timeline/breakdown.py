@@ -54,6 +54,20 @@ def _fused_memory_bound_us(names: list[str], cls: Classifier, per_kernel: dict[i
                and not cls.memory_bound.get(cls.of(names, nm, KIND_KERNEL), False))
 
 
+def _collectives_us(names: list[str], cls: Classifier, per_kernel: dict[int, list[float]]) -> dict[str, float]:
+    """GPU time of the communication kernels per collective kind (kernels.yaml `collectives`), and under the key ""
+    the part in data-parallel kinds (all-reduce, reduce-scatter, all-gather)."""
+    out: dict[str, float] = {}
+    for nm, (t, _, kind) in per_kernel.items():
+        if int(kind) != KIND_KERNEL or cls.of(names, nm, KIND_KERNEL) != "communication":
+            continue
+        which, data_parallel = cls.collective(names[nm])
+        out[which] = out.get(which, 0.0) + t
+        if data_parallel:
+            out[""] = out.get("", 0.0) + t
+    return out
+
+
 def breakdown(tl: Timeline, cls: Classifier, cat: KernelCatalog, roof: Roof | None, in_w: list[int],
               classes: list[str], source: str, window: TraceWindow | None, steps: Sequence[tuple[int, float, float]],
               devices: list[int], graph_launches: int,
@@ -251,6 +265,8 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
     if cat.fused_memory_bound is not None:
         facts["_fused_memory_bound_us"], facts["_memory_bound_us"] = fused_us, memory_us
         facts["_fused_min_share"] = cat.fused_memory_bound.min_share
+    if cat.collectives is not None:
+        facts["_collectives_us"] = _collectives_us(kernel_names, cls, per_kernel)
     if class_list:
         top = class_list[0].class_
         ranked = sorted(class_groups.get(top, {}).items(), key=lambda kv: -kv[1])

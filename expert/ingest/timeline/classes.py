@@ -53,7 +53,15 @@ class Classifier:
                                  if fast else None)
         tf32 = catalog.tf32_gemm
         self.tf32 = re.compile("|".join(f"(?:{p})" for p in tf32.patterns), re.IGNORECASE) if tf32 else None
+        kinds = catalog.collectives.kinds if catalog.collectives is not None else []
+        self.collectives = [(k.id, k.data_parallel, re.compile("|".join(f"(?:{p})" for p in k.patterns),
+                                                               re.IGNORECASE)) for k in kinds]
         self._cache: dict[tuple[int, int], str] = {}
+
+    def collective(self, name: str) -> tuple[str, bool]:
+        """(kind, data-parallel) of a communication kernel's name (kernels.yaml `collectives`; ("other", False) when
+        no kind matches)."""
+        return next(((kind, dp) for kind, dp, rx in self.collectives if rx.search(name)), ("other", False))
 
     # the roles of runtime call names (operator names pass through api_name unchanged)
     def is_blocking(self, name: str) -> bool:

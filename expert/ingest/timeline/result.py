@@ -142,6 +142,25 @@ class TimelineAnalysis:
         else:
             r.missing("idle_dispatch_ops", "no host-compute idle time inside operators that launch GPU work")
 
+    def _collectives(self, r: FileResult, why: dict[str, Any]) -> None:
+        """allreduce_comm_share and comm_kinds: the communication kernels' GPU time by collective (kernels.yaml
+        `collectives`), and the data-parallel kinds' share of it."""
+        per: dict[str, float] | None = self.facts.get("_collectives_us")
+        if per is None:
+            return
+        data_parallel = per.get("", 0.0)
+        kinds = sorted(((k, t) for k, t in per.items() if k), key=lambda kv: -kv[1])
+        total = sum(t for _, t in kinds)
+        if total <= 0:
+            for fact in ("allreduce_comm_share", "comm_kinds"):
+                r.missing(fact, "no communication kernels in the window")
+            return
+        mix = ", ".join(f"{k} {t / total:.0%}" for k, t in kinds[:4])
+        r.add("allreduce_comm_share", min(1.0, data_parallel / total), method="GPU time of all-reduce, "
+              "reduce-scatter and all-gather kernels over all communication kernel time (knowledge_base/kernels.yaml "
+              f"collectives): {mix}", **why)
+        r.add("comm_kinds", mix, method="communication kernel time by collective, most first", **why)
+
     def _host_copies(self, r: FileResult, kb: KnowledgeBase, common: dict[str, Any]) -> None:
         """host_copy_frac: the host-compute idle time the launching threads spent in copy operators or calls
         (knowledge_base/kernels.yaml `calls.host_copy`), as a share of the window."""
@@ -274,6 +293,7 @@ class TimelineAnalysis:
                           "operators)")
             else:
                 r.missing("top_kernel_class_ops", self._no_operators(r.format))
+        self._collectives(r, why)
         if bd.memory_bound_share is not None:
             fused = (" and compiler-fused pointwise and reduction kernels" if self.facts.get("_fused_memory_bound_us")
                      else "")
