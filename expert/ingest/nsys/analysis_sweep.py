@@ -16,7 +16,7 @@ from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...breakdown import TimeEntry, TraceWindow
 from ..distributed import catalog as distributed_catalog
@@ -434,7 +434,7 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     one_off_us = facts["_one_off_launch_us"] = cat.analysis.one_off_launch_min_us
     facts["_slow_launch"] = slow_launches([(nm, cov_w.between(a, b)) for nm, a, b in
                                            host.slow_launch_calls()], one_off_us)
-    breakdown.host_during_idle, facts["idle_host_ops"] = _host_during_idle(g, idle_host, span, top_n)
+    breakdown.host_during_idle, facts["idle_host_ops"] = _host_during_idle(g, idle_host, span, top_n, facts)
     breakdown.idle = idle_shares(idle)
     analysis = TimelineAnalysis(
         span_us=span_raw, devices=[g.device], activities=in_w, idle=idle, kernels=kern_n,
@@ -471,18 +471,28 @@ def _blocking(g: GpuSweep, wl: list[Interval], w_starts: list[float]) -> tuple[f
     return blocked.cum, count
 
 
-def _host_during_idle(g: GpuSweep, idle: _HostIdle, span: float, top_n: int) -> tuple[list[TimeEntry], str | None]:
+def _host_during_idle(g: GpuSweep, idle: _HostIdle, span: float, top_n: int,
+                      facts: dict[str, Any]) -> tuple[list[TimeEntry], str | None]:
     """What the launching threads ran while the GPU idled in host-compute gaps (`_host_during_idle` of
-    timeline.analysis): each stretch of host activity in such a gap credited to what ran at its middle."""
+    timeline.analysis): each stretch of host activity in such a gap credited to what ran at its middle, and the part
+    inside an outermost operator that launched GPU work, copies left out, to `facts` (`_host_dispatch_us`...)."""
     idle.close()
     mids, lengths = idle.mids, idle.lengths
+    facts["_host_dispatch_us"] = 0.0
     if not mids:
         return [], None
     credit: dict[str, float] = {}
     count: dict[str, int] = {}
-    for k, (_, who) in enumerate(g.host.at_instants(mids)):
+    dispatch: dict[str, float] = {}
+    is_copy = g.host.cls.is_host_copy
+    for k, (_, who, outer) in enumerate(g.host.at_instants(mids)):
         credit[who] = credit.get(who, 0.0) + lengths[k]
         count[who] = count.get(who, 0) + 1
+        if outer is not None and not (is_copy(outer) or is_copy(who)):
+            dispatch[outer] = dispatch.get(outer, 0.0) + lengths[k]
+    facts["_host_idle_us"] = sum(lengths)
+    facts["_host_dispatch_us"] = sum(dispatch.values())
+    facts["_host_dispatch_ops"] = sorted(dispatch.items(), key=lambda kv: -kv[1])[:top_n]
     ranked = sorted(credit.items(), key=lambda kv: -kv[1])
     entries = [TimeEntry(name=who, gpu_time_s=sig6(t / 1e6), share=sig6(t / span), count=count[who])
                for who, t in ranked[:top_n]]

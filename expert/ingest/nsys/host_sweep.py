@@ -174,12 +174,13 @@ class HostSweep:
                  + self._proc_filter(NVTX_T, "n", "globalTid"))
         return name, join, tid, where
 
-    def _rows(self, *, named: bool = False, near: str = "") -> Iterator[tuple[Any, ...]]:
+    def _rows(self, *, named: bool = False, near: str = "", op_launches: bool = False) -> Iterator[tuple[Any, ...]]:
         """The NVTX ranges and runtime calls on the launching threads, by (start, ranges first, -end, rowid): (start,
         end, thread, kind, flag, matched, name, rowid, 0|1). kind: 0 operator, 2 `nn.Module:` range, 3 other range
         (flag: it contains a launch), 1 runtime call (flag: blocking; matched: it launched work on the device); name
         (when `named`): the range's name, the call's name id. `near`: a filter keeping the rows around some instant
-        (formatted with the row's start and end columns)."""
+        (formatted with the row's start and end columns). `op_launches`: an operator's flag says whether a launch
+        starts inside it, its end included (else it is 0)."""
         x = self.x
         threads = ids_sql(self.threads)
         exact = -1 not in self.threads  # the threads are known: they imply the processes
@@ -191,8 +192,10 @@ class HostSweep:
                 tid, where = "n.globalTid", where.split(" AND (n.globalTid >> 24)")[0]
             is_op = operator_sql("nm")  # emit_nvtx's operators (names.is_operator_range)
             kind = f"CASE WHEN {is_op} THEN 0 WHEN substr(nm, 1, {len(MODULE)}) = '{MODULE}' THEN 2 ELSE 3 END"
-            launches = (f"CASE WHEN {is_op} THEN 0 ELSE EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = th AND "
-                        "l.s >= st AND l.s < en) END")
+            op_flag = ("EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = th AND l.s >= st AND l.s <= en)"
+                       if op_launches else "0")
+            launches = (f"CASE WHEN {is_op} THEN {op_flag} ELSE EXISTS (SELECT 1 FROM temp.dam_ls l WHERE l.tid = th "
+                        "AND l.s >= st AND l.s < en) END")
             close = near.format(s="n.start", e="n.\"end\"") if near else ""
             parts.append(f"SELECT st, en, th, {kind}, {launches}, 0, {'nm' if named else 'NULL'}, rw, 0 AS grp FROM "
                          f"(SELECT n.start AS st, n.\"end\" AS en, {tid} AS th, {name} AS nm, n.rowid AS rw FROM "
@@ -441,10 +444,11 @@ class HostSweep:
             yield from self.x.conn.execute(f"SELECT s, e FROM temp.{table} ORDER BY rowid")
 
     # -- what ran at given instants ------------------------------------------------------------------------------
-    def at_instants(self, mids: Sequence[float]) -> Iterator[tuple[float, str]]:
+    def at_instants(self, mids: Sequence[float]) -> Iterator[tuple[float, str, str | None]]:
         """For each instant (sorted): the innermost operator or NVTX range on a launching thread around it, the one
         that started last across threads (as `TimelineAnalysis` credits host-compute gaps), else the innermost
-        runtime call, else "runtime calls"; yields (instant, name)."""
+        runtime call, else "runtime calls"; and the outermost operator around it on the thread of that innermost
+        operator when a launch starts inside that outermost one (else None); yields (instant, name, outermost)."""
         conn = self.x.conn
         with self.x.guard("writing temporary tables"):
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS dam_mid (t REAL)")
@@ -456,57 +460,60 @@ class HostSweep:
         # chain of every instant); the test in SQL is widened by 1 ns either side of the microsecond conversion
         near = (" AND EXISTS (SELECT 1 FROM temp.dam_mid m WHERE m.t >= ({s} - 1) / 1000.0 AND "
                 "m.t <= ({e} + 1) / 1000.0)")
-        ops: dict[int, list[tuple[float, float, str]]] = {}
-        spans: dict[int, list[tuple[float, float, str]]] = {}
-        calls: dict[int, list[tuple[float, float, str]]] = {}
+        ops: dict[int, list[tuple[float, float, str, int]]] = {}
+        spans: dict[int, list[tuple[float, float, str, int]]] = {}
+        calls: dict[int, list[tuple[float, float, str, int]]] = {}
         order = [th for th in self._set_order()]
         k = 0
         names = self.call_names
 
-        def push(stacks: dict[int, list[tuple[float, float, str]]], th: int, s: float, e: float, nm: str) -> None:
+        def push(stacks: dict[int, list[tuple[float, float, str, int]]], th: int, s: float, e: float, nm: str,
+                 flag: int = 0) -> None:
             stack = stacks.setdefault(th, [])
             while stack and stack[-1][0] < e:
                 stack.pop()
-            stack.append((e, s, nm))
+            stack.append((e, s, nm, flag))
 
-        def innermost(stacks: dict[int, list[tuple[float, float, str]]], th: int,
-                      t: float) -> tuple[float, float, str] | None:
+        def innermost(stacks: dict[int, list[tuple[float, float, str, int]]], th: int,
+                      t: float) -> tuple[float, float, str, int] | None:
             for item in reversed(stacks.get(th, ())):
                 if item[0] >= t:
                     return item
             return None
 
-        def answer(t: float) -> str:
+        def answer(t: float) -> tuple[str, str | None]:
             best_start, best_name, found = -math.inf, "", False
+            outer: tuple[float, float, str, int] | None = None  # the stack's bottom holds every operator above it
             for th in order:
                 o = innermost(ops, th, t)
                 if o is not None and o[1] > best_start:
                     best_start, best_name, found = o[1], o[2], True
+                    outer = ops[th][0]
                 sp = innermost(spans, th, t)
                 if sp is not None and sp[1] > best_start:
                     best_start, best_name, found = sp[1], sp[2], True
             if found:
-                return best_name
+                return best_name, outer[2] if outer is not None and outer[3] else None
             for th in order:
                 c = innermost(calls, th, t)
                 if c is not None:
-                    return c[2]
-            return "runtime calls"
+                    return c[2], None
+            return "runtime calls", None
 
         with self.x.guard():
-            for start, end, th, kind, _, _, name, _, _ in self._rows(named=True, near=near):
+            for start, end, th, kind, flag, _, name, _, _ in self._rows(named=True, near=near, op_launches=True):
                 s = start / 1000.0
                 while k < len(mids) and mids[k] < s:
-                    yield mids[k], answer(mids[k])
+                    yield mids[k], *answer(mids[k])
                     k += 1
                 if kind == 0:
-                    push(ops, th, s, end / 1000.0, str(name).split(",", 1)[0])
+                    push(ops, th, s, end / 1000.0, str(name).split(",", 1)[0], int(flag))
                 elif kind == 1:
                     push(calls, th, s, s + (end - start) / 1000.0, names.get(name) or "")
                 else:
                     push(spans, th, s, end / 1000.0, str(name))
         while k < len(mids):
-            yield mids[k], answer(mids[k])
+            yield mids[k], *answer(mids[k])
             k += 1
 
     def _set_order(self) -> list[int]:

@@ -121,8 +121,7 @@ class TimelineAnalysis:
         GPU work (not copies): the CPU side of the model's own operators (`analysis._Analyzer._host_during_idle`)."""
         dispatch_us = self.facts.get("_host_dispatch_us")
         if dispatch_us is None:
-            why = ("this reader does not tell the CPU side of GPU operators from CPU-only work in the host-compute "
-                   "gaps (Kineto traces do)")
+            why = "this analysis does not split the host-compute idle time by the operators around it"
             r.missing("host_dispatch_frac", why)
             r.missing("idle_dispatch_ops", why)
             return
