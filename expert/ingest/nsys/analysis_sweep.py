@@ -26,7 +26,7 @@ from ..timeline.analysis import idle_means, idle_shares, split_gap
 from ..timeline.breakdown import assemble
 from ..timeline.cover import Cover, intersect_all
 from ..timeline.model import H2D, KIND_KERNEL, PAGEABLE, PINNED
-from ..timeline.result import DeviceIdle, TimelineAnalysis, slow_launches
+from ..timeline.result import DeviceIdle, TimelineAnalysis, record_dispatch, slow_launches
 from ..timeline.roofline import Roof, RoofAcc, sig6
 from ..timeline.streams import (
     CoverCursor,
@@ -490,9 +490,7 @@ def _host_during_idle(g: GpuSweep, idle: _HostIdle, span: float, top_n: int,
         count[who] = count.get(who, 0) + 1
         if outer is not None and not (is_copy(outer) or is_copy(who)):
             dispatch[outer] = dispatch.get(outer, 0.0) + lengths[k]
-    facts["_host_idle_us"] = sum(lengths)
-    facts["_host_dispatch_us"] = sum(dispatch.values())
-    facts["_host_dispatch_ops"] = sorted(dispatch.items(), key=lambda kv: -kv[1])[:top_n]
+    record_dispatch(facts, sum(lengths), dispatch, top_n)
     ranked = sorted(credit.items(), key=lambda kv: -kv[1])
     entries = [TimeEntry(name=who, gpu_time_s=sig6(t / 1e6), share=sig6(t / span), count=count[who])
                for who, t in ranked[:top_n]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...breakdown import IdleShares, TimeEntry, TraceWindow
 from ..intervals import Interval, total, union
@@ -17,7 +17,7 @@ from .classes import Classifier
 from .cover import Cover, intersect_all, subtract, union_columns
 from .model import H2D, KIND_KERNEL, PAGEABLE, PINNED, Timeline
 from .operators import Nesting
-from .result import DeviceIdle, TimelineAnalysis, slow_launches
+from .result import DeviceIdle, TimelineAnalysis, record_dispatch, slow_launches
 from .roofline import Roof, sig6
 from .windows import host_intervals, launch_starts, launching_threads
 
@@ -263,7 +263,7 @@ class _Analyzer:
         return acc
 
     def _host_during_idle(self, host_w: list[Interval], threads: set[int],
-                          facts: dict[str, object]) -> tuple[list[TimeEntry], str | None]:
+                          facts: dict[str, Any]) -> tuple[list[TimeEntry], str | None]:
         """What the launching threads ran while the GPU idled in host-compute gaps: each stretch of host activity in
         such a gap is credited to the innermost operator (or launch-free python function/annotation) around it.
 
@@ -316,9 +316,7 @@ class _Analyzer:
                 name = tl.names[tl.o_name[outer]]
                 if not (self.cls.is_host_copy(name) or self.cls.is_host_copy(best_name)):
                     dispatch[name] = dispatch.get(name, 0.0) + (b - a)
-        facts["_host_idle_us"] = sum(b - a for a, b in pieces)
-        facts["_host_dispatch_us"] = sum(dispatch.values())
-        facts["_host_dispatch_ops"] = sorted(dispatch.items(), key=lambda kv: -kv[1])[:self.catalog.analysis.top_n]
+        record_dispatch(facts, sum(b - a for a, b in pieces), dispatch, self.catalog.analysis.top_n)
         span = self.span or 1.0
         ranked = sorted(credit.items(), key=lambda kv: -kv[1])
         entries = [TimeEntry(name=name, gpu_time_s=sig6(t / 1e6), share=sig6(t / span), count=count[name])

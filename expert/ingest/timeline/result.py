@@ -30,6 +30,14 @@ OneOffLaunches = tuple[int, str, float, float]
 """(how many, the longest one's name, its time inside the window, the threshold in us) of one-off launch calls."""
 
 
+def record_dispatch(facts: dict[str, Any], idle_us: float, dispatch: dict[str, float], top_n: int) -> None:
+    """Keep the host-compute idle time (`idle_us`) and its part inside the model's own GPU operators (`dispatch`:
+    outermost operator name -> idle time inside it) in an analysis's facts, for `TimelineAnalysis._host_dispatch`."""
+    facts["_host_idle_us"] = idle_us
+    facts["_host_dispatch_us"] = sum(dispatch.values())
+    facts["_host_dispatch_ops"] = sorted(dispatch.items(), key=lambda kv: -kv[1])[:top_n]
+
+
 def slow_launches(calls: list[tuple[str, float]], min_us: float) -> OneOffLaunches | None:
     """The one-off launch calls (`min_us` or longer: kernels.yaml analysis.one_off_launch_min_us, given as (name,
     time inside the window)) that reach into the window, summed up; None when none does."""
