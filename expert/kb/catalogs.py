@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # Vocabulary names whose values are knowledge-base data, checked when the knowledge base loads: axes
 # (regimes.yaml `axes`), iron-law and C³ terms (regimes.yaml `terms`), numeric formats (units.yaml `dtypes`).
@@ -450,16 +450,11 @@ class KernelClass(_Strict):
     memory_bound_by_nature: bool
     source: str
     rationale: str
-    patterns: list[str] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _patterns_compile(self) -> KernelClass:
-        _check_patterns(self.patterns)
-        return self
+    patterns: Patterns
 
 
-def _check_patterns(patterns: list[str]) -> None:
-    """Raise ValueError naming the first pattern that is not a regular expression."""
+def _check_patterns(patterns: list[str]) -> list[str]:
+    """The patterns, after raising ValueError naming the first that is not a regular expression."""
     import re
 
     for pattern in patterns:
@@ -467,6 +462,11 @@ def _check_patterns(patterns: list[str]) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from exc
+    return patterns
+
+
+Patterns = Annotated[list[str], Field(min_length=1), AfterValidator(_check_patterns)]
+"""Name patterns (regular expressions), each checked when the knowledge base loads."""
 
 
 class _Patterns(_Strict):
@@ -474,12 +474,7 @@ class _Patterns(_Strict):
 
     source: str
     rationale: str
-    patterns: list[str] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _patterns_compile(self) -> _Patterns:
-        _check_patterns(self.patterns)
-        return self
+    patterns: Patterns
 
 
 class CallPatterns(_Patterns):
@@ -544,12 +539,7 @@ class CollectiveKind(_Strict):
 
     id: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")
     data_parallel: bool = False  # all-reduce, reduce-scatter, all-gather: gradients and parameters (kernels.yaml)
-    patterns: list[str] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _patterns_compile(self) -> CollectiveKind:
-        _check_patterns(self.patterns)
-        return self
+    patterns: Patterns
 
 
 class Collectives(_Strict):
