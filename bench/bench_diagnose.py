@@ -18,8 +18,9 @@ baseline from the same run:
 * a consultation turn (answer + next question) against one warm diagnose: on sessions whose states are all new
   (the planner memo emptied before each, the target) and, labelled apart, on the same sessions replayed (memo hits);
   then where a new state's planning goes (the state, its what-ifs, the rest of the plan);
-* each stage's share of a warm diagnose: normalise, derive, engine, build (without provenance), then what a diagnosis
-  defers until first read (provenance graph, rule evaluations) and to_json.
+* each stage's share of a warm diagnose: normalise, derive, engine, build (the verdict, its state and the axes),
+  then what a diagnosis defers until first read (the sections a summary reads: candidates, recommended, wasted and
+  applied optimizations, scorecard, iron law, cluster; the provenance graph; the rule evaluations) and to_json.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def stages(items: list[dict[str, Any]]) -> None:
         memo = getattr(exp, "_derive_memo", None)  # what diagnose derives with (the hardware/dtype results kept)
         for obs in items[:200]:
             exp.diagnose(obs)
-        totals = dict.fromkeys(("normalise", "derive", "engine", "build", "provenance", "evaluations", "to_json"), 0.0)
+        totals = dict.fromkeys(("normalise", "derive", "engine", "build", "sections", "provenance", "evaluations",
+                                "to_json"), 0.0)
         for raw in items:
             times: dict[str, list[float]] = {k: [] for k in totals}
             for _ in range(3):
@@ -156,14 +158,17 @@ def stages(items: list[dict[str, Any]]) -> None:
                 t3 = time.perf_counter()
                 report = build.build_report(kb, rs, exp.engine.name, obs, derived, result, facts)
                 t4 = time.perf_counter()
-                _ = report.graph.nodes  # the provenance graph (built on first access where it is lazy)
+                _ = (report.candidates, report.recommended, report.wasted, report.applied, report.scorecard,
+                     report.iron_law, report.cluster)  # the sections a summary reads (built on first access)
                 t5 = time.perf_counter()
-                _ = report.evaluations  # the rule evaluations (likewise)
+                _ = report.graph.nodes  # the provenance graph (likewise)
                 t6 = time.perf_counter()
-                report.to_json()
+                _ = report.evaluations  # the rule evaluations (likewise)
                 t7 = time.perf_counter()
-                for k, (a, b) in zip(totals, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6), (t6, t7)),
-                                     strict=True):
+                report.to_json()
+                t8 = time.perf_counter()
+                spans = ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6), (t6, t7), (t7, t8))
+                for k, (a, b) in zip(totals, spans, strict=True):
                     times[k].append(b - a)
             for k in totals:
                 totals[k] += statistics.median(times[k])
@@ -172,7 +177,7 @@ def stages(items: list[dict[str, Any]]) -> None:
         totals["build"] -= provenance_inside
         whole = sum(totals.values())
         shares = "  ".join(f"{k} {v / whole:5.1%}" for k, v in totals.items())
-        eager = sum(v for k, v in totals.items() if k not in ("provenance", "evaluations", "to_json"))
+        eager = sum(v for k, v in totals.items() if k not in ("sections", "provenance", "evaluations", "to_json"))
         print(f"{exp.engine_name:15s} {shares}   (per diagnosis {whole / len(items) * 1e6:.0f} µs incl. the deferred "
               f"parts and to_json; {eager / len(items) * 1e6:.0f} µs to the report)")
 

@@ -42,8 +42,8 @@ def _cases() -> list[dict[str, Any]]:
     return out
 
 
-DEFERRED = ("derived", "findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations",
-            "graph")
+DEFERRED = ("derived", "candidates", "findings", "conflicts", "evidence_limits", "recommended", "wasted", "applied",
+            "next_measurements", "missing", "scorecard", "iron_law", "evaluations", "graph", "cluster")
 
 
 def _eager(report: Report) -> Report:

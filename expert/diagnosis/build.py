@@ -48,7 +48,7 @@ from ..rules.ruleset import LoadedRule, RuleSet
 from . import provenance
 from .decide import Decision, decide, table_id
 from .gains import bound_is_loose, expected_gain
-from .provenance import Basis, fmt
+from .provenance import Basis, Optimizations, fmt
 
 Value = int | float | str
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -153,15 +153,12 @@ def build_report(
 
     decision = decide(ruleset, result.fired, result.findings, facts)
     verdict = decision.verdict
-    candidates = _verdict(ctx, decision)
     axes = [AxisScore(axis=a.axis, share=a.share, strength=a.strength, rules=list(a.rules)) for a in decision.axes]
-    recommended, wasted, applied = _optimizations(ctx, decision, parts)
     conflicting = any(cap.conflict and cap.finding in decision.caps and _concluding(fired, cap.finding) is not None
                       for cap in kb.regimes.evidence_caps)  # as _evidence_limits finds them
-    ctx.verdict, ctx.caps, ctx.table = verdict, decision.caps, decision.table
+    ctx.decision, ctx.verdict, ctx.caps, ctx.table = decision, verdict, decision.caps, decision.table
     ctx.withheld_by = frozenset(finding for finding, _ in decision.withheld)
     ctx.table_rule = table_id(verdict) if verdict is not None else None
-    ctx.candidates, ctx.wasted, ctx.applied = candidates, wasted, applied
     ctx.engine_outcomes, ctx.axes, ctx.builders = result.outcomes, axes, _DEFERRED_SECTIONS
     # every part was built here from checked values (as the graph is), so the Report is not validated again
     return _construct_report(
@@ -171,22 +168,22 @@ def build_report(
         bottleneck=verdict,
         verdict_title=kb.regimes.regimes[verdict].title if verdict else None,
         state="verdict" if verdict else "conflicting evidence" if conflicting else "insufficient evidence",
-        candidates=candidates,
-        conflicts=Deferred(_conflicts, ctx),  # resolved on first use
+        candidates=Deferred(_candidates, ctx),  # resolved on first use, as every Deferred part
+        conflicts=Deferred(_conflicts, ctx),
         evidence_limits=Deferred(_thin_evidence, ctx),
         axes=axes,
-        findings=Deferred(_findings_part, ctx),  # resolved on first use
-        recommended=recommended,
-        wasted=wasted,
-        applied=applied,
-        next_measurements=Deferred(_next_measurements, ctx),  # resolved on first use
+        findings=Deferred(_findings_part, ctx),
+        recommended=Deferred(_recommended, ctx),  # worded and ranked on first use (with wasted and applied)
+        wasted=Deferred(_wasted, ctx),
+        applied=Deferred(_applied, ctx),
+        next_measurements=Deferred(_next_measurements, ctx),
         missing=Deferred(_missing_facts, ctx),
-        scorecard=_scorecard(ctx, decision),
-        iron_law=_iron_law(kb, facts, derived),
-        evaluations=Deferred(provenance.evaluations, ctx),  # resolved on first use
+        scorecard=Deferred(_scorecard_part, ctx),
+        iron_law=Deferred(_iron_law_part, ctx),
+        evaluations=Deferred(provenance.evaluations, ctx),
         graph=Deferred(provenance.graph, ctx),
         tables=list(parts.tables),
-        cluster=_cluster(facts, observations, fired_ids, ctx.outcome),
+        cluster=Deferred(_cluster_part, ctx),
     )
 
 
@@ -225,11 +222,34 @@ def _report_defaults() -> tuple[tuple[str, Any], ...]:
 _REPORT_DEFAULTS = _report_defaults()
 
 _findings_part = functools.partial(Basis.part, name="findings")
+_candidates = functools.partial(Basis.part, name="candidates")
+_scorecard_part = functools.partial(Basis.part, name="scorecard")
+_iron_law_part = functools.partial(Basis.part, name="iron_law")
+_cluster_part = functools.partial(Basis.part, name="cluster")
 _conflicts = functools.partial(Basis.part, name="conflicts")
 _thin_evidence = functools.partial(Basis.part, name="evidence_limits")
 _missing_facts = functools.partial(Basis.part, name="missing")
 _next_measurements = functools.partial(Basis.part, name="next_measurements")
+
+
+def _recommended(ctx: Basis) -> list[Recommendation]:
+    return ctx.optimizations().recommended
+
+
+def _wasted(ctx: Basis) -> list[Wasted]:
+    return ctx.optimizations().wasted
+
+
+def _applied(ctx: Basis) -> list[Applied]:
+    return ctx.optimizations().applied
+
+
 _DEFERRED_SECTIONS: dict[str, Callable[[Basis], Any]] = {
+    "candidates": lambda ctx: _verdict(ctx, ctx.decided()),
+    "optimizations": lambda ctx: _optimizations(ctx, ctx.decided(), _parts(ctx.ruleset)),
+    "scorecard": lambda ctx: _scorecard(ctx, ctx.decided()),
+    "iron_law": lambda ctx: _iron_law(ctx.kb, ctx.facts, ctx.derived),
+    "cluster": lambda ctx: _cluster(ctx.facts, ctx.observations, ctx.fired_ids, ctx.outcome),
     "findings": lambda ctx: _findings(ctx, ctx.fired),
     "limits": lambda ctx: _evidence_limits(ctx, ctx.caps, ctx.fired),
     "conflicts": lambda ctx: ctx.part("limits")[0],
@@ -411,7 +431,7 @@ def _verdict(ctx: Basis, decision: Decision) -> list[Candidate]:
 
 def _optimizations(
     ctx: Basis, decision: Decision, parts: _RuleSetParts
-) -> tuple[list[Recommendation], list[Wasted], list[Applied]]:
+) -> Optimizations:
     """The decision's recommended and ruled-out optimizations, worded (each rule's why, each reason) and ranked by
     their Amdahl bound, ties broken by whether that bound is known to be loose (`acts_on` unmeasured), then by the
     declared effort (optimizations.yaml), cheapest first; and the ones the job already applies (fact
@@ -456,7 +476,7 @@ def _optimizations(
         # equal bound that is not; an unknown gain has no bound to be loose
         loose = int(gain is not None and bound_is_loose(ctx, opt))
         recommended.append(((-(gain.max_speedup if gain else 1.0), loose, effort, spec, index), recommendation))
-    ctx.proposals = [rec for _, rec in recommended]  # the graph lists them in proposal order
+    proposed = [rec for _, rec in recommended]  # the graph lists them in proposal order
     recommended.sort(key=lambda item: item[0])
 
     wasted_out: list[Wasted] = []
@@ -470,7 +490,7 @@ def _optimizations(
             rules = list(decision.proposed.get(opt_id, []))
             applied_out.append(Applied(id=opt_id, title=kb.optimizations[opt_id].worded(workload)[0], source=source,
                                        rules=rules))
-    return [rec for _, rec in recommended], wasted_out, applied_out
+    return Optimizations([rec for _, rec in recommended], wasted_out, applied_out, proposed)
 
 
 def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> list[MissingFact]:

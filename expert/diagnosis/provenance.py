@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..derive.formulas import DerivedValue
 from ..kb.knowledge import KnowledgeBase
@@ -32,8 +32,24 @@ from ..rules.evaluate import LeafTrace, Outcome
 from ..rules.model import RegimeTable
 from ..rules.ruleset import LoadedRule, RuleSet
 
+if TYPE_CHECKING:
+    from .decide import Decision
+
 Value = int | float | str
 Trace = tuple[Outcome, list[LeafTrace]]
+
+
+_UNBUILT = object()  # a part not built yet (the cluster part may be None)
+
+
+class Optimizations(NamedTuple):
+    """The report's optimization sections, worded and ranked (`build._optimizations`), and the recommended ones in
+    proposal order (before ranking: the order the graph lists them in)."""
+
+    recommended: list[Recommendation]
+    wasted: list[Wasted]
+    applied: list[Applied]
+    proposed: list[Recommendation]
 
 # A measurement's place in the graph, as `_measurements` chose it: ("fact", fact, tool, rule id) for a fired rule's
 # `measure`, ("missing", fact, tool, rule ids) for a missing fact, ("confirm", axis, tool, rule ids or None for the
@@ -57,16 +73,13 @@ class Basis:
     fired_ids: set[str]
     rule_parts: Callable[[LoadedRule], tuple[Concludes, dict[str, Any]]]
     traces: dict[str, Trace] = field(default_factory=dict)
-    # what the graph is assembled from, set by build_report once the report's sections are built
+    # what the deferred parts are built from, set by build_report
+    decision: Decision | None = None
     verdict: str | None = None
     caps: tuple[str, ...] = ()
     withheld_by: frozenset[str] = frozenset()  # conflict findings that withheld a regime resting on their facts
     table: RegimeTable | None = None
     table_rule: str | None = None
-    candidates: list[Candidate] = field(default_factory=list)
-    proposals: list[Recommendation] = field(default_factory=list)  # recommended, in proposal order (before ranking)
-    wasted: list[Wasted] = field(default_factory=list)
-    applied: list[Applied] = field(default_factory=list)
     measurements: list[MeasurementNote] = field(default_factory=list)  # filled with the next measurements
     engine_outcomes: dict[str, Outcome] | None = None  # what the engine reports (EngineResult.outcomes)
     axes: list[AxisScore] = field(default_factory=list)
@@ -86,10 +99,21 @@ class Basis:
 
     def part(self, name: str) -> Any:
         """A deferred report section, built once (the graph needs the measurements, which need the missing facts)."""
-        found = self.built.get(name)
-        if found is None:
+        found = self.built.get(name, _UNBUILT)
+        if found is _UNBUILT:
             found = self.built[name] = self.builders[name](self)
         return found
+
+    def decided(self) -> Decision:
+        """The decision the report states (set by build_report before any part is built)."""
+        assert self.decision is not None, "build_report sets the decision"
+        return self.decision
+
+    def candidates(self) -> list[Candidate]:
+        return self.part("candidates")  # type: ignore[no-any-return]
+
+    def optimizations(self) -> Optimizations:
+        return self.part("optimizations")  # type: ignore[no-any-return]
 
     def trace(self, lr: LoadedRule) -> Trace:
         """The rule evaluated leaf by leaf on these facts and the final findings (computed once per rule)."""
@@ -196,7 +220,7 @@ def graph(basis: Basis) -> ProvenanceData:
 
 
 def _candidates(g: _Graph, basis: Basis) -> None:
-    for c in basis.candidates:
+    for c in basis.candidates():
         node = g.node(f"bottleneck:{c.regime}", "bottleneck", c.title, strength=c.strength, score=c.score,
                       verdict=c.regime == basis.verdict)
         for rule_id in c.rules:
@@ -211,16 +235,17 @@ def _optimizations(g: _Graph, basis: Basis) -> None:
         table_node = g.node(f"rule:{basis.table_rule}", "rule", f"Effective vs wasted optimizations: {verdict}",
                             rule_id=basis.table_rule, source=table.source, fired=True)
         g.edge(f"bottleneck:{verdict}", table_node, "used")
-    for rec in basis.proposals:
+    optimizations = basis.optimizations()
+    for rec in optimizations.proposed:
         node = g.node(f"recommendation:{rec.id}", "recommendation", rec.title,
                       max_speedup=rec.expected_gain.max_speedup if rec.expected_gain else None)
         for rule_id in rec.rules:
             g.edge(f"rule:{rule_id}", node, "concluded")
-    for wasted in basis.wasted:
+    for wasted in optimizations.wasted:
         node = g.node(f"wasted:{wasted.id}", "wasted", wasted.title, reason=wasted.reason)
         for rule_id in wasted.rules:
             g.edge(f"rule:{rule_id}", node, "ruled-out")
-    for applied in basis.applied:
+    for applied in optimizations.applied:
         node = g.node(f"applied:{applied.id}", "wasted", applied.title,
                       reason="already applied (applied_optimizations)")
         parent = g.fact("applied_optimizations")

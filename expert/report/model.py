@@ -291,7 +291,9 @@ class ProvenanceData(_Model):
 
 _LIST_ITEMS: dict[str, type] = {"evaluations": RuleEvaluation, "missing": MissingFact,
                                  "next_measurements": NextMeasurement, "findings": Finding,
-                                 "conflicts": EvidenceLimit, "evidence_limits": EvidenceLimit}
+                                 "conflicts": EvidenceLimit, "evidence_limits": EvidenceLimit,
+                                 "candidates": Candidate, "recommended": Recommendation, "wasted": Wasted,
+                                 "applied": Applied, "scorecard": ScoreRow}
 _DICT_ITEMS: dict[str, type] = {"derived": DerivedValue}  # deferred dict fields (keyed by name) -> their item
 _AS_MODEL: dict[str, Any] = {}  # field name -> RootModel[list[its item]] (or dict), made when first written
 
@@ -311,10 +313,12 @@ def _as_model(name: str) -> Any:
 
 class Deferred:
     """A report part built on first use: `build(state)`, computed once (the state never refers to the report, so a
-    report makes no reference cycle). The diagnosis defers the derived values' records, the findings, the evidence
-    limits, the provenance graph, the rule evaluations, the missing facts and the next measurements this way: most
-    callers read few of them. Where the part stands in for its value (equality, repr, copies, pickling) it is its
-    value; `Report` resolves it on attribute access and when it is serialised, so the JSON is the same bytes.
+    report makes no reference cycle). The diagnosis defers every section past the verdict, its state and the axes
+    this way (`_DEFERRABLE`): the candidates, the findings, the evidence limits, the recommended, wasted and applied
+    optimizations, the missing facts, the next measurements, the scorecard, the iron law, the cluster section, the
+    derived values' records, the rule evaluations and the provenance graph: most callers read few of them. Where
+    the part stands in for its value (equality, repr, copies, pickling) it is its value; `Report` resolves it on
+    attribute access and when it is serialised, so the JSON is the same bytes.
 
     Two threads may both build it the first time; both results are equal, and one of them is kept."""
 
@@ -459,8 +463,9 @@ class Report(_Model):
             raise ValueError("state 'verdict' needs a bottleneck")
         return self
 
-    @field_serializer("derived", "findings", "conflicts", "evidence_limits", "next_measurements", "missing",
-                      "evaluations", "graph", mode="wrap")
+    @field_serializer("derived", "candidates", "findings", "conflicts", "evidence_limits", "recommended", "wasted",
+                      "applied", "next_measurements", "missing", "scorecard", "iron_law", "evaluations", "graph",
+                      "cluster", mode="wrap")
     def _deferred_parts(self, value: Any, handler: SerializerFunctionWrapHandler,  # type: ignore[no-untyped-def]
                         info: FieldSerializationInfo):
         """Resolve a deferred part, then write it by its schema's serializer (the same bytes as a part built eagerly);
@@ -526,7 +531,7 @@ class Report(_Model):
         return _explanations().counterfactuals(self, expert, limit)
 
 
-_DEFERRABLE = ("derived", "findings", "conflicts", "evidence_limits", "next_measurements", "missing", "evaluations",
-               "graph")
+_DEFERRABLE = ("derived", "candidates", "findings", "conflicts", "evidence_limits", "recommended", "wasted", "applied",
+               "next_measurements", "missing", "scorecard", "iron_law", "evaluations", "graph", "cluster")
 for _name in _DEFERRABLE:
     setattr(Report, _name, _DeferredField(_name))
