@@ -246,6 +246,8 @@ def test_compiler_fused_kernels_are_memory_bound_and_show_kernel_fusion_applied(
     facts = result.observations.facts
     # the pointwise/reduction kernels are memory-bound by nature whether Inductor generated them or not
     assert facts["memory_bound_kernel_frac"].value == pytest.approx(300 / 400, abs=0.01)
+    # the GEMM reads the weights; a fused pointwise kernel in the Triton class reads activations
+    assert facts["weight_kernel_frac"].value == pytest.approx(100 / 400, abs=0.01)
     tb = result.time_breakdown
     assert tb is not None
     applied = str(facts["applied_optimizations"].value) if "applied_optimizations" in facts else ""
@@ -560,3 +562,45 @@ def test_copy_remedies_are_bounded_by_the_copies_they_act_on() -> None:
     assert pinned is not None and pinned.max_speedup == pytest.approx(1 / 0.92, abs=1e-3)
     assert "h2d_copy_frac 2% + host_copy_frac 6%" in pinned.assumptions
     assert streams is not None and streams.max_speedup == pytest.approx(1 / 0.98, abs=1e-3)
+
+
+GEMV_KERNEL = ("void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, 128, 16, 4, 4, false, false, "
+               "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<__nv_bfloat16 const>, "
+               "cublasGemvTensorStridedBatched<__nv_bfloat16 const>, cublasGemvTensorStridedBatched<__nv_bfloat16>, "
+               "float> >")
+ADD_KERNEL = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+DECODE = {"workload": "inference", "batch_size": 1, "phase": "decode"}
+
+
+def test_a_decode_step_streaming_weights_gets_quantization_before_fusion(tmp_path: Path) -> None:
+    """Batch-1 decode: the matrix-vector products read every weight once per token (75 % of GPU time here), the
+    elementwise kernels the rest. Fusion cannot cut a weight read, quantization can: it ranks first, and each bound
+    is the time of the kernels whose bytes it cuts (fusion's was the effort tie-break before the kernel mix)."""
+    result = ingest_result(_mixed_trace(tmp_path / "t.json", [(GEMV_KERNEL, 300.0), (ADD_KERNEL, 100.0)]))
+    values = result.observations.values()
+    assert values["weight_kernel_frac"] == pytest.approx(0.75, abs=0.01)
+    report = expert.diagnose({**values, **DECODE})
+    assert report.bottleneck == "memory"
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    util = float(values["gpu_util"])
+    quantization, fusion = gains["quantization"], gains["kernel_fusion"]
+    assert quantization is not None and quantization.max_speedup == pytest.approx(1 / (1 - 0.75 * util), abs=0.02)
+    assert fusion is not None and fusion.max_speedup == pytest.approx(1 / (1 - 0.25 * util), abs=0.02)
+    order = [r.id for r in report.recommended]
+    assert order.index("quantization") < order.index("kernel_fusion")
+
+
+def test_without_a_kernel_mix_fusion_and_quantization_keep_the_data_term_bound() -> None:
+    """Typed-in facts give no kernel mix: both reaches fall back to the D/BW term's share, so the bounds and the
+    order are those of the term (the effort breaks the tie), and the assumptions say how the reach was taken."""
+    facts = {"hardware": "h100-sxm", "gpu_util": 0.97, "mem_bw_util": 0.85, "step_time_s": 0.02, **DECODE}
+    report = expert.diagnose(facts)
+    share = report.derived["share_data"].value
+    for name in ("fusible_frac", "quantizable_frac"):
+        assert report.derived[name].value == share and "not measured" in report.derived[name].formula
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    for opt in ("kernel_fusion", "quantization"):
+        gain = gains[opt]
+        assert gain is not None and gain.max_speedup == pytest.approx(min(1 / (1 - share), 100), abs=1e-3)
+    order = [r.id for r in report.recommended]
+    assert order.index("kernel_fusion") < order.index("quantization")  # equal bounds: the cheaper first

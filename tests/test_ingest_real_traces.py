@@ -255,3 +255,32 @@ def test_a_dlrm_style_exchange_is_overlapped_not_bucketed() -> None:
         assert gain is not None and gain.max_speedup == pytest.approx(1 / (1 - exposed), abs=1e-3)
     overlap = gains["overlap_exchange"]
     assert overlap is not None and overlap.max_speedup == pytest.approx(1 / (1 - values["comm_frac"]), abs=1e-3)
+
+
+def test_fusion_and_quantization_are_bounded_by_the_kernels_whose_bytes_they_cut() -> None:
+    """TraceLens's Qwen1.5-0.5B step on an H100: 61 % of GPU time in elementwise kernels, 28 % in GEMMs, 9 % in
+    flash attention. The D/BW term (bytes from the operators' shapes over the peak bandwidth) is 28 % of the step,
+    yet the memory-bound kernels take 58 % of it: they run well below the peak bandwidth. Fusion can save at most
+    their time, quantization at most the time of the kernels that read the weights and the KV cache; both were
+    bounded by the D/BW term (1.39x each) before the kernel mix was read."""
+    result = ingest_result(TRACES / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    tb = result.time_breakdown
+    assert tb is not None
+    values = result.observations.values()
+    shares = {c.class_: c.share for c in tb.classes}
+    readers = sum(shares.get(c, 0.0) for c in ("gemm", "conv", "attention", "triton", "other"))
+    assert values["weight_kernel_frac"] == pytest.approx(readers, abs=1e-4)
+    assert 0.3 < float(values["weight_kernel_frac"]) < 0.4
+    report = expert.diagnose(result.observations)
+    util = float(values["gpu_util"])
+    fusible, quantizable = report.derived["fusible_frac"].value, report.derived["quantizable_frac"].value
+    assert fusible == pytest.approx(float(values["memory_bound_kernel_frac"]) * util, rel=1e-9)
+    assert quantizable == pytest.approx(float(values["weight_kernel_frac"]) * util, rel=1e-9)
+    assert fusible > report.derived["share_data"].value  # the kernels run below the peak bandwidth D/BW assumes
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    fusion, quantization = gains["kernel_fusion"], gains["quantization"]
+    assert fusion is not None and fusion.max_speedup == pytest.approx(1 / (1 - fusible), abs=1e-3)
+    assert quantization is not None and quantization.max_speedup == pytest.approx(1 / (1 - quantizable), abs=1e-3)
+    assert "fusible_frac" in fusion.assumptions and "quantizable_frac" in quantization.assumptions
+    order = [r.id for r in report.recommended]
+    assert order.index("kernel_fusion") < order.index("quantization")

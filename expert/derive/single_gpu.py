@@ -118,6 +118,8 @@ def _terms(f: Facts) -> tuple[float | None, float | None, float | None, float | 
 _OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")
 
 _SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
+_REACH = ("seed Table 3 (memory-bound row: fusion and quantization cut the bytes moved); Amdahl's law: an "
+          "optimization saves at most the time of the kernels whose bytes it cuts")
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 _WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
                "and the iron law's overlap form: a wait shorter than the idle time leaves the rest of it unexplained")
@@ -291,4 +293,18 @@ IRON_LAW: tuple[Derivation, ...] = (
     Derivation("share_compute_at_peak", ("share_compute", "compute_efficiency"), "share_compute · η (the compute "
                "term at η = 1, a share of today's step)", _ETA,
                lambda f, kb: Result(num(f, "share_compute") * num(f, "compute_efficiency"))),
+    # what fusion and quantization act on (optimizations.yaml acts_on): the time of the kernels whose bytes they cut,
+    # measured where a trace gives the kernel mix; else the D/BW term, the bound they had before it was measured
+    Derivation("fusible_frac", ("memory_bound_kernel_frac", "gpu_util"), "memory_bound_kernel_frac × gpu_util (the "
+               "memory-bound kernels' share of the window)", _REACH,
+               lambda f, kb: clamp_fraction(num(f, "memory_bound_kernel_frac") * num(f, "gpu_util"),
+                                            "fusible share")),
+    Derivation("fusible_frac", ("share_data",), "share_data (the kernel mix not measured: the whole D/BW term taken "
+               "as fusible)", _REACH, lambda f, kb: Result(num(f, "share_data"))),
+    Derivation("quantizable_frac", ("weight_kernel_frac", "gpu_util"), "weight_kernel_frac × gpu_util (the share of "
+               "the window in kernels that may read the weights or the KV cache)", _REACH,
+               lambda f, kb: clamp_fraction(num(f, "weight_kernel_frac") * num(f, "gpu_util"),
+                                            "quantizable share")),
+    Derivation("quantizable_frac", ("share_data",), "share_data (the kernel mix not measured: the whole D/BW term "
+               "taken as weight and KV-cache bytes)", _REACH, lambda f, kb: Result(num(f, "share_data"))),
 )

@@ -41,10 +41,10 @@ FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wa
          "kernels_per_step", "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "allreduce_comm_share", "comm_kinds",
          "flops", "achieved_tflops", "hardware", "num_workers", "workload", "launch_overhead_frac", "host_compute_frac",
          "host_dispatch_frac", "host_sync_frac", "unattributed_idle_frac", "idle_host_ops", "idle_dispatch_ops",
-         "host_copy_frac", "uses_cuda_graphs", "applied_optimizations", "memory_bound_kernel_frac", "top_kernel_class",
-         "top_kernel_class_frac", "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
-         "trace_kernels", "trace_steps", "trace_window_s", "step_time_cv", "bytes_moved", "arithmetic_intensity",
-         "dtype")
+         "host_copy_frac", "uses_cuda_graphs", "applied_optimizations", "memory_bound_kernel_frac",
+         "weight_kernel_frac", "top_kernel_class", "top_kernel_class_frac", "top_kernel_class_ops", "top_op",
+         "top_op_frac", "top_op_pct_of_roof", "trace_kernels", "trace_steps", "trace_window_s", "step_time_cv",
+         "bytes_moved", "arithmetic_intensity", "dtype")
 """The facts a Kineto trace can give."""
 
 KERNEL_WAIT_US = 0.03
@@ -451,5 +451,6 @@ _GPU_FACTS = ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us
               "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "allreduce_comm_share", "comm_kinds",
               "launch_overhead_frac", "host_compute_frac", "host_dispatch_frac", "host_sync_frac",
               "unattributed_idle_frac", "idle_host_ops", "idle_dispatch_ops", "host_copy_frac", "uses_cuda_graphs",
-              "applied_optimizations", "memory_bound_kernel_frac", "top_kernel_class", "top_kernel_class_frac",
-              "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof", "trace_kernels")
+              "applied_optimizations", "memory_bound_kernel_frac", "weight_kernel_frac", "top_kernel_class",
+              "top_kernel_class_frac", "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
+              "trace_kernels")

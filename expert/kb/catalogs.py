@@ -448,6 +448,7 @@ class KernelClass(_Strict):
     title: str
     activities: list[KernelActivity] = ["kernel"]
     memory_bound_by_nature: bool
+    reads_weights: bool = False  # its kernels may read the weights or the KV cache (what quantization shrinks)
     source: str
     rationale: str
     patterns: Patterns

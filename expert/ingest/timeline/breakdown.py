@@ -208,6 +208,8 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
     fused_us = _fused_memory_bound_us(kernel_names, cls, per_kernel)
     memory_us = sum(t for c, (t, _) in per_class.items() if cls.memory_bound.get(c, False)) + fused_us
     memory_share = memory_us / gpu_total if class_list and gpu_total else None
+    # the classes that may read weights or the KV cache, less the fused pointwise/reduction kernels among them
+    weight_us = max(0.0, sum(t for c, (t, _) in per_class.items() if c in cls.reads_weights) - fused_us)
     top_kernels = [TimeEntry(name=kernel_names[nm], gpu_time_s=sig6(t / 1e6),
                              share=sig6(t / gpu_total if gpu_total else 0.0),
                              count=int(cnt), class_=cls.of(kernel_names, nm, int(kind)),
@@ -257,7 +259,9 @@ def assemble(kernel_names: list[str], op_names: list[str], cls: Classifier, cat:
         totals=Roofline(**totals.roofline(roof)) if totals.flops > 0 or totals.bytes > 0 else None,
         flops_coverage=sig6(coverage / launched) if launched else None, notes=notes)
     facts: dict[str, Any] = {"window_flops": totals.flops, "window_bytes": totals.bytes,
-                             "dtype": totals.dominant_dtype() if totals.flops > 0 else None}
+                             "dtype": totals.dominant_dtype() if totals.flops > 0 else None,
+                             "_weight_share": sig6(weight_us / gpu_total) if class_list and gpu_total else None,
+                             "_weight_classes": [c.id for c in cat.classes if c.reads_weights]}
     facts["_gemm_us"], facts["_low_precision_gemm_us"], facts["_gemm_format_us"] = _gemm_precision(
         kernel_names, cls, per_kernel)
     if cat.low_precision_gemm is not None:

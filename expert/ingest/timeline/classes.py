@@ -36,6 +36,7 @@ class Classifier:
                          re.compile("|".join(f"(?:{p})" for p in c.patterns), re.IGNORECASE))
                         for c in catalog.classes]
         self.memory_bound: dict[str, bool] = {c.id: c.memory_bound_by_nature for c in catalog.classes}
+        self.reads_weights: frozenset[str] = frozenset(c.id for c in catalog.classes if c.reads_weights)
         self.blocking = re.compile("|".join(f"(?:{p})" for p in catalog.calls.blocking.patterns))
         self.graph = re.compile("|".join(f"(?:{p})" for p in catalog.calls.graph_launch.patterns))
         self.launch = re.compile("|".join(f"(?:{p})" for p in catalog.calls.launch.patterns))

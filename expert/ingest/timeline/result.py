@@ -306,6 +306,11 @@ class TimelineAnalysis:
                      else "")
             r.add("memory_bound_kernel_frac", bd.memory_bound_share, method="GPU time in classes memory-bound by "
                   "nature (" + ", ".join(c.class_ for c in bd.classes if c.memory_bound_by_nature) + ")" + fused, **why)
+        if self.facts.get("_weight_share") is not None:
+            r.add("weight_kernel_frac", self.facts["_weight_share"], method="GPU time in classes whose kernels may "
+                  "read the weights or the KV cache (" + ", ".join(self.facts["_weight_classes"]) + ")"
+                  + (", less the compiler-fused pointwise and reduction kernels" if self.facts.get(
+                      "_fused_memory_bound_us") else ""), **why)
         if bd.top_ops:
             op = bd.top_ops[0]
             r.add("top_op", op.name, method="operator with the most GPU time (kernels it launched)", **why)
