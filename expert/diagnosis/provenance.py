@@ -1,10 +1,10 @@
 """The parts of a report most callers never read, built on first use: the rule evaluations and the provenance graph.
 
 `build_report` keeps what they are built from in a `Basis` (the facts, the findings, the rules that fired, the
-decision's parts; the missing facts and next measurements are deferred through it too) and hands the report
-`Deferred` values over it. The graph is assembled here in the order the report's sections conclude (observations and
-derivations, fired rules, candidates, optimizations, measurements), so a deferred graph is node for node, edge for
-edge, the graph an eager build made.
+decision; every other section past the verdict, from the candidates and the optimizations to the missing facts and
+next measurements, is deferred through it too) and hands the report `Deferred` values over it. The graph is
+assembled here in the order the report's sections conclude (observations and derivations, fired rules, candidates,
+optimizations, measurements), so a deferred graph is node for node, edge for edge, the graph an eager build made.
 """
 
 from __future__ import annotations
