@@ -242,6 +242,15 @@ DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"))),
 )
 # the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
+def _reach(name: str, kernel_share: str, measured: str, unmeasured: str) -> tuple[Derivation, Derivation]:
+    """What an optimization can act on: a share of GPU time in some kernels (a trace fact) times gpu_util, the share
+    of the window; else the D/BW term's share."""
+    return (Derivation(name, (kernel_share, "gpu_util"), f"{kernel_share} × gpu_util ({measured})", _REACH,
+                       lambda f, kb: clamp_fraction(num(f, kernel_share) * num(f, "gpu_util"), name)),
+            Derivation(name, ("share_data",), f"share_data (the kernel mix not measured: {unmeasured})", _REACH,
+                       lambda f, kb: Result(num(f, "share_data"))))
+
+
 IRON_LAW: tuple[Derivation, ...] = (
     _weights_only_decode("bandwidth_to_peak", "; unclamped", "domain.md §B, LLM decode bytes per step",
                          _decode_bw_ratio),
@@ -295,16 +304,9 @@ IRON_LAW: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "share_compute") * num(f, "compute_efficiency"))),
     # what fusion and quantization act on (optimizations.yaml acts_on): the time of the kernels whose bytes they cut,
     # measured where a trace gives the kernel mix; else the D/BW term, the bound they had before it was measured
-    Derivation("fusible_frac", ("memory_bound_kernel_frac", "gpu_util"), "memory_bound_kernel_frac × gpu_util (the "
-               "memory-bound kernels' share of the window)", _REACH,
-               lambda f, kb: clamp_fraction(num(f, "memory_bound_kernel_frac") * num(f, "gpu_util"),
-                                            "fusible share")),
-    Derivation("fusible_frac", ("share_data",), "share_data (the kernel mix not measured: the whole D/BW term taken "
-               "as fusible)", _REACH, lambda f, kb: Result(num(f, "share_data"))),
-    Derivation("quantizable_frac", ("weight_kernel_frac", "gpu_util"), "weight_kernel_frac × gpu_util (the share of "
-               "the window in kernels that may read the weights or the KV cache)", _REACH,
-               lambda f, kb: clamp_fraction(num(f, "weight_kernel_frac") * num(f, "gpu_util"),
-                                            "quantizable share")),
-    Derivation("quantizable_frac", ("share_data",), "share_data (the kernel mix not measured: the whole D/BW term "
-               "taken as weight and KV-cache bytes)", _REACH, lambda f, kb: Result(num(f, "share_data"))),
+    *_reach("fusible_frac", "memory_bound_kernel_frac", "the memory-bound kernels' share of the window",
+            "the whole D/BW term taken as fusible"),
+    *_reach("quantizable_frac", "weight_kernel_frac",
+            "the share of the window in kernels that may read the weights or the KV cache",
+            "the whole D/BW term taken as weight and KV-cache bytes"),
 )
