@@ -168,6 +168,42 @@ def test_the_declared_faster_gpu_bound_covers_every_catalogued_upgrade() -> None
                 assert nxt.peak(dtype) / peak <= bound, (part, upgrade.to, dtype)  # type: ignore[operator]
 
 
+@pytest.mark.parametrize(("hardware", "ratio"), [
+    ("h100-sxm", 7700.0 / 3350.0),  # H100 -> B200: 2.30x
+    ("a100-sxm-80gb", 3350.0 / 2039.0),  # A100 -> H100: 1.64x
+    ("t4", None),  # T4 -> L4: the L4's memory is slower (300 vs 320 GB/s), so no ratio (the declared bound applies)
+    ("l40", None),  # L40 -> L40S: the same memory
+    ("gb200", None),  # the newest part has no successor in the catalog
+], ids=lambda v: str(v))
+def test_faster_memory_ratio(hardware: str, ratio: float | None) -> None:
+    derived = _diagnose({"hardware": hardware}).derived
+    if ratio is None:
+        assert "faster_memory_ratio" not in derived
+    else:
+        assert derived["faster_memory_ratio"].value == pytest.approx(ratio)
+
+
+def test_the_declared_memory_bound_covers_every_catalogued_upgrade() -> None:
+    bound = KB.optimizations["more_memory_bandwidth"].max_term_speedup
+    assert bound is not None
+    for part, upgrade in KB.hardware_upgrades.items():
+        today, nxt = KB.hardware[part].memory_bandwidth_gbs, KB.hardware[upgrade.to].memory_bandwidth_gbs
+        if today and nxt:
+            assert nxt / today <= bound, (part, upgrade.to)
+
+
+def test_more_memory_bandwidth_speeds_the_data_term_up_by_the_bandwidth_ratio_not_to_zero() -> None:
+    # H100 decode at 80 % of its bandwidth: D/BW is 80 % of the step. A move to the B200 (7.7 / 3.35 TB/s = 2.30x)
+    # leaves 0.8 / 2.30 of it: 1 / (1 - 0.8 + 0.8 / 2.30) = 1.83x, not the 5x of removing the term.
+    report = _diagnose({"hardware": "h100-sxm", "workload": "inference", "phase": "decode", "batch_size": 1,
+                        "gpu_util": 0.97, "mem_bw_util": 0.8, "step_time_s": 0.02})
+    assert report.bottleneck == "memory"
+    gain = {r.id: r.expected_gain for r in report.recommended}["more_memory_bandwidth"]
+    ratio = 7700.0 / 3350.0
+    assert gain is not None and gain.max_speedup == pytest.approx(1 / (1 - 0.8 + 0.8 / ratio), abs=1e-3)
+    assert "faster_memory_ratio" in gain.assumptions
+
+
 def _every_case() -> list[tuple[str, dict[str, Any]]]:
     from expert._resources import data_dir
     from expert.rules.testing import load_rule_tests

@@ -7,6 +7,8 @@
   format (an A100 in bf16) or the dtype is already the narrowest.
 - `faster_gpu_peak_ratio`: the dense peak of the part's realistic successor (hardware.yaml `upgrades`) in the same
   dtype over today's.
+- `faster_memory_ratio`: the device-memory bandwidth of the part's successor (the same `upgrades`) over today's,
+  where the successor's memory is faster (else the declared bound of more_memory_bandwidth applies).
 - `tensor_core_peak_ratio`: the tensor-core peak of today's dtype (tf32 for an fp32 job) over the CUDA-core fp32 peak.
 - `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
   cores (rules/precision.yaml).
@@ -24,6 +26,8 @@ from .formulas import Facts, Value
 _CATALOG = "knowledge_base/hardware.yaml (dense peaks per dtype)"
 _LOWER = f"{_CATALOG} and units.yaml dtypes `lower` (the narrower format lower precision moves to)"
 _UPGRADE = f"{_CATALOG} and its `upgrades` (the realistic next part of each line)"
+_UPGRADE_MEMORY = ("knowledge_base/hardware.yaml (memory bandwidth per part) and its `upgrades` (the realistic next "
+                   "part of each line)")
 _CUDA_CORES = ("NVIDIA tensor-core docs: the fp32 peak of the catalog is the CUDA-core (non-tensor) rate; tf32, "
                "bf16, fp16 and fp8 peaks are tensor-core rates")
 # the formats whose dense peak is a tensor-core rate (fp32 itself is the CUDA-core rate; tf32 is its tensor-core mode)
@@ -85,6 +89,30 @@ def _upgrade_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(peak / today, figures)
 
 
+def _faster_memory(kb: KnowledgeBase) -> Condition:
+    """hardware is a part whose catalogued successor has faster device memory (both bandwidths known)."""
+    def faster(hw: HardwareSpec) -> bool:
+        upgrade = kb.hardware_upgrades.get(hw.id)
+        if upgrade is None or hw.memory_bandwidth_gbs is None:
+            return False
+        nxt = kb.hardware[upgrade.to].memory_bandwidth_gbs
+        return nxt is not None and nxt > hw.memory_bandwidth_gbs
+
+    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if faster(hw)]})
+
+
+def _memory_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = hardware_of(f, kb)
+    upgrade = required(kb.hardware_upgrades.get(hw.id), f"an upgrade of {hw.id}")
+    nxt = kb.hardware[upgrade.to]
+    today = required(hw.memory_bandwidth_gbs, f"the memory bandwidth of {hw.id}")
+    faster = required(nxt.memory_bandwidth_gbs, f"the memory bandwidth of {nxt.id}")
+    figures: dict[str, Value] = {"next part": nxt.id, f"{hw.id} memory bandwidth (GB/s)": today,
+                                 f"{nxt.id} memory bandwidth (GB/s)": faster, "why": upgrade.why,
+                                 "source": nxt.source}
+    return Result(faster / today, figures)
+
+
 def _tensor_core_dtype(dtype: str) -> str:
     return _TENSOR_CORE.get(dtype, dtype)
 
@@ -124,6 +152,8 @@ LOWER_PRECISION_KNOWN = Gate("the catalog gives the dense peaks of this dtype an
                              "part has (or the part has none)", lambda kb: _by_dtype(kb, _lower_known(kb)))
 UPGRADE_KNOWN = Gate("the catalog lists a successor of this part and both dense peaks in this dtype",
                      lambda kb: _by_dtype(kb, _upgrade_known(kb)))
+FASTER_MEMORY_KNOWN = Gate("the catalog lists a successor of this part with faster device memory (both bandwidths "
+                           "known)", _faster_memory)
 TENSOR_CORE_KNOWN = Gate("the catalog gives this part's fp32 CUDA-core peak and its tensor-core peak in this dtype",
                          lambda kb: _by_dtype(kb, _tensor_known))
 FP32_PUBLISHED = Gate("the catalog gives this part's fp32 CUDA-core peak", _fp32_published)
@@ -135,6 +165,9 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("faster_gpu_peak_ratio", ("hardware", "dtype"),
                "dense dtype peak of the part's successor / dense dtype peak of the part", _UPGRADE, _upgrade_ratio,
                gate=UPGRADE_KNOWN),
+    Derivation("faster_memory_ratio", ("hardware",),
+               "memory bandwidth of the part's successor / memory bandwidth of the part", _UPGRADE_MEMORY,
+               _memory_ratio, gate=FASTER_MEMORY_KNOWN),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
                "tensor-core dense peak of dtype (tf32 for fp32) / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),
