@@ -521,3 +521,26 @@ def test_a_trace_marks_lower_precision_only_at_the_narrowest_format(tmp_path: An
     recommended = {r.id for r in report.recommended}
     assert ("lower_precision" in applied) == (lower_precision == "applied")
     assert ("lower_precision" in recommended) == (lower_precision == "recommended")
+
+
+def test_batching_amortises_the_weight_reads_and_the_launches_of_a_batch_one_decode() -> None:
+    # seed screening signal (batch size 1) and Table 3: a larger batch amortises the weight reads (the D/BW term, 80 %
+    # of this decode step) and the launches over more tokens. Bounded by the latency term alone, batching had no gain
+    # (the launch overhead is unknown here) and was listed after every remedy of the data term.
+    report = _diagnose({"hardware": "h100-sxm", "workload": "inference", "phase": "decode", "batch_size": 1,
+                        "gpu_util": 0.97, "mem_bw_util": 0.8, "step_time_s": 0.02})
+    assert report.derived["batchable_frac"].value == pytest.approx(0.8)
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    batching = gains["batching"]
+    assert batching is not None and batching.max_speedup == pytest.approx(1 / (1 - 0.8), abs=1e-3)
+    assert "batchable_frac" in batching.assumptions
+    order = [r.id for r in report.recommended]
+    assert order[0] == "batching" and order.index("batching") < order.index("quantization")
+    # with the launch overhead known too, both terms add up
+    both = _diagnose({"hardware": "h100-sxm", "workload": "inference", "phase": "decode", "batch_size": 1,
+                      "gpu_util": 0.97, "mem_bw_util": 0.6, "host_wait_frac": 0.2, "step_time_s": 0.02})
+    assert both.derived["batchable_frac"].value == pytest.approx(0.8)
+    # a training step's bytes are mostly activations, which a larger micro-batch does not amortise: launches only
+    training = _diagnose({"hardware": "h100-sxm", "workload": "training", "gpu_util": 0.97, "mem_bw_util": 0.6,
+                          "host_wait_frac": 0.2, "step_time_s": 0.2})
+    assert training.derived["batchable_frac"].value == pytest.approx(0.2)

@@ -17,6 +17,7 @@ from .derivation import (
     any_of,
     clamp_fraction,
     decode_gpus,
+    either,
     fact_test,
     hardware_of,
     num,
@@ -120,6 +121,13 @@ _OPTIONAL_TERMS = ("t_input_s", "t_overhead_s")
 _SEED_IRON = "seed, iron law T = D/BW + O/(R_peak·η) + L_lat"
 _REACH = ("seed Table 3 (memory-bound row: fusion and quantization cut the bytes moved); Amdahl's law: an "
           "optimization saves at most the time of the kernels whose bytes it cuts")
+_BATCH = ("seed Table 3 (memory-bound and latency-bound rows: a larger batch amortises weight reads and launches); "
+          "Amdahl's law, per unit of work")
+# a training step's D/BW is mostly activations, which a larger micro-batch does not amortise; a decode step's is the
+# weights (and the KV cache)
+_NOT_TRAINING = Gate("an inference service, or a job whose kind is not given (a training step's bytes are mostly "
+                     "activations, which a larger batch does not amortise)",
+                     either([fact_test("workload", eq="inference"), fact_test("workload", known=False)]))
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 _WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
                "and the iron law's overlap form: a wait shorter than the idle time leaves the rest of it unexplained")
@@ -309,4 +317,14 @@ IRON_LAW: tuple[Derivation, ...] = (
     *_reach("quantizable_frac", "weight_kernel_frac",
             "the share of the window in kernels that may read the weights or the KV cache",
             "the whole D/BW term taken as weight and KV-cache bytes"),
+    # batching amortises the launches over more work, and in serving the weight reads too (seed Table 3,
+    # memory-bound and latency-bound rows): per unit of work it can save at most those terms
+    Derivation("batchable_frac", ("share_data", "share_overhead"), "share_data + share_overhead (weight reads and "
+               "launches amortised over the batch)", _BATCH,
+               lambda f, kb: clamp_fraction(num(f, "share_data") + num(f, "share_overhead"), "batchable share"),
+               gate=_NOT_TRAINING),
+    Derivation("batchable_frac", ("share_data",), "share_data (weight reads amortised over the batch; the launch "
+               "overhead not known)", _BATCH, lambda f, kb: Result(num(f, "share_data")), gate=_NOT_TRAINING),
+    Derivation("batchable_frac", ("share_overhead",), "share_overhead (launches amortised over the batch)", _BATCH,
+               lambda f, kb: Result(num(f, "share_overhead"))),
 )
