@@ -579,28 +579,38 @@ def test_a_decode_step_streaming_weights_gets_quantization_before_fusion(tmp_pat
     result = ingest_result(_mixed_trace(tmp_path / "t.json", [(GEMV_KERNEL, 300.0), (ADD_KERNEL, 100.0)]))
     values = result.observations.values()
     assert values["weight_kernel_frac"] == pytest.approx(0.75, abs=0.01)
-    report = expert.diagnose({**values, **DECODE})
+    report = expert.diagnose({**values, **DECODE, "dtype": "bf16"})
     assert report.bottleneck == "memory"
     gains = {r.id: r.expected_gain for r in report.recommended}
-    util = float(values["gpu_util"])
+    weights = 0.75 * float(values["gpu_util"])
     quantization, fusion = gains["quantization"], gains["kernel_fusion"]
-    assert quantization is not None and quantization.max_speedup == pytest.approx(1 / (1 - 0.75 * util), abs=0.02)
-    assert fusion is not None and fusion.max_speedup == pytest.approx(1 / (1 - 0.25 * util), abs=0.02)
+    # bf16 weights to 4 bits: the weight kernels' time falls at best to a quarter
+    assert quantization is not None
+    assert quantization.max_speedup == pytest.approx(1 / (1 - weights + weights / 4), abs=0.02)
+    assert "quantization_bytes_ratio = 4" in quantization.assumptions
+    assert fusion is not None and fusion.max_speedup == pytest.approx(1 / (1 - 0.25 * float(values["gpu_util"])),
+                                                                      abs=0.02)
     order = [r.id for r in report.recommended]
     assert order.index("quantization") < order.index("kernel_fusion")
+    # without the dtype, the declared bound (fp32 to 4 bits: 8x) stands in for the bytes ratio
+    undeclared = {r.id: r.expected_gain for r in expert.diagnose({**values, **DECODE}).recommended}["quantization"]
+    assert undeclared is not None and "declared bound" in undeclared.assumptions
+    assert undeclared.max_speedup == pytest.approx(1 / (1 - weights + weights / 8), abs=0.02)
 
 
 def test_without_a_kernel_mix_fusion_and_quantization_keep_the_data_term_bound() -> None:
-    """Typed-in facts give no kernel mix: both reaches fall back to the D/BW term's share, so the bounds and the
-    order are those of the term (the effort breaks the tie), and the assumptions say how the reach was taken."""
+    """Typed-in facts give no kernel mix: both reaches fall back to the D/BW term's share, and the derivations say
+    how the reach was taken."""
     facts = {"hardware": "h100-sxm", "gpu_util": 0.97, "mem_bw_util": 0.85, "step_time_s": 0.02, **DECODE}
     report = expert.diagnose(facts)
     share = report.derived["share_data"].value
     for name in ("fusible_frac", "quantizable_frac"):
         assert report.derived[name].value == share and "not measured" in report.derived[name].formula
     gains = {r.id: r.expected_gain for r in report.recommended}
-    for opt in ("kernel_fusion", "quantization"):
-        gain = gains[opt]
-        assert gain is not None and gain.max_speedup == pytest.approx(min(1 / (1 - share), 100), abs=1e-3)
+    fusion, quantization = gains["kernel_fusion"], gains["quantization"]
+    assert fusion is not None and fusion.max_speedup == pytest.approx(min(1 / (1 - share), 100), abs=1e-3)
+    # quantization shrinks those bytes, at most to 4-bit values (the declared 8x without a dtype)
+    assert quantization is not None
+    assert quantization.max_speedup == pytest.approx(1 / (1 - share + share / 8), abs=1e-3)
     order = [r.id for r in report.recommended]
-    assert order.index("kernel_fusion") < order.index("quantization")  # equal bounds: the cheaper first
+    assert order.index("kernel_fusion") < order.index("quantization")

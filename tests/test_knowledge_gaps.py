@@ -544,3 +544,11 @@ def test_batching_amortises_the_weight_reads_and_the_launches_of_a_batch_one_dec
     training = _diagnose({"hardware": "h100-sxm", "workload": "training", "gpu_util": 0.97, "mem_bw_util": 0.6,
                           "host_wait_frac": 0.2, "step_time_s": 0.2})
     assert training.derived["batchable_frac"].value == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(("dtype", "ratio"), [("fp32", 8.0), ("bf16", 4.0), ("fp16", 4.0), ("fp8", 2.0), ("int8", 2.0)])
+def test_quantization_bytes_ratio_is_the_shrink_to_4_bit_values(dtype: str, ratio: float) -> None:
+    derived = _diagnose({"dtype": dtype}).derived
+    assert derived["quantization_bytes_ratio"].value == pytest.approx(ratio)
+    declared = KB.optimizations["quantization"].max_term_speedup
+    assert declared is not None and ratio <= declared  # the declared bound covers every dtype

@@ -9,6 +9,8 @@
   dtype over today's.
 - `faster_memory_ratio`: the device-memory bandwidth of the part's successor (the same `upgrades`) over today's,
   where the successor's memory is faster (else the declared bound of more_memory_bandwidth applies).
+- `quantization_bytes_ratio`: the bytes of a value in today's dtype over half a byte (4-bit weights, the narrowest
+  format quantization names): the most quantization can shrink the bytes it acts on.
 - `tensor_core_peak_ratio`: the tensor-core peak of today's dtype (tf32 for an fp32 job) over the CUDA-core fp32 peak.
 - `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
   cores (rules/precision.yaml).
@@ -113,6 +115,16 @@ def _memory_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(faster / today, figures)
 
 
+QUANTIZED_BYTES = 0.5  # 4-bit weights (AWQ, GPTQ, int4/fp4 checkpoints): the narrowest format optimizations.yaml names
+
+
+def _quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    dtype = str(f["dtype"])
+    spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
+    return Result(spec.bytes / QUANTIZED_BYTES, {f"bytes of a {dtype} value": spec.bytes,
+                                                 "bytes of a 4-bit value": QUANTIZED_BYTES})
+
+
 def _tensor_core_dtype(dtype: str) -> str:
     return _TENSOR_CORE.get(dtype, dtype)
 
@@ -168,6 +180,8 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("faster_memory_ratio", ("hardware",),
                "memory bandwidth of the part's successor / memory bandwidth of the part", _UPGRADE_MEMORY,
                _memory_ratio, gate=FASTER_MEMORY_KNOWN),
+    Derivation("quantization_bytes_ratio", ("dtype",), "bytes of a dtype value / 0.5 (4-bit weights)",
+               "knowledge_base/units.yaml dtypes `bytes`; 4-bit weight quantization (AWQ, GPTQ)", _quantization_ratio),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
                "tensor-core dense peak of dtype (tf32 for fp32) / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),

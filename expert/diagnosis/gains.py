@@ -15,8 +15,9 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum). An optimization with a
     term speed-up bound (`term_speedup`, a peak ratio, else the declared `max_term_speedup`) shrinks its term at best
     to share / s: 1 / (1 - share + share / s), never above s. An optimization that acts on a narrower share of the
-    step than its term (`acts_on`: facts whose shares add up, the first known) saves at most that: 1 / (1 - share);
-    while they are unknown the term bounds it, and the assumptions say so."""
+    step than its term (`acts_on`: facts whose shares add up, the first known) saves at most that: 1 / (1 - share),
+    or with a term speed-up bound s, 1 / (1 - share + share / s); while they are unknown the term bounds it, and the
+    assumptions say so."""
     shrinks, floor, floor_of = opt.shrinks, opt.floor, opt.floor_of
     term = ctx.kb.regimes.terms.get(shrinks)
     acted_on = _acted_on(ctx, opt)
@@ -25,6 +26,14 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
         cap = ctx.kb.regimes.max_reported_speedup
         capped = share >= 1 - 1 / cap
         what = " + ".join(f"{name} {v:.0%}" for name, v in acted_on)
+        bound = _term_bound(ctx, opt)
+        if bound is not None:  # what it acts on shrinks, at best, by its bound
+            s, where = bound
+            rest = share / s
+            return ExpectedGain(
+                term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
+                assumptions=f"upper bound: what {opt.id} acts on, {what} of the step, runs at most {s:.3g}x faster "
+                f"({where}); 1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
         return ExpectedGain(
             term=shrinks, term_share=round(share, 4),
             max_speedup=round(cap if capped else amdahl_max_speedup(share), 3),
@@ -85,7 +94,10 @@ def _term_bound(ctx: Basis, opt: Optimization) -> tuple[float, str] | None:
     if opt.term_speedup is not None:
         raw = ctx.facts.get(opt.term_speedup)
         if isinstance(raw, (int, float)) and not isinstance(raw, bool) and raw > 0:
-            return max(1.0, float(raw)), f"{opt.term_speedup} = {float(raw):.3g}, from the hardware catalog"
+            record = ctx.derived.get(opt.term_speedup)
+            where = ("the hardware catalog" if record is None or "hardware" in record.inputs
+                     else record.formula)  # a ratio of catalog figures, or one of the job's own values
+            return max(1.0, float(raw)), f"{opt.term_speedup} = {float(raw):.3g}, from {where}"
     if opt.max_term_speedup is not None:
         return opt.max_term_speedup, f"the declared bound of {opt.id}: {opt.bound_source}"
     return None
