@@ -14,10 +14,11 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     zero: 1 / (1 - share + floor) for a share of today's step (better kernels reach η = 1), (1 - floor) / (1 - share)
     for a share of the run at the floor (checkpoint interval tuning reaches Daly's optimum). An optimization with a
     term speed-up bound (`term_speedup`, a peak ratio, else the declared `max_term_speedup`) shrinks its term at best
-    to share / s: 1 / (1 - share + share / s), never above s. An optimization that acts on a narrower share of the
-    step than its term (`acts_on`: facts whose shares add up, the first known) saves at most that: 1 / (1 - share),
-    or with a term speed-up bound s, 1 / (1 - share + share / s); while they are unknown the term bounds it, and the
-    assumptions say so."""
+    to share / s: 1 / (1 - share + share / s), never above s. An optimization that acts on another share of the
+    step than its term's (`acts_on`: facts whose shares add up, the first known; the time of the kernels whose bytes
+    it cuts may be narrower or wider than the D/BW term) saves at most that: 1 / (1 - share), or with a term
+    speed-up bound s, 1 / (1 - share + share / s); while they are unknown the term bounds it, and the assumptions
+    say so."""
     shrinks, floor, floor_of = opt.shrinks, opt.floor, opt.floor_of
     term = ctx.kb.regimes.terms.get(shrinks)
     acted_on = _acted_on(ctx, opt)
