@@ -552,3 +552,33 @@ def test_quantization_bytes_ratio_is_the_shrink_to_4_bit_values(dtype: str, rati
     assert derived["quantization_bytes_ratio"].value == pytest.approx(ratio)
     declared = KB.optimizations["quantization"].max_term_speedup
     assert declared is not None and ratio <= declared  # the declared bound covers every dtype
+
+
+@pytest.mark.parametrize(("link", "bandwidth", "ratio"), [
+    ("ethernet", None, 100 / 12.5),  # 100G Ethernet (the kind's default) to InfiniBand XDR: 8x
+    ("infiniband", None, 100 / 50),  # NDR to XDR
+    ("infiniband", 100.0, 1.0),  # already on the fastest network link the catalog lists
+    ("pcie", 31.5, 900 / 31.5),  # a PCIe 4.0 x16 card to NVLink 5 (an SXM part)
+], ids=lambda v: str(v))
+def test_a_faster_interconnect_speeds_the_exposed_communication_up_by_the_link_ratio(
+        link: str, bandwidth: float | None, ratio: float) -> None:
+    facts: dict[str, Any] = {"workload": "training", "num_gpus": 16, "num_nodes": 2, "interconnect": link,
+                             "comm_frac": 0.4, "gpu_util": 0.7}
+    if bandwidth is not None:
+        facts["interconnect_bandwidth"] = bandwidth
+    report = _diagnose(facts)
+    assert report.derived["faster_link_ratio"].value == pytest.approx(ratio)
+    gain = {r.id: r.expected_gain for r in report.recommended}["faster_interconnect"]
+    assert gain is not None and gain.max_speedup == pytest.approx(1 / (1 - 0.4 + 0.4 / ratio), abs=1e-3)
+    assert "faster_link_ratio" in gain.assumptions
+
+
+def test_the_declared_link_bound_covers_every_catalogued_move() -> None:
+    bound = KB.optimizations["faster_interconnect"].max_term_speedup
+    assert bound is not None
+    links = list(KB.interconnects.values())
+    reach = {"nvlink": 0, "pcie": 0, "infiniband": 1, "ethernet": 1}
+    for a in links:
+        for b in links:
+            if reach[a.kind] == reach[b.kind] and b.kind != "pcie":
+                assert b.per_direction_gbs / a.per_direction_gbs <= bound, (a.id, b.id)

@@ -76,6 +76,30 @@ def _catalog_link(f: Facts, kb: KnowledgeBase) -> Result:
                                            "source": link.source}, link.notes)
 
 
+# the links a collective could move to (knowledge_base/optimizations.yaml faster_interconnect): inside a node, NVLink
+# (from PCIe too, on SXM parts); between nodes, the fastest InfiniBand or Ethernet the catalog lists
+_SAME_REACH = {"nvlink": ("nvlink",), "pcie": ("nvlink",), "infiniband": ("infiniband", "ethernet"),
+               "ethernet": ("infiniband", "ethernet")}
+
+
+def _faster_link(f: Facts, kb: KnowledgeBase) -> Result:
+    kinds = _SAME_REACH[str(f["interconnect"])]
+    best = max((i for i in kb.interconnects.values() if i.kind in kinds), key=lambda i: i.per_direction_gbs)
+    today = num(f, "interconnect_bandwidth")
+    return Result(best.per_direction_gbs / today, {f"{best.name} (GB/s per direction)": best.per_direction_gbs,
+                                                   "source": best.source})
+
+
+def _reachable_links(kb: KnowledgeBase) -> Condition:
+    """interconnect is a kind whose reach has a catalogued link."""
+    kinds = {i.kind for i in kb.interconnects.values()}
+    return fact_test("interconnect", **{"in": [k for k, to in _SAME_REACH.items() if kinds.intersection(to)]})
+
+
+REACHABLE_LINK = Gate("the interconnect catalog lists a link of the same reach (within a node, between nodes)",
+                      _reachable_links)
+
+
 def _mtbf_s(f: Facts) -> float:
     return num(f, "mtbf_h") * 3600.0
 
@@ -134,6 +158,10 @@ CLUSTER: tuple[Derivation, ...] = (
                _NCCL,
                lambda f, kb: Result(ring_allreduce_bytes(num(f, "gradient_bytes"), int(num(f, "num_gpus")))),
                gate=SEVERAL_GPUS),
+    Derivation("faster_link_ratio", ("interconnect", "interconnect_bandwidth"),
+               "the fastest catalogued link of the same reach (NVLink within a node; InfiniBand or Ethernet between "
+               "nodes) / interconnect_bandwidth", "knowledge_base/interconnects.yaml (per-direction bandwidths)",
+               _faster_link, gate=REACHABLE_LINK),
     Derivation("t_comm_s", ("allreduce_bytes", "interconnect_bandwidth"), "allreduce_bytes / interconnect_bandwidth",
                f"{_NCCL}; seed Table 6 (communication wall)",
                lambda f, kb: Result(comm_term(num(f, "allreduce_bytes"), num(f, "interconnect_bandwidth")))),
