@@ -249,7 +249,6 @@ DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
                "roofline: no step exceeds the peak memory bandwidth",
                lambda f, kb: Result(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"))),
 )
-# the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
 def _reach(name: str, kernel_share: str, measured: str, unmeasured: str) -> tuple[Derivation, Derivation]:
     """What an optimization can act on: a share of GPU time in some kernels (a trace fact) times gpu_util, the share
     of the window; else the D/BW term's share."""
@@ -259,6 +258,7 @@ def _reach(name: str, kernel_share: str, measured: str, unmeasured: str) -> tupl
                        lambda f, kb: Result(num(f, "share_data"))))
 
 
+# the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
 IRON_LAW: tuple[Derivation, ...] = (
     _weights_only_decode("bandwidth_to_peak", "; unclamped", "domain.md §B, LLM decode bytes per step",
                          _decode_bw_ratio),
