@@ -249,6 +249,8 @@ DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
                "roofline: no step exceeds the peak memory bandwidth",
                lambda f, kb: Result(num(f, "achieved_bandwidth") / num(f, "peak_bandwidth"))),
 )
+
+
 def _reach(name: str, kernel_share: str, measured: str, unmeasured: str) -> tuple[Derivation, Derivation]:
     """What an optimization can act on: a share of GPU time in some kernels (a trace fact) times gpu_util, the share
     of the window; else the D/BW term's share."""
