@@ -1,7 +1,6 @@
-"""The report's deferred parts (findings, rule evaluations, provenance graph, missing facts, next measurements:
-built on first use) are the parts an eager build makes: the same JSON bytes, the same values however they are reached
-(attribute, serialisation, copy, pickle, equality), no reference cycles; and the pure engine's rule outcomes are the
-outcomes a trace finds."""
+"""The report's deferred parts (every section past the verdict, its state and the axes: built on first use) are the
+parts an eager build makes: the same JSON bytes, the same values however they are reached (attribute, serialisation,
+copy, pickle, equality), no reference cycles; and the pure engine's rule outcomes are the outcomes a trace finds."""
 
 from __future__ import annotations
 
