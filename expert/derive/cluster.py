@@ -76,24 +76,19 @@ def _catalog_link(f: Facts, kb: KnowledgeBase) -> Result:
                                            "source": link.source}, link.notes)
 
 
-# the links a collective could move to (knowledge_base/optimizations.yaml faster_interconnect): inside a node, NVLink
-# (from PCIe too, on SXM parts); between nodes, the fastest InfiniBand or Ethernet the catalog lists
-_SAME_REACH = {"nvlink": ("nvlink",), "pcie": ("nvlink",), "infiniband": ("infiniband", "ethernet"),
-               "ethernet": ("infiniband", "ethernet")}
-
-
 def _faster_link(f: Facts, kb: KnowledgeBase) -> Result:
-    kinds = _SAME_REACH[str(f["interconnect"])]
-    best = max((i for i in kb.interconnects.values() if i.kind in kinds), key=lambda i: i.per_direction_gbs)
+    """The fastest catalogued link of the interconnect kind's reach (interconnects.yaml `reach`) over today's."""
+    kind = str(f["interconnect"])
+    reach = next(i.reach for i in kb.interconnects.values() if i.kind == kind)
+    best = max((i for i in kb.interconnects.values() if i.reach == reach), key=lambda i: i.per_direction_gbs)
     today = num(f, "interconnect_bandwidth")
     return Result(best.per_direction_gbs / today, {f"{best.name} (GB/s per direction)": best.per_direction_gbs,
                                                    "source": best.source})
 
 
 def _reachable_links(kb: KnowledgeBase) -> Condition:
-    """interconnect is a kind whose reach has a catalogued link."""
-    kinds = {i.kind for i in kb.interconnects.values()}
-    return fact_test("interconnect", **{"in": [k for k, to in _SAME_REACH.items() if kinds.intersection(to)]})
+    """interconnect is a kind the interconnect catalog lists (so its reach, and the links of that reach, are known)."""
+    return fact_test("interconnect", **{"in": sorted({i.kind for i in kb.interconnects.values()})})
 
 
 REACHABLE_LINK = Gate("the interconnect catalog lists a link of the same reach (within a node, between nodes)",

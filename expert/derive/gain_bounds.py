@@ -115,14 +115,12 @@ def _memory_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(faster / today, figures)
 
 
-QUANTIZED_BYTES = 0.5  # 4-bit weights (AWQ, GPTQ, int4/fp4 checkpoints): the narrowest format optimizations.yaml names
-
-
 def _quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     dtype = str(f["dtype"])
     spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
-    return Result(spec.bytes / QUANTIZED_BYTES, {f"bytes of a {dtype} value": spec.bytes,
-                                                 "bytes of a 4-bit value": QUANTIZED_BYTES})
+    quantized = kb.units.quantized_weight_bytes
+    return Result(spec.bytes / quantized, {f"bytes of a {dtype} value": spec.bytes,
+                                           "bytes of a quantized weight": quantized})
 
 
 def _tensor_core_dtype(dtype: str) -> str:
@@ -180,8 +178,9 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("faster_memory_ratio", ("hardware",),
                "memory bandwidth of the part's successor / memory bandwidth of the part", _UPGRADE_MEMORY,
                _memory_ratio, gate=FASTER_MEMORY_KNOWN),
-    Derivation("quantization_bytes_ratio", ("dtype",), "bytes of a dtype value / 0.5 (4-bit weights)",
-               "knowledge_base/units.yaml dtypes `bytes`; 4-bit weight quantization (AWQ, GPTQ)", _quantization_ratio),
+    Derivation("quantization_bytes_ratio", ("dtype",), "bytes of a dtype value / quantized_weight_bytes (4-bit "
+               "weights)", "knowledge_base/units.yaml dtypes `bytes` and `quantized_weight_bytes`; 4-bit weight "
+               "quantization (AWQ, GPTQ)", _quantization_ratio),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
                "tensor-core dense peak of dtype (tf32 for fp32) / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),

@@ -36,6 +36,7 @@ from .intervals import Interval, total, union
 from .kineto_collect import _collect, _Collected
 from .kineto_read import _HINT, _fast_batches, _from_dicts, _metadata, _Tap
 from .timeline import Cover, analyse, roof_of, steady_window, step_windows
+from .timeline.result import TIMELINE_FACTS
 
 FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us",
          "kernels_per_step", "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "allreduce_comm_share", "comm_kinds",
@@ -276,7 +277,7 @@ class _Analysis:
             why = _NO_GPU if not len(tl.r_start) else (
                 f"no kernel, memcpy or memset records although the trace has {len(tl.r_start)} runtime calls "
                 "(GPU activity was not recorded, e.g. a CUPTI-counter trace)")
-            for fact in _GPU_FACTS:
+            for fact in TIMELINE_FACTS:
                 r.missing(fact, why)
         else:
             analysis = analyse(tl, windows, devices or None, self.src.kernel_catalog(self.kb),
@@ -284,7 +285,7 @@ class _Analysis:
                                steps=numbered, kernel_wait_us=self.kernel_wait_us,
                                torch_types=self.kb.units.torch_types())
             if analysis is None:
-                for fact in _GPU_FACTS:
+                for fact in TIMELINE_FACTS:
                     r.missing(fact, f"no GPU activity inside {label}")
             else:
                 analysis.add_facts(r, label=label, file=self.src.label, n_steps=n_steps, kb=self.kb)
@@ -445,12 +446,3 @@ class _Analysis:
         else:
             self.r.missing("workload", "no backward or optimizer operators in the trace; it may be inference or a "
                            "forward-only window")
-
-
-_GPU_FACTS = ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us", "kernels_per_step",
-              "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "allreduce_comm_share", "comm_kinds",
-              "launch_overhead_frac", "host_compute_frac", "host_dispatch_frac", "host_sync_frac",
-              "unattributed_idle_frac", "idle_host_ops", "idle_dispatch_ops", "host_copy_frac", "uses_cuda_graphs",
-              "applied_optimizations", "memory_bound_kernel_frac", "weight_kernel_frac", "top_kernel_class",
-              "top_kernel_class_frac", "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
-              "trace_kernels")

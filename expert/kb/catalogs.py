@@ -183,6 +183,7 @@ class InterconnectSpec(_Strict):
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     kind: str  # a choice of the `interconnect` fact
+    reach: Literal["node", "network"]  # within a node (GPU to GPU) or between nodes: the links a job can move to
     name: str
     per_direction_gbs: float = Field(gt=0)
     default: bool = False
@@ -603,6 +604,7 @@ class UnitTable(_Strict):
     dimensions: dict[str, Dimension]
     dtypes: dict[str, DtypeSpec]
     element_types: dict[str, ElementTypeSpec] = {}
+    quantized_weight_bytes: float = Field(0.5, gt=0)  # bytes per weight after the narrowest weight quantization
 
     @model_validator(mode="after")
     def _types_distinct(self) -> UnitTable:

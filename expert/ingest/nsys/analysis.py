@@ -27,7 +27,7 @@ from .._source import Progress, Source
 from ..intervals import Interval, overlap, total, union
 from ..rank_trace import RankTrace
 from ..timeline.classes import Classifier
-from ..timeline.result import TimelineAnalysis, slow_launch_note
+from ..timeline.result import TIMELINE_FACTS, TimelineAnalysis, slow_launch_note
 from ..timeline.roofline import Roof, roof_of
 from . import parallel
 from .analysis_sweep import analyse_device
@@ -53,14 +53,6 @@ from .steps import NO_STEPS, NvtxSteps, StepList
 KERNEL_WAIT_US = 0.03
 """HTA's default consecutive-kernel delay (30 ns): shorter gaps are launch latency between back-to-back kernels."""
 
-TIMELINE_FACTS = ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us", "kernels_per_step",
-                  "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "allreduce_comm_share", "comm_kinds",
-                  "launch_overhead_frac", "host_compute_frac", "host_dispatch_frac", "host_sync_frac",
-                  "unattributed_idle_frac", "idle_host_ops", "idle_dispatch_ops", "host_copy_frac", "uses_cuda_graphs",
-                  "applied_optimizations", "memory_bound_kernel_frac", "weight_kernel_frac", "top_kernel_class",
-                  "top_kernel_class_frac", "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
-                  "trace_kernels")
-"""The facts the shared trace analysis gives (`TimelineAnalysis.add_facts`)."""
 GPU_FACTS = (*TIMELINE_FACTS, "comm_overlap_frac", "comm_time_s")
 
 FACTS = ("step_time_s", "data_wait_s", "step_time_cv", "trace_steps", "trace_window_s", *GPU_FACTS, "hardware",

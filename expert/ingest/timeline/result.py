@@ -76,6 +76,16 @@ class DeviceIdle:
     comm: float = 0.0
 
 
+TIMELINE_FACTS = ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kernel_us", "kernels_per_step",
+                  "pageable_copy_frac", "h2d_copy_frac", "comm_frac", "allreduce_comm_share", "comm_kinds",
+                  "launch_overhead_frac", "host_compute_frac", "host_dispatch_frac", "host_sync_frac",
+                  "unattributed_idle_frac", "idle_host_ops", "idle_dispatch_ops", "host_copy_frac", "uses_cuda_graphs",
+                  "applied_optimizations", "memory_bound_kernel_frac", "weight_kernel_frac", "top_kernel_class",
+                  "top_kernel_class_frac", "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
+                  "trace_kernels")
+"""The facts the shared trace analysis gives (`TimelineAnalysis.add_facts`), for both trace readers."""
+
+
 @dataclass
 class TimelineAnalysis:
     """The numbers of one analysed window (shares of the window, averaged over the devices with activity)."""
