@@ -599,9 +599,9 @@ def test_a_decode_step_streaming_weights_gets_quantization_before_fusion(tmp_pat
 
 
 def test_without_a_kernel_mix_fusion_and_quantization_keep_the_data_term_bound() -> None:
-    """Typed-in facts give no kernel mix: both reaches fall back to the D/BW term's share, and the derivations say
-    how the reach was taken."""
-    facts = {"hardware": "h100-sxm", "gpu_util": 0.97, "mem_bw_util": 0.85, "step_time_s": 0.02, **DECODE}
+    """Typed-in facts give no kernel mix: outside an LLM decode both reaches fall back to the D/BW term's share, and
+    the derivations say how the reach was taken."""
+    facts = {"hardware": "h100-sxm", "gpu_util": 0.97, "mem_bw_util": 0.85, "step_time_s": 0.02, "batch_size": 32}
     report = expert.diagnose(facts)
     share = report.derived["share_data"].value
     for name in ("fusible_frac", "quantizable_frac"):
@@ -614,3 +614,60 @@ def test_without_a_kernel_mix_fusion_and_quantization_keep_the_data_term_bound()
     assert quantization.max_speedup == pytest.approx(1 / (1 - share + share / 8), abs=1e-3)
     order = [r.id for r in report.recommended]
     assert order.index("kernel_fusion") < order.index("quantization")
+
+
+@pytest.mark.parametrize("step_time", [0.02, None])
+def test_a_decode_without_a_kernel_mix_fuses_only_what_streaming_the_weights_leaves(step_time: float | None) -> None:
+    """An LLM decode streams the weights and the KV cache, which fusion does not shrink: without a kernel mix its
+    reach is at most the rest of the step (the launches), CUDA graphs' too, while quantization keeps the D/BW term;
+    with or without a step time (the D/BW share is then mem_bw_util itself)."""
+    facts = {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.97, "mem_bw_util": 0.85, **DECODE}
+    if step_time is not None:
+        facts["step_time_s"] = step_time
+    report = expert.diagnose(facts)
+    share = report.derived["share_data"].value
+    assert share == pytest.approx(0.85)
+    assert report.derived["overhead_reach_frac"].value == pytest.approx(1 - share)
+    assert report.derived["fusible_frac"].value == pytest.approx(1 - share)
+    assert report.derived["quantizable_frac"].value == pytest.approx(share)
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    fusion, quantization = gains["kernel_fusion"], gains["quantization"]
+    assert fusion is not None and fusion.max_speedup == pytest.approx(1 / share, abs=1e-3)
+    assert quantization is not None and quantization.max_speedup == pytest.approx(1 / (1 - share + share / 4),
+                                                                                    abs=1e-3)
+    order = [r.id for r in report.recommended]
+    assert order.index("quantization") < order.index("kernel_fusion")
+    # the same decode with its launch term measured: fusion acts on that
+    measured = expert.diagnose({**facts, "step_time_s": 0.02, "host_wait_frac": 0.05})
+    assert measured.derived["overhead_reach_frac"].value == pytest.approx(measured.derived["share_overhead"].value)
+    assert measured.derived["fusible_frac"].value == pytest.approx(measured.derived["share_overhead"].value)
+
+
+def test_a_decode_of_many_sequences_with_an_unknown_kv_cache_has_no_launch_reach() -> None:
+    """At batch 64 with the KV cache not counted, what the weights leave of the step may be KV-cache reads: no bound
+    on the launch term is derived from it."""
+    report = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "workload": "inference", "phase": "decode",
+                              "batch_size": 64, "model_params": "8B", "tokens_per_s": 4000})
+    assert "share_data" in report.derived and "overhead_reach_frac" not in report.derived
+
+
+def test_pruning_acts_on_both_terms_at_most_halved() -> None:
+    """Fewer parameters mean fewer bytes and fewer FLOPs: pruning acts on the D/BW and compute terms together (at
+    most the time some kernel runs, which bounds it where a term is unknown), at most halved (the declared 2x: 50 %
+    sparsity)."""
+    job = {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.95, "mem_bw_util": 0.2, "model_params": "1.3B",
+           "active_params": "1.3B", "step_time_s": 0.1, "mfu": 0.1}
+    both = expert.diagnose({**job, "sm_active": 0.3}).derived
+    assert set(both["prunable_frac"].inputs) >= {"share_data", "share_compute", "gpu_util"}
+    shares = both["share_data"].value + both["share_compute"].value
+    assert shares < 0.95 and both["prunable_frac"].value == pytest.approx(shares)
+    overlapping = expert.diagnose({**job, "sm_active": 0.98}).derived  # the terms overlap: more than the busy time
+    assert overlapping["share_data"].value + overlapping["share_compute"].value > 0.95
+    assert overlapping["prunable_frac"].value == pytest.approx(0.95)
+    decode = expert.diagnose({"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.97, "mem_bw_util": 0.85,
+                              **DECODE})
+    reach = decode.derived["prunable_frac"]
+    assert reach.value == pytest.approx(0.97) and "gpu_util" in reach.formula
+    gain = {r.id: r.expected_gain for r in decode.recommended}["pruning"]
+    assert gain is not None and "declared bound of pruning" in gain.assumptions
+    assert gain.max_speedup == pytest.approx(1 / (1 - 0.97 + 0.97 / 2), abs=1e-3)

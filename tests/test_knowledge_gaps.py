@@ -230,7 +230,7 @@ def test_no_gain_exceeds_what_its_own_term_allows() -> None:
             gain = rec.expected_gain
             if gain is None:
                 continue
-            share = gain.term_share
+            share = gain.term_share + 5e-5  # rounded to 4 places: the share itself is at most half a unit more
             amdahl = cap if share >= 1 - 1 / cap else 1 / (1 - share)
             assert gain.max_speedup <= amdahl + 1e-3, (name, rec.id, gain)
             opt = KB.optimizations[rec.id]

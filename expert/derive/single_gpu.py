@@ -128,6 +128,10 @@ _BATCH = ("seed Table 3 (memory-bound and latency-bound rows: a larger batch amo
 _NOT_TRAINING = Gate("an inference service, or a job whose kind is not given (a training step's bytes are mostly "
                      "activations, which a larger batch does not amortise)",
                      either([fact_test("workload", eq="inference"), fact_test("workload", known=False)]))
+_PRUNE = ("seed Table 1 (algorithm axis: model compression cuts both the bytes and the FLOPs) and Table 3 "
+          "(memory-bound row); Amdahl's law: it saves at most the time of the kernels it shrinks")
+_ONE_SEQUENCE_DECODE = Gate("LLM decode of one sequence (batch size 1)",
+                            all_of([LLM_DECODE.on_static(), fact_test("batch_size", eq=1)]))
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 _WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
                "and the iron law's overlap form: a wait shorter than the idle time leaves the rest of it unexplained")
@@ -251,13 +255,26 @@ DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
 )
 
 
-def _reach(name: str, kernel_share: str, measured: str, unmeasured: str) -> tuple[Derivation, Derivation]:
+def _reach(name: str, kernel_share: str, measured: str, unmeasured: str,
+           decode: tuple[Derivation, ...] = ()) -> tuple[Derivation, ...]:
     """What an optimization can act on: a share of GPU time in some kernels (a trace fact) times gpu_util, the share
-    of the window; else the D/BW term's share."""
+    of the window; else what `decode` gives for an LLM decode; else the D/BW term's share."""
     return (Derivation(name, (kernel_share, "gpu_util"), f"{kernel_share} × gpu_util ({measured})", _REACH,
                        lambda f, kb: clamp_fraction(num(f, kernel_share) * num(f, "gpu_util"), name)),
+            *decode,
             Derivation(name, ("share_data",), f"share_data (the kernel mix not measured: {unmeasured})", _REACH,
                        lambda f, kb: Result(num(f, "share_data"))))
+
+
+# An LLM decode step streams the weights and the KV cache; fusion shrinks neither (a token's activations are a few
+# KiB against GiB of weights), only the launches: without a kernel mix its reach is the launch term's.
+_DECODE_STREAMS = ("domain.md §B (a decode step reads every weight and the KV cache once); seed Table 3 (fusion in the "
+                   "memory-bound and latency-bound rows: fewer DRAM round trips and launches)")
+_DECODE_FUSIBLE: tuple[Derivation, ...] = (
+    Derivation("fusible_frac", ("overhead_reach_frac",), "overhead_reach_frac (LLM decode: the launches fusion saves; "
+               "the weights and the KV cache it streams are not fusible)", _DECODE_STREAMS,
+               lambda f, kb: Result(num(f, "overhead_reach_frac")), gate=LLM_DECODE),
+)
 
 
 # the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
@@ -305,6 +322,10 @@ IRON_LAW: tuple[Derivation, ...] = (
                _term_share("t_input_s")),
     Derivation("share_data", ("t_data_s", "step_time_s"), "t_data_s / step_time_s", _SEED_IRON,
                _term_share("t_data_s")),
+    # without a step time the share is still known: (D/BW) / T = (D/T) / BW, the achieved share of peak bandwidth
+    Derivation("share_data", ("mem_bw_util",), "mem_bw_util ((D/BW) / T = (D/T) / BW: the D/BW term's share of the "
+               "step is the achieved share of peak bandwidth; the step time not known)", _SEED_IRON,
+               lambda f, kb: Result(num(f, "mem_bw_util"))),
     Derivation("share_compute", ("t_compute_s", "step_time_s"), "t_compute_s / step_time_s", _SEED_IRON,
                _term_share("t_compute_s")),
     Derivation("share_overhead", ("t_overhead_s", "step_time_s"), "t_overhead_s / step_time_s", _SEED_IRON,
@@ -312,10 +333,21 @@ IRON_LAW: tuple[Derivation, ...] = (
     Derivation("share_compute_at_peak", ("share_compute", "compute_efficiency"), "share_compute · η (the compute "
                "term at η = 1, a share of today's step)", _ETA,
                lambda f, kb: Result(num(f, "share_compute") * num(f, "compute_efficiency"))),
+    # what removing launch and sync overhead can act on (CUDA graphs, asynchronous scheduling): the L term where it is
+    # known; in an LLM decode, at most what streaming the weights and the KV cache leaves of the step
+    Derivation("overhead_reach_frac", ("share_overhead",), "share_overhead", _SEED_IRON,
+               lambda f, kb: Result(num(f, "share_overhead"))),
+    Derivation("overhead_reach_frac", ("share_data", "kv_cache_bytes"), "1 − share_data (LLM decode, the L term not "
+               "measured: at most the part of the step not streaming the weights and the KV cache)", _DECODE_STREAMS,
+               lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))), gate=LLM_DECODE),
+    Derivation("overhead_reach_frac", ("share_data", "batch_size"), "1 − share_data (LLM decode of one sequence, the L "
+               "term not measured: at most the part of the step not streaming the weights; one sequence's KV cache is "
+               "small beside them)", _DECODE_STREAMS,
+               lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))), gate=_ONE_SEQUENCE_DECODE),
     # what fusion and quantization act on (optimizations.yaml acts_on): the time of the kernels whose bytes they cut,
     # measured where a trace gives the kernel mix; else the D/BW term, the bound they had before it was measured
     *_reach("fusible_frac", "memory_bound_kernel_frac", "the memory-bound kernels' share of the window",
-            "the whole D/BW term taken as fusible"),
+            "the whole D/BW term taken as fusible", decode=_DECODE_FUSIBLE),
     *_reach("quantizable_frac", "weight_kernel_frac",
             "the share of the window in kernels that may read the weights or the KV cache",
             "the whole D/BW term taken as weight and KV-cache bytes"),
@@ -329,4 +361,12 @@ IRON_LAW: tuple[Derivation, ...] = (
                "overhead not known)", _BATCH, lambda f, kb: Result(num(f, "share_data")), gate=_NOT_TRAINING),
     Derivation("batchable_frac", ("share_overhead",), "share_overhead (launches amortised over the batch)", _BATCH,
                lambda f, kb: Result(num(f, "share_overhead"))),
+    # pruning and distillation shrink every kernel's bytes and FLOPs alike, never the time the GPU idles
+    Derivation("prunable_frac", ("share_data", "share_compute"), "min(share_data + share_compute, gpu_util) (the D/BW "
+               "and compute terms, both shrunk with the parameters; at most the time some kernel runs, where known)",
+               _PRUNE, lambda f, kb: clamp_fraction(min(num(f, "share_data") + num(f, "share_compute"),
+                                                        float(f.get("gpu_util", 1.0))), "prunable share"),
+               optional=("gpu_util",)),
+    Derivation("prunable_frac", ("gpu_util",), "gpu_util (the share of the step some kernel runs; the terms not both "
+               "known)", _PRUNE, lambda f, kb: Result(num(f, "gpu_util"))),
 )
