@@ -368,11 +368,27 @@ if __name__ == "__main__":
 """  # what pip writes for the `dam` console script (`expert.commands:main`)
 
 
+# The installed packages (not the standard library, not this package) a cold `dam diagnose --example` has imported
+# when it ends, in import order; printed as JSON. Run by `dam` itself, so it sees what the command imports.
+THIRD_PARTY = """
+import json, sys, sysconfig
+from expert.commands import main
+import contextlib, io
+with contextlib.redirect_stdout(io.StringIO()):
+    main(["diagnose", "--example", "data_starved_training"])
+roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+print(json.dumps([name for name, m in list(sys.modules.items())
+                  if (getattr(m, "__file__", None) or "").startswith(tuple(roots)) and not name.startswith("expert")]))
+"""
+
+
 def cold_start(runs: int) -> None:
     """`dam` as its console script runs it (a script named `dam` as pip writes it, this checkout first on the path),
     with bytecode cached as in an installed package (in a temporary PYTHONPYCACHEPREFIX) and the loaded rules cached
     in a temporary user cache directory, both written by one unmeasured run; and once more without the rule cache
-    (DAM_NO_CACHE=1: the first run after the rules or the package change)."""
+    (DAM_NO_CACHE=1: the first run after the rules or the package change). Beside them, the floor no change to this
+    package can go below: importing the installed libraries the command imports (pydantic, rich, durable-rules and
+    what they pull in), alone."""
     print(f"\n== cold start (medians of {runs} runs, from /tmp, bytecode cached)")
     scratch = Path(tempfile.mkdtemp(prefix="dam-bench-cold-"))
     script = scratch / "dam"
@@ -389,10 +405,18 @@ def cold_start(runs: int) -> None:
     env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
     env["XDG_CACHE_HOME"] = str(scratch / "cache")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    import json
+
     medians: dict[str, list[float]] = {}
+    floor = "the libraries it imports, alone"
     try:
         for cmd, extra in cmds.values():  # writes the bytecode and the rule cache
             subprocess.run(cmd, check=True, capture_output=True, cwd="/tmp", env={**env, **extra})
+        libraries = json.loads(subprocess.run([sys.executable, "-c", THIRD_PARTY], check=True, capture_output=True,
+                                              text=True, cwd="/tmp", env=env).stdout.strip().splitlines()[-1])
+        cmds[floor] = ([sys.executable, "-c", f"import importlib\nfor m in {libraries!r}: importlib.import_module(m)"],
+                       {})
+        subprocess.run(cmds[floor][0], check=True, capture_output=True, cwd="/tmp", env=env)
         for _ in range(runs):  # interleaved
             for name, (cmd, extra) in cmds.items():
                 run_env = {**env, **extra}
@@ -408,6 +432,10 @@ def cold_start(runs: int) -> None:
                         ("the same without the rule cache (DAM_NO_CACHE=1)", None)):
         target = f" (target ≤ {limit}x: {verdict(m[name] / base <= limit)})" if limit else ""
         print(f"{name}: {m[name] * 1e3:.0f} ms = {m[name] / base:.1f}x python -c pass{target}")
+    tops = sorted({name.split(".")[0] for name in libraries})
+    print(f"{floor} ({len(libraries)} modules of {', '.join(tops)}): {m[floor] * 1e3:.0f} ms = "
+          f"{m[floor] / base:.1f}x python -c pass, {m[floor] / m['dam diagnose --example data_starved_training']:.0%}"
+          " of the command: the floor while it uses these libraries as it does")
     print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     cold_phases(runs, env, base)
 
