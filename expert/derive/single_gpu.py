@@ -367,6 +367,9 @@ IRON_LAW: tuple[Derivation, ...] = (
                _PRUNE, lambda f, kb: clamp_fraction(min(num(f, "share_data") + num(f, "share_compute"),
                                                         float(f.get("gpu_util", 1.0))), "prunable share"),
                optional=("gpu_util",)),
+    Derivation("prunable_frac", ("share_data",), "share_data (LLM decode: its kernels take the time of the weights "
+               "they stream, and the KV cache and the launches do not shrink with the parameters)", _PRUNE,
+               lambda f, kb: Result(num(f, "share_data")), gate=LLM_DECODE),
     Derivation("prunable_frac", ("gpu_util",), "gpu_util (the share of the step some kernel runs; the terms not both "
                "known)", _PRUNE, lambda f, kb: Result(num(f, "gpu_util"))),
 )
