@@ -652,9 +652,9 @@ def test_a_decode_of_many_sequences_with_an_unknown_kv_cache_has_no_launch_reach
 
 
 def test_pruning_acts_on_both_terms_at_most_halved() -> None:
-    """Fewer parameters mean fewer bytes and fewer FLOPs: pruning acts on the D/BW and compute terms together (at
-    most the time some kernel runs, which bounds it where a term is unknown), at most halved (the declared 2x: 50 %
-    sparsity)."""
+    """Fewer parameters mean fewer bytes and fewer FLOPs: pruning acts on the kernels that read the weights where a
+    trace gives the kernel mix, else on the D/BW and compute terms together (at most the time some kernel runs, which
+    bounds it where a term is unknown), at most halved (the declared 2x: 50 % sparsity)."""
     job = {"hardware": "h100-sxm", "dtype": "bf16", "gpu_util": 0.95, "mem_bw_util": 0.2, "model_params": "1.3B",
            "active_params": "1.3B", "step_time_s": 0.1, "mfu": 0.1}
     both = expert.diagnose({**job, "sm_active": 0.3}).derived
@@ -664,6 +664,9 @@ def test_pruning_acts_on_both_terms_at_most_halved() -> None:
     overlapping = expert.diagnose({**job, "sm_active": 0.98}).derived  # the terms overlap: more than the busy time
     assert overlapping["share_data"].value + overlapping["share_compute"].value > 0.95
     assert overlapping["prunable_frac"].value == pytest.approx(0.95)
+    # a trace's kernel mix: the kernels that read the weights, whatever else is known
+    traced = expert.diagnose({**job, "sm_active": 0.3, "weight_kernel_frac": 0.6}).derived["prunable_frac"]
+    assert traced.value == pytest.approx(0.6 * 0.95) and traced.formula.startswith("weight_kernel_frac × gpu_util")
     no_compute = {k: v for k, v in job.items() if k not in ("mfu", "step_time_s")}
     alone = expert.diagnose(no_compute).derived["prunable_frac"]  # no compute term: the busy time bounds it
     assert alone.value == pytest.approx(0.95) and alone.formula.startswith("gpu_util (")

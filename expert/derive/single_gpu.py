@@ -361,7 +361,11 @@ IRON_LAW: tuple[Derivation, ...] = (
                "overhead not known)", _BATCH, lambda f, kb: Result(num(f, "share_data")), gate=_NOT_TRAINING),
     Derivation("batchable_frac", ("share_overhead",), "share_overhead (launches amortised over the batch)", _BATCH,
                lambda f, kb: Result(num(f, "share_overhead"))),
-    # pruning and distillation shrink every kernel's bytes and FLOPs alike, never the time the GPU idles
+    # pruning and distillation shrink the bytes and FLOPs of the kernels that read the weights, never the time the GPU
+    # idles: those kernels' time where a trace gives the kernel mix, else both terms, else the busy time
+    Derivation("prunable_frac", ("weight_kernel_frac", "gpu_util"), "weight_kernel_frac × gpu_util (the kernels that "
+               "read the weights: GEMM, convolution, attention)", _PRUNE,
+               lambda f, kb: clamp_fraction(num(f, "weight_kernel_frac") * num(f, "gpu_util"), "prunable share")),
     Derivation("prunable_frac", ("share_data", "share_compute"), "min(share_data + share_compute, gpu_util) (the D/BW "
                "and compute terms, both shrunk with the parameters; at most the time some kernel runs, where known)",
                _PRUNE, lambda f, kb: clamp_fraction(min(num(f, "share_data") + num(f, "share_compute"),
