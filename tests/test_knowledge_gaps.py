@@ -581,3 +581,18 @@ def test_the_declared_link_bound_covers_every_catalogued_move() -> None:
         for b in links:
             if a.reach == b.reach:
                 assert b.per_direction_gbs / a.per_direction_gbs <= bound, (a.id, b.id)
+
+
+def test_every_cited_source_is_one_a_user_can_read() -> None:
+    """A rule's, an optimization's or a derivation's `source` reaches users in reports and `dam explain`: it names the
+    paper, datasheet, guide or seed table, never a note of this project's development checkout (../shared, which an
+    installed package does not have)."""
+    from expert.derive.registry import DERIVATIONS
+
+    sources = {f"rule {lr.id}": lr.rule.source for lr in EXPERT.ruleset.rules.values()}
+    sources |= {f"optimization {opt.id}": opt.source for opt in KB.optimizations.values()}
+    sources |= {f"derivation of {d.output} ({d.formula})": d.source for d in DERIVATIONS}
+    assert len(sources) > 250
+    private = ("domain.md", "shared/", "durable-rules-notes", "rule-design-anchors", "peer-tools.md")
+    cited = {where: source for where, source in sources.items() if any(p in (source or "") for p in private)}
+    assert not cited

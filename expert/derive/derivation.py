@@ -115,6 +115,10 @@ def any_of(branches: list[Condition]) -> Condition:
     return branches[0] if len(branches) == 1 else either(branches)
 
 
+MBU_SOURCE = ("Databricks, LLM inference performance engineering: MBU "
+              "(https://www.databricks.com/blog/llm-inference-performance-engineering-best-practices)")
+"""Where model bandwidth utilisation (a decode step's bytes over its time, over the peak) is defined."""
+
 LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", all_of([
     fact_test("phase", eq="decode"),
     either([fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))

@@ -11,6 +11,7 @@ from ..rules.model import Condition
 from .derivation import (
     ACTIVE_PARAMS,
     LLM_DECODE,
+    MBU_SOURCE,
     Derivation,
     Gate,
     Result,
@@ -251,7 +252,7 @@ LLM_DECODE_UTIL = (
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
                "tokens_per_s · decode_bytes_per_token / num_gpus / peak_bandwidth "
                "(weights + KV cache; num_gpus: 1 unless given)",
-               f"{_KV}; domain.md §B (MBU)", _decode_kv_bandwidth(True), gate=LLM_DECODE,
+               f"{_KV}; " + MBU_SOURCE, _decode_kv_bandwidth(True), gate=LLM_DECODE,
                optional=("num_gpus",)),
 )
 LLM_DECODE_RATIO = (

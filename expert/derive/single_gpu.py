@@ -10,6 +10,7 @@ from ..rules.model import Condition
 from .derivation import (
     ACTIVE_PARAMS,
     LLM_DECODE,
+    MBU_SOURCE,
     Derivation,
     Gate,
     Result,
@@ -132,6 +133,7 @@ _PRUNE = ("seed Table 1 (algorithm axis: model compression cuts both the bytes a
           "(memory-bound row); Amdahl's law: it saves at most the time of the kernels it shrinks")
 _ONE_SEQUENCE_DECODE = Gate("LLM decode of one sequence (batch size 1)",
                             all_of([LLM_DECODE.on_static(), fact_test("batch_size", eq=1)]))
+_KIPPLY = "kipply, Transformer inference arithmetic (https://kipp.ly/transformer-inference-arithmetic/)"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 _WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
                "and the iron law's overlap form: a wait shorter than the idle time leaves the rest of it unexplained")
@@ -201,7 +203,7 @@ PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
                lambda f, kb: Result(arithmetic_intensity(num(f, "flops"), num(f, "bytes_moved")))),
     Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"),
                "2 · batch_size / bytes_per_weight (LLM decode)",
-               "domain.md §B, LLM decode: I ≈ 2B/b_w at short context", _decode_ai, gate=LLM_DECODE),
+               "LLM decode: I ≈ 2B/b_w at short context; " + _KIPPLY, _decode_ai, gate=LLM_DECODE),
     Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
                _ROOFLINE, lambda f, kb: Result(num(f, "arithmetic_intensity") / num(f, "ridge_point"))),
     Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
@@ -247,7 +249,7 @@ def _weights_only_decode(name: str, note: str, source: str, fn: Callable[[Facts,
 
 # weight-streaming decode bandwidth (after the KV-cache-aware one, which wins when its inputs are known)
 DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
-    _weights_only_decode("mem_bw_util", "", "domain.md §B, LLM decode bytes per step and MBU (Databricks)",
+    _weights_only_decode("mem_bw_util", "", "LLM decode bytes per step; " + MBU_SOURCE,
                          _decode_bw_util),
     Derivation("bandwidth_to_peak", ("achieved_bandwidth", "peak_bandwidth"), "achieved_bandwidth / peak_bandwidth",
                "roofline: no step exceeds the peak memory bandwidth",
@@ -268,7 +270,8 @@ def _reach(name: str, kernel_share: str, measured: str, unmeasured: str,
 
 # An LLM decode step streams the weights and the KV cache; fusion shrinks neither (a token's activations are a few
 # KiB against GiB of weights), only the launches: without a kernel mix its reach is the launch term's.
-_DECODE_STREAMS = ("domain.md §B (a decode step reads every weight and the KV cache once); seed Table 3 (fusion in the "
+_DECODE_STREAMS = ("Pope et al. 2022, arXiv:2211.05102 (a decode step reads every weight and the KV cache once); "
+                   "seed Table 3 (fusion in the "
                    "memory-bound and latency-bound rows: fewer DRAM round trips and launches)")
 _DECODE_FUSIBLE: tuple[Derivation, ...] = (
     Derivation("fusible_frac", ("overhead_reach_frac",), "overhead_reach_frac (LLM decode: the launches fusion saves; "
@@ -279,7 +282,7 @@ _DECODE_FUSIBLE: tuple[Derivation, ...] = (
 
 # the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
 IRON_LAW: tuple[Derivation, ...] = (
-    _weights_only_decode("bandwidth_to_peak", "; unclamped", "domain.md §B, LLM decode bytes per step",
+    _weights_only_decode("bandwidth_to_peak", "; unclamped", "LLM decode bytes per step; " + _KIPPLY,
                          _decode_bw_ratio),
     Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
                "seed screening signals (timeline gaps not explained by data wait)",
