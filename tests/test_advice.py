@@ -678,3 +678,26 @@ def test_pruning_acts_on_both_terms_at_most_halved() -> None:
     gain = {r.id: r.expected_gain for r in decode.recommended}["pruning"]
     assert gain is not None and "declared bound of pruning" in gain.assumptions
     assert gain.max_speedup == pytest.approx(1 / (1 - 0.85 + 0.85 / 2), abs=1e-3)
+
+
+def test_a_decode_whose_kv_cache_is_counted_batches_and_prunes_only_the_weights() -> None:
+    """Each sequence reads its own KV cache: a larger batch amortises only the weights a decode step reads, and
+    pruning shrinks only those. Llama-3-8B at 32 sequences of 4k tokens on an H100: 17.2 GB of KV cache beside 16 GB
+    of weights, so the weights are 48 % of the bytes; quantization (weights and KV cache) comes first, not batching."""
+    facts = {"hardware": "h100-sxm", "dtype": "bf16", "workload": "inference", "phase": "decode", "batch_size": 32,
+             "model_params": "8B", "num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "context_len": 4096,
+             "tokens_per_s": 2400}
+    report = expert.diagnose(facts)
+    d = report.derived
+    weights = 8e9 * 2
+    assert d["decode_weight_share"].value == pytest.approx(weights / (weights + d["kv_cache_bytes"].value))
+    share = d["share_data"].value
+    for name in ("batchable_frac", "prunable_frac"):
+        assert d[name].value == pytest.approx(share * d["decode_weight_share"].value)
+    order = [r.id for r in report.recommended]
+    assert order.index("quantization") < order.index("batching")
+    # with the launch term measured, batching amortises the launches too
+    with_launches = expert.diagnose({**facts, "step_time_s": 0.04, "host_wait_frac": 0.1}).derived
+    assert with_launches["batchable_frac"].value == pytest.approx(
+        with_launches["share_data"].value * with_launches["decode_weight_share"].value
+        + with_launches["share_overhead"].value)

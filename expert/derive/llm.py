@@ -238,6 +238,12 @@ LLM_RATES: tuple[Derivation, ...] = (
     Derivation("decode_bytes_per_token", ("phase", "model_params", "dtype", "kv_cache_bytes", "batch_size"),
                "(params · bytes per weight + kv_cache_bytes) / batch_size", _KV, _decode_bytes, gate=LLM_DECODE,
                substitutes=ACTIVE_PARAMS),
+    Derivation("decode_weight_share", ("decode_bytes_per_token", "kv_cache_bytes", "batch_size"),
+               "1 − kv_cache_bytes / (decode_bytes_per_token · batch_size) (the weights' share of the bytes a decode "
+               "step reads; the rest is the KV cache)", _KV,
+               lambda f, kb: clamp_fraction(1.0 - num(f, "kv_cache_bytes")
+                                            / (num(f, "decode_bytes_per_token") * num(f, "batch_size")),
+                                            "weights' share of the decode bytes"), gate=LLM_DECODE),
     Derivation("serving_memory_to_hbm", ("kv_cache_bytes", "model_params", "dtype", "hardware", "num_gpus"),
                "(model_params · bytes per weight + kv_cache_bytes) / (num_gpus · HBM per GPU)", _KV, _serving_memory,
                gate=PUBLISHED_MEMORY),

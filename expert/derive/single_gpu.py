@@ -356,6 +356,16 @@ IRON_LAW: tuple[Derivation, ...] = (
             "the whole D/BW term taken as weight and KV-cache bytes"),
     # batching amortises the launches over more work, and in serving the weight reads too (seed Table 3,
     # memory-bound and latency-bound rows): per unit of work it can save at most those terms
+    # an LLM decode whose KV cache is counted: a larger batch amortises the weights it reads, not the KV cache (each
+    # sequence reads its own)
+    Derivation("batchable_frac", ("share_data", "decode_weight_share", "share_overhead"), "share_data · "
+               "decode_weight_share + share_overhead (LLM decode: the weight reads and launches amortised over the "
+               "batch; each sequence reads its own KV cache)", _BATCH,
+               lambda f, kb: clamp_fraction(num(f, "share_data") * num(f, "decode_weight_share")
+                                            + num(f, "share_overhead"), "batchable share"), gate=LLM_DECODE),
+    Derivation("batchable_frac", ("share_data", "decode_weight_share"), "share_data · decode_weight_share (LLM "
+               "decode: the weight reads amortised over the batch, not the KV cache; the launch overhead not known)",
+               _BATCH, lambda f, kb: Result(num(f, "share_data") * num(f, "decode_weight_share")), gate=LLM_DECODE),
     Derivation("batchable_frac", ("share_data", "share_overhead"), "share_data + share_overhead (weight reads and "
                "launches amortised over the batch)", _BATCH,
                lambda f, kb: clamp_fraction(num(f, "share_data") + num(f, "share_overhead"), "batchable share"),
@@ -374,6 +384,9 @@ IRON_LAW: tuple[Derivation, ...] = (
                _PRUNE, lambda f, kb: clamp_fraction(min(num(f, "share_data") + num(f, "share_compute"),
                                                         float(f.get("gpu_util", 1.0))), "prunable share"),
                optional=("gpu_util",)),
+    Derivation("prunable_frac", ("share_data", "decode_weight_share"), "share_data · decode_weight_share (LLM decode: "
+               "the time of the weights it streams; the KV cache and the launches do not shrink with the parameters)",
+               _PRUNE, lambda f, kb: Result(num(f, "share_data") * num(f, "decode_weight_share")), gate=LLM_DECODE),
     Derivation("prunable_frac", ("share_data",), "share_data (LLM decode: its kernels take the time of the weights "
                "they stream, and the KV cache and the launches do not shrink with the parameters)", _PRUNE,
                lambda f, kb: Result(num(f, "share_data")), gate=LLM_DECODE),
