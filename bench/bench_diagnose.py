@@ -386,8 +386,8 @@ def cold_start(runs: int) -> None:
     """`dam` as its console script runs it (a script named `dam` as pip writes it, this checkout first on the path),
     with bytecode cached as in an installed package (in a temporary PYTHONPYCACHEPREFIX) and the loaded rules cached
     in a temporary user cache directory, both written by one unmeasured run; and once more without the rule cache
-    (DAM_NO_CACHE=1: the first run after the rules or the package change). Beside them, the floor no change to this
-    package can go below: importing the installed libraries the command imports (pydantic, rich, durable-rules and
+    (DAM_NO_CACHE=1: the first run after the rules or the package change). Beside them, its floor while it uses its
+    libraries as it does: importing the installed libraries the command imports (pydantic, rich, durable-rules and
     what they pull in), alone."""
     print(f"\n== cold start (medians of {runs} runs, from /tmp, bytecode cached)")
     scratch = Path(tempfile.mkdtemp(prefix="dam-bench-cold-"))

@@ -271,8 +271,8 @@ def _reach(name: str, kernel_share: str, measured: str, unmeasured: str,
 # An LLM decode step streams the weights and the KV cache; fusion shrinks neither (a token's activations are a few
 # KiB against GiB of weights), only the launches: without a kernel mix its reach is the launch term's.
 _DECODE_STREAMS = ("Pope et al. 2022, arXiv:2211.05102 (a decode step reads every weight and the KV cache once); "
-                   "seed Table 3 (fusion in the "
-                   "memory-bound and latency-bound rows: fewer DRAM round trips and launches)")
+                   "seed Table 3 (fusion in the memory-bound and latency-bound rows: fewer DRAM round trips and "
+                   "launches)")
 _DECODE_FUSIBLE: tuple[Derivation, ...] = (
     Derivation("fusible_frac", ("overhead_reach_frac",), "overhead_reach_frac (LLM decode: the launches fusion saves; "
                "the weights and the KV cache it streams are not fusible)", _DECODE_STREAMS,
