@@ -643,6 +643,18 @@ def test_a_decode_without_a_kernel_mix_fuses_only_what_streaming_the_weights_lea
     assert measured.derived["fusible_frac"].value == pytest.approx(measured.derived["share_overhead"].value)
 
 
+def test_a_decode_whose_dram_activity_was_measured_bounds_the_launch_term_by_the_rest() -> None:
+    """Measured DRAM activity counts every byte, the KV cache's too: what it leaves of the step bounds the launch term,
+    which CUDA graphs, asynchronous scheduling and fusion act on alike."""
+    report = expert.diagnose({"hardware": "h100-sxm", "workload": "inference", "phase": "decode", "mem_bw_util": 0.3})
+    assert report.bottleneck == "latency"
+    assert report.derived["overhead_reach_frac"].value == pytest.approx(0.7)
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    for name in ("cuda_graphs", "async_scheduling", "kernel_fusion"):
+        gain = gains[name]
+        assert gain is not None and gain.max_speedup == pytest.approx(1 / 0.3, abs=1e-3)
+
+
 def test_a_decode_of_many_sequences_with_an_unknown_kv_cache_has_no_launch_reach() -> None:
     """At batch 64 with the KV cache not counted, what the weights leave of the step may be KV-cache reads: no bound
     on the launch term is derived from it."""

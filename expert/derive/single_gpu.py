@@ -133,6 +133,9 @@ _PRUNE = ("seed Table 1 (algorithm axis: model compression cuts both the bytes a
           "(memory-bound row); Amdahl's law: it saves at most the time of the kernels it shrinks")
 _ONE_SEQUENCE_DECODE = Gate("LLM decode of one sequence (batch size 1)",
                             all_of([LLM_DECODE.on_static(), fact_test("batch_size", eq=1)]))
+_MEASURED_BYTES_DECODE = Gate("LLM decode whose bytes were measured (DRAM activity or bytes moved, which count the KV "
+                              "cache too), not estimated from tokens/s and the weights",
+                              all_of([LLM_DECODE.on_static(), fact_test("tokens_per_s", known=False)]))
 _KIPPLY = "kipply, Transformer inference arithmetic (https://kipp.ly/transformer-inference-arithmetic/)"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
 _WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
@@ -347,6 +350,10 @@ IRON_LAW: tuple[Derivation, ...] = (
                "term not measured: at most the part of the step not streaming the weights; one sequence's KV cache is "
                "small beside them)", _DECODE_STREAMS,
                lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))), gate=_ONE_SEQUENCE_DECODE),
+    Derivation("overhead_reach_frac", ("share_data",), "1 − share_data (LLM decode, the L term not measured: at most "
+               "the part of the step not moving device memory; its bytes were measured, the KV cache's with them)",
+               _DECODE_STREAMS, lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))),
+               gate=_MEASURED_BYTES_DECODE),
     # what fusion and quantization act on (optimizations.yaml acts_on): the time of the kernels whose bytes they cut,
     # measured where a trace gives the kernel mix; else the D/BW term, the bound they had before it was measured
     *_reach("fusible_frac", "memory_bound_kernel_frac", "the memory-bound kernels' share of the window",
