@@ -87,6 +87,15 @@ def test_a_knowledge_base_without_the_memory_model_derives_no_model_state_bytes(
 # ---- derivations: batches, tokens per step, preemptions -----------------------------------------------------------
 
 
+def _assert_ratio(facts: dict[str, Any], name: str, ratio: float | None) -> None:
+    """The derived ratio `name` on these facts is `ratio`, or not derived where `ratio` is None."""
+    derived = _diagnose(facts).derived
+    if ratio is None:
+        assert name not in derived
+    else:
+        assert derived[name].value == pytest.approx(ratio)
+
+
 @pytest.mark.parametrize(("facts", "expected", "note"), [
     ({"global_batch_size": 1024, "micro_batch_size": 4, "data_parallel_size": 64, "num_gpus": 256}, 4.0, None),
     # no data-parallel size: every GPU a rank, said in a note
@@ -136,11 +145,7 @@ def test_preemptions_are_a_fact_per_minute() -> None:
     ("h800", "bf16", None),  # unpublished figures: no ratio, the declared bound applies
 ], ids=lambda v: str(v))
 def test_lower_precision_peak_ratio(hardware: str, dtype: str, ratio: float | None) -> None:
-    derived = _diagnose({"hardware": hardware, "dtype": dtype}).derived
-    if ratio is None:
-        assert "lower_precision_peak_ratio" not in derived
-    else:
-        assert derived["lower_precision_peak_ratio"].value == pytest.approx(ratio)
+    _assert_ratio({"hardware": hardware, "dtype": dtype}, "lower_precision_peak_ratio", ratio)
 
 
 @pytest.mark.parametrize(("hardware", "dtype", "ratio"), [
@@ -151,11 +156,7 @@ def test_lower_precision_peak_ratio(hardware: str, dtype: str, ratio: float | No
     ("gb200", "bf16", None),  # the newest part has no successor in the catalog
 ], ids=lambda v: str(v))
 def test_faster_gpu_peak_ratio(hardware: str, dtype: str, ratio: float | None) -> None:
-    derived = _diagnose({"hardware": hardware, "dtype": dtype}).derived
-    if ratio is None:
-        assert "faster_gpu_peak_ratio" not in derived
-    else:
-        assert derived["faster_gpu_peak_ratio"].value == pytest.approx(ratio)
+    _assert_ratio({"hardware": hardware, "dtype": dtype}, "faster_gpu_peak_ratio", ratio)
 
 
 def test_the_declared_faster_gpu_bound_covers_every_catalogued_upgrade() -> None:
@@ -176,11 +177,7 @@ def test_the_declared_faster_gpu_bound_covers_every_catalogued_upgrade() -> None
     ("gb200", None),  # the newest part has no successor in the catalog
 ], ids=lambda v: str(v))
 def test_faster_memory_ratio(hardware: str, ratio: float | None) -> None:
-    derived = _diagnose({"hardware": hardware}).derived
-    if ratio is None:
-        assert "faster_memory_ratio" not in derived
-    else:
-        assert derived["faster_memory_ratio"].value == pytest.approx(ratio)
+    _assert_ratio({"hardware": hardware}, "faster_memory_ratio", ratio)
 
 
 def test_the_declared_memory_bound_covers_every_catalogued_upgrade() -> None:

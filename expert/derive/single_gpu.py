@@ -260,6 +260,11 @@ DECODE_WEIGHT_STREAMING: tuple[Derivation, ...] = (
 )
 
 
+def _rest_of_data(f: Facts, kb: KnowledgeBase) -> Result:
+    """1 − share_data: the part of the step not moving device memory."""
+    return Result(max(0.0, 1.0 - num(f, "share_data")))
+
+
 def _reach(name: str, kernel_share: str, measured: str, unmeasured: str,
            decode: tuple[Derivation, ...] = ()) -> tuple[Derivation, ...]:
     """What an optimization can act on: a share of GPU time in some kernels (a trace fact) times gpu_util, the share
@@ -345,14 +350,14 @@ IRON_LAW: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "share_overhead"))),
     Derivation("overhead_reach_frac", ("share_data", "kv_cache_bytes"), "1 − share_data (LLM decode, the L term not "
                "measured: at most the part of the step not streaming the weights and the KV cache)", _DECODE_STREAMS,
-               lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))), gate=LLM_DECODE),
+               _rest_of_data, gate=LLM_DECODE),
     Derivation("overhead_reach_frac", ("share_data", "batch_size"), "1 − share_data (LLM decode of one sequence, the L "
                "term not measured: at most the part of the step not streaming the weights; one sequence's KV cache is "
                "small beside them)", _DECODE_STREAMS,
-               lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))), gate=_ONE_SEQUENCE_DECODE),
+               _rest_of_data, gate=_ONE_SEQUENCE_DECODE),
     Derivation("overhead_reach_frac", ("share_data",), "1 − share_data (LLM decode, the L term not measured: at most "
                "the part of the step not moving device memory; its bytes were measured, the KV cache's with them)",
-               _DECODE_STREAMS, lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))),
+               _DECODE_STREAMS, _rest_of_data,
                gate=_MEASURED_BYTES_DECODE),
     # what fusion and quantization act on (optimizations.yaml acts_on): the time of the kernels whose bytes they cut,
     # measured where a trace gives the kernel mix; else the D/BW term, the bound they had before it was measured

@@ -30,11 +30,7 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
         bound = _term_bound(ctx, opt)
         if bound is not None:  # what it acts on shrinks, at best, by its bound
             s, where = bound
-            rest = share / s
-            return ExpectedGain(
-                term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
-                assumptions=f"upper bound: what {opt.id} acts on, {what} of the step, runs at most {s:.3g}x faster "
-                f"({where}); 1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
+            return _sped_up(shrinks, share, share / s, cap, f"what {opt.id} acts on, {what}", s, where)
         return ExpectedGain(
             term=shrinks, term_share=round(share, 4),
             max_speedup=round(cap if capped else amdahl_max_speedup(share), 3),
@@ -47,15 +43,11 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     capped = share >= 1 - 1 / cap
     bound = _term_bound(ctx, opt)
     if bound is not None:
-        s, what = bound
+        s, where = bound
         rest = share / s
         if floor is not None and floor in ctx.facts and floor_of == "step":
             rest = max(rest, min(float(ctx.facts[floor]), share))
-        speedup = min(1 / (1 - share + rest), cap)
-        return ExpectedGain(
-            term=shrinks, term_share=round(share, 4), max_speedup=round(speedup, 3),
-            assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, runs at most {s:.3g}x faster "
-            f"({what}); 1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
+        return _sped_up(shrinks, share, rest, cap, f"the {shrinks} term, {share:.1%}", s, where)
     known_floor = float(ctx.facts[floor]) if floor is not None and floor in ctx.facts else None
     own = floor_of == "own"
     if known_floor is not None and not (capped and own):  # a floor of today's step bounds the gain at any share
@@ -75,6 +67,14 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
         assumptions=f"upper bound (Amdahl): the {shrinks} term, {share:.0%} of the step, {what}; other terms unchanged"
         + ("; capped" if capped else "") + narrower,
     )
+
+
+def _sped_up(shrinks: str, share: float, rest: float, cap: float, subject: str, s: float, where: str) -> ExpectedGain:
+    """The gain when `subject` (a share of the step) runs at most `s` times faster, keeping `rest` of the step."""
+    return ExpectedGain(
+        term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
+        assumptions=f"upper bound: {subject} of the step, runs at most {s:.3g}x faster ({where}); "
+        f"1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
 
 
 def _acted_on(ctx: Basis, opt: Optimization) -> list[tuple[str, float]]:
