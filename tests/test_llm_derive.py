@@ -104,6 +104,25 @@ def test_tokens_per_s_from_tokens_per_step() -> None:
     assert _derived(tokens_per_step="4M", step_time_s="2 s")["tokens_per_s"] == approx(2e6)
 
 
+def test_decode_rate_from_the_time_per_output_token() -> None:
+    """A decode step gives each of its sequences one token, so TPOT is the step time: 32 sequences at 40 ms per
+    token make 800 tokens/s; over 4 GPUs they are taken as one sharded model (the note says so); a given rate wins,
+    and a prefill or a training job derives nothing from a TPOT."""
+    facts = dict(workload="inference", phase="decode", batch_size=32, tpot_ms="40 ms")
+    assert _derived(**facts)["tokens_per_s"] == approx(800)
+    report = EXPERT.diagnose({**facts, "num_gpus": 4})
+    rate = report.derived["tokens_per_s"]
+    assert rate.value == approx(800) and rate.note is not None and "sharded" in rate.note
+    assert "sharded" not in (EXPERT.diagnose(facts).derived["tokens_per_s"].note or "")
+    assert "tokens_per_s" not in _derived(**{**facts, "phase": "prefill"})
+    assert "tokens_per_s" not in _derived(**{**facts, "workload": "training"})
+    assert "tokens_per_s" not in _derived(**facts, tokens_per_s=1000)  # observed: nothing to derive
+    # batch-1 Llama-2-7B bf16 at 30 ms per token on an A100: 33.3 tokens/s x 13.4e9 B = 447 GB/s, 0.219 of 2,039
+    decode = _derived(workload="inference", phase="decode", batch_size=1, tpot_ms="30 ms", model_params="6.7B",
+                      dtype="bf16", hardware="a100-sxm-80gb")
+    assert decode["mem_bw_util"] == approx(1000 / 30 * 6.7e9 * 2 / 2.039e12)
+
+
 def test_decode_bandwidth_includes_the_kv_cache() -> None:
     facts = dict(workload="inference", phase="decode", hardware="h100-sxm", dtype="bf16", num_gpus=1, batch_size=32,
                  model_params="8B", tokens_per_s=2400)

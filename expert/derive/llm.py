@@ -84,6 +84,8 @@ _ZERO = ("Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precisi
 _ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation bytes per layer, coefficient·s·b·h with "
                 "fused attention (knowledge_base/memory.yaml)")
 _BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
+_DECODE_STEP = ("decode emits one token per sequence per forward step, so the time per output token is the decode "
+                "step time (Pope et al. 2022, arXiv:2211.05102, §2; vLLM serving metrics: TPOT / inter-token latency)")
 _SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
 
 
@@ -110,6 +112,16 @@ def _forward_tflops(f: Facts, kb: KnowledgeBase) -> Result:
     per_token = inference_flops_per_token(params)
     return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), int(num(f, "num_gpus"))),
                   {"FLOPs per token": per_token, "params used": params})
+
+
+def _decode_rate(f: Facts, kb: KnowledgeBase) -> Result:
+    value = num(f, "batch_size") * 1000.0 / num(f, "tpot_ms")
+    note = ("a TPOT at a tail percentile (p90, p99) is longer than the typical decode step, so the rate is then a "
+            "lower bound")
+    if decode_gpus(f) != 1:
+        note += ("; the num_gpus GPUs taken as one model sharded across them (tensor or pipeline parallel): "
+                 "data-parallel replicas would each add this rate")
+    return Result(value, {"decode steps per second": round(1000.0 / num(f, "tpot_ms"), 3)}, note)
 
 
 def _kv_cache(f: Facts, kb: KnowledgeBase) -> Result:
@@ -222,6 +234,9 @@ LLM_RATES: tuple[Derivation, ...] = (
     Derivation("tokens_per_s", ("tokens_per_step", "step_time_s"), "tokens_per_step / step_time_s",
                "definition (tokens per optimizer step over the step's wall time)",
                lambda f, kb: Result(num(f, "tokens_per_step") / num(f, "step_time_s"))),
+    Derivation("tokens_per_s", ("phase", "tpot_ms", "batch_size"),
+               "batch_size · 1000 / tpot_ms (a decode step gives each of its batch_size sequences one token)",
+               f"{_DECODE_STEP}; {_SLO}", _decode_rate, gate=LLM_DECODE, optional=("num_gpus",)),
     Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus", "num_layers",
                                    "hidden_size", "seq_len"),
                "(6·N + 12·L·H·Q·T) · tokens_per_s / num_gpus / 1e12 (N: active parameters when given)",
