@@ -58,6 +58,7 @@ EXPECTED: dict[str, Any] = {
     "weight_kernel_frac": 500 / 1130,  # the GEMMs read the weights; elementwise, reduction and the copy do not
     "idle_host_ops": "cudaMemcpyAsync",  # the only host compute in those gaps: a copy call outside any operator
     "host_copy_frac": 5 / 2100,  # ... a copy
+    "device_frees_per_step": 0.0,  # its one blocking call is a synchronize, not a cudaFree
 }
 # shares keep 6 significant digits
 ROUNDED = {"top_kernel_class_frac", "memory_bound_kernel_frac", "weight_kernel_frac", "host_copy_frac"}

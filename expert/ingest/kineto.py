@@ -45,7 +45,7 @@ FACTS = ("step_time_s", "data_wait_s", "gpu_util", "gpu_idle_gap_frac", "host_wa
          "host_copy_frac", "uses_cuda_graphs", "applied_optimizations", "memory_bound_kernel_frac",
          "weight_kernel_frac", "top_kernel_class", "top_kernel_class_frac", "top_kernel_class_ops", "top_op",
          "top_op_frac", "top_op_pct_of_roof", "trace_kernels", "trace_steps", "trace_window_s", "step_time_cv",
-         "bytes_moved", "arithmetic_intensity", "dtype")
+         "bytes_moved", "arithmetic_intensity", "dtype", "device_frees_per_step")
 """The facts a Kineto trace can give."""
 
 KERNEL_WAIT_US = 0.03

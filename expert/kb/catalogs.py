@@ -489,6 +489,8 @@ class KernelCalls(_Strict):
     launch: CallPatterns
     # host operators and calls that copy data (a copy from pageable memory holds the launching thread)
     host_copy: CallPatterns | None = None
+    # calls that return device memory to the driver (a caching allocator's flush, or empty_cache())
+    device_free: CallPatterns | None = None
 
 
 class TraceAnalysisSettings(_Strict):

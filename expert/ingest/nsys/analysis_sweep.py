@@ -422,7 +422,7 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
     if exposed.any_comm:
         acc.comm = exposed.comm_sum - exposed.overlap_total.cum
     idle = idle_means([acc], span)
-    blocked, blocking_calls = _blocking(g, wl, w_starts)
+    blocked, blocking_calls, device_frees = _blocking(g, wl, w_starts)
     modules = [TimeEntry(name=f"{MODULE}{label}", gpu_time_s=sig6(t[0] / 1e6),
                          share=sig6(t[0] / gpu_total if gpu_total else 0.0), count=len(module_spans[label]))
                for label, t in sorted(per_module.items(), key=lambda kv: -kv[1][0])[:top_n]]
@@ -442,33 +442,35 @@ def analyse_device(g: GpuSweep, windows: list[Interval], *, roof: Roof | None, s
         kernel_max_us=kern_max if kern_n else None, copies=copies, has_comm=exposed.any_comm,
         has_runtime=host.has_runtime, launches_matched=matched / n_all if n_all else 0.0,
         graph_launches=host.graph_launches, blocking_calls=blocking_calls, blocking_share=min(1.0, blocked / span),
-        breakdown=breakdown, facts=facts)
+        breakdown=breakdown, facts=facts, device_frees=device_frees)
     return analysis, ranked_trace
 
 
-def _blocking(g: GpuSweep, wl: list[Interval], w_starts: list[float]) -> tuple[float, int]:
-    """Time the host spent in blocking calls that start inside the windows (their union over the windows), and how
-    many there are."""
+def _blocking(g: GpuSweep, wl: list[Interval], w_starts: list[float]) -> tuple[float, int, int]:
+    """Time the host spent in blocking calls that start inside the windows (their union over the windows), how many
+    there are, and how many of them return device memory (cudaFree)."""
     host, x = g.host, g.x
     if not host.blocking_ids or not x.has(RUNTIME_T) or not x.has(RUNTIME_T, "nameId"):
-        return 0.0, 0
+        return 0.0, 0, 0
     blocked = CumTotal()
     inter = IntersectStream(blocked.push)
     for s, e in wl:
         inter.push_b(s, e)
     u = UnionStream(inter.push_a)
-    count = 0
-    sql = (f"SELECT r.start, r.\"end\" FROM {RUNTIME_T} r WHERE r.nameId IN ({ids_sql(host.blocking_ids)})"
+    count = frees = 0
+    free_ids = host.free_ids
+    sql = (f"SELECT r.start, r.\"end\", r.nameId FROM {RUNTIME_T} r WHERE r.nameId IN ({ids_sql(host.blocking_ids)})"
            f"{host._proc_filter(RUNTIME_T, 'r', 'globalTid')} ORDER BY r.start")
     with x.guard():
-        for start, end in x.conn.execute(sql):
+        for start, end, name_id in x.conn.execute(sql):
             s = start / 1000.0
             k = bisect_right(w_starts, s) - 1
             if k >= 0 and s < wl[k][1]:
                 count += 1
+                frees += name_id in free_ids
                 u.add(s, s + (end - start) / 1000.0)
     u.close()
-    return blocked.cum, count
+    return blocked.cum, count, frees
 
 
 def _host_during_idle(g: GpuSweep, idle: _HostIdle, span: float, top_n: int,

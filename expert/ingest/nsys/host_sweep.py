@@ -76,6 +76,7 @@ class HostSweep:
         self.x, self.device, self.procs, self.cls = export, device, {p for p in procs if p >= 0}, cls
         self.call_names: dict[int, str] = {}
         self.blocking_ids: set[int] = set()
+        self.free_ids: set[int] = set()  # blocking calls that return device memory (Classifier.is_device_free)
         self.graph_ids: set[int] = set()
         self.launch_ids: set[int] = set()  # launch calls (Classifier.is_launch_call)
         self.threads: list[int] = []  # launching threads (globalTid), in the timeline's set order once known
@@ -153,6 +154,7 @@ class HostSweep:
                 self.call_names = {i: api_name(nm) for i, nm in
                                    x.strings(f"SELECT DISTINCT nameId FROM {RUNTIME_T}").items()}
             self.blocking_ids = {i for i, nm in self.call_names.items() if self.cls.is_blocking(nm)}
+            self.free_ids = {i for i in self.blocking_ids if self.cls.is_device_free(self.call_names[i])}
             self.graph_ids = {i for i, nm in self.call_names.items() if self.cls.is_graph_launch(nm)}
             self.launch_ids = {i for i, nm in self.call_names.items() if self.cls.is_launch_call(nm)}
             if self.graph_ids:

@@ -196,6 +196,7 @@ class _Analyzer:
         graph_names = {i for i, nm in enumerate(names) if self.cls.is_graph_launch(nm)}
         graph_launches = sum(1 for r in range(len(tl.r_name)) if tl.r_name[r] in graph_names)
         blocking_in = [r for r in r_blocking if self.in_window(tl.r_start[r])]
+        free_names = {i for i in blocking_names if self.cls.is_device_free(names[i])}
         blocked = Cover(intersect_all(union_columns(tl.r_start, tl.r_end, blocking_in), wl)).total
         slow = [(tl.names[tl.r_name[r]], cov_w.between(tl.r_start[r], tl.r_end[r])) for r in calls
                 if tl.r_end[r] - tl.r_start[r] >= one_off_us]
@@ -214,7 +215,7 @@ class _Analyzer:
             copies=copies, has_comm=any(c == "communication" for c in classes), has_runtime=bool(len(tl.r_start)),
             launches_matched=matched / len(tl.launch) if len(tl.launch) else 0.0, graph_launches=graph_launches,
             blocking_calls=len(blocking_in), blocking_share=min(1.0, blocked / span), breakdown=time_breakdown,
-            facts=facts)
+            facts=facts, device_frees=sum(1 for r in blocking_in if tl.r_name[r] in free_names))
 
     def _device(self, idx: list[int], classes: list[str], cov_w: Cover, cov_l: Cover, cov_s: Cover, cov_h: Cover,
                 sync_point: Cover, launch_gap: float, cov_k: Cover) -> DeviceIdle:

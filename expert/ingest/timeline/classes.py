@@ -42,6 +42,8 @@ class Classifier:
         self.launch = re.compile("|".join(f"(?:{p})" for p in catalog.calls.launch.patterns))
         copy = catalog.calls.host_copy
         self.host_copy = re.compile("|".join(f"(?:{p})" for p in copy.patterns)) if copy is not None else None
+        free = catalog.calls.device_free
+        self.device_free = re.compile("|".join(f"(?:{p})" for p in free.patterns)) if free is not None else None
         low = catalog.low_precision_gemm
         self.low_precision = re.compile("|".join(f"(?:{p})" for p in low.patterns), re.IGNORECASE) if low else None
         self.low_formats = [(fmt, re.compile("|".join(f"(?:{p})" for p in pats), re.IGNORECASE))
@@ -75,6 +77,10 @@ class Classifier:
     def is_host_copy(self, name: str) -> bool:
         """An operator or call that copies data between host and device (kernels.yaml calls.host_copy)."""
         return self.host_copy is not None and self.host_copy.search(api_name(name)) is not None
+
+    def is_device_free(self, name: str) -> bool:
+        """A call that returns device memory to the driver (kernels.yaml calls.device_free: cudaFree, hipFree)."""
+        return self.device_free is not None and self.device_free.search(api_name(name)) is not None
 
     def is_launch_call(self, name: str) -> bool:
         """A call that puts work on a stream (kernels.yaml calls.launch, calls.graph_launch), other than a copy: the

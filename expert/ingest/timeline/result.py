@@ -82,7 +82,7 @@ TIMELINE_FACTS = ("gpu_util", "gpu_idle_gap_frac", "host_wait_frac", "mean_kerne
                   "unattributed_idle_frac", "idle_host_ops", "idle_dispatch_ops", "host_copy_frac", "uses_cuda_graphs",
                   "applied_optimizations", "memory_bound_kernel_frac", "weight_kernel_frac", "top_kernel_class",
                   "top_kernel_class_frac", "top_kernel_class_ops", "top_op", "top_op_frac", "top_op_pct_of_roof",
-                  "trace_kernels")
+                  "trace_kernels", "device_frees_per_step")
 """The facts the shared trace analysis gives (`TimelineAnalysis.add_facts`), for both trace readers."""
 
 
@@ -107,6 +107,7 @@ class TimelineAnalysis:
     blocking_share: float
     breakdown: TimeBreakdown
     facts: dict[str, Any] = field(default_factory=dict)  # the breakdown facts (top class, its ops, top op, ...)
+    device_frees: int = 0  # blocking calls in the window that return device memory (Classifier.is_device_free)
 
     def _applied(self, r: FileResult, file: str, kb: KnowledgeBase) -> None:
         """applied_optimizations where the trace shows them: graph launches (cuda_graphs), GEMM time mostly in
@@ -275,6 +276,14 @@ class TimelineAnalysis:
             r.missing("mean_kernel_us", f"no kernels inside {label}")
             r.missing("kernels_per_step", f"no kernels inside {label}")
         r.add("trace_kernels", self.kernels, method="kernels starting inside the window", **common)
+        if not self.has_runtime:
+            r.missing("device_frees_per_step", "the trace records no runtime calls, so no cudaFree/hipFree")
+        elif not n_steps:
+            r.missing("device_frees_per_step", f"no steps inside {label} to count the cudaFree/hipFree calls per")
+        else:
+            r.add("device_frees_per_step", self.device_frees / n_steps,
+                  method=f"{self.device_frees} cudaFree/hipFree calls starting inside the window over {n_steps} steps "
+                  "(kernels.yaml calls.device_free)", **common)
         r.add("h2d_copy_frac", idle["h2d"], method="union of host-to-device memcpy intervals over the window", **common)
         pageable, pinned, unknown = self.copies["pageable"], self.copies["pinned"], self.copies["unknown"]
         if pageable + pinned > 0:
