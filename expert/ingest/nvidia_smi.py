@@ -3,6 +3,8 @@
 utilization.gpu (dmon: `sm`) is the share of the sample period with at least one kernel running: it becomes
 gpu_util, averaged over the kept samples and devices. `name` maps to the hardware catalog. memory.used /
 memory.total becomes hbm_used_frac: its peak over the kept samples and devices, the high-water mark (`peak_memory`).
+The clock event (throttle) reasons become clock_slowdown_frac: the share of busy samples (utilization.gpu above 0, or
+every sample without that column) in which a thermal or hardware slowdown held the clocks down (`SLOWDOWN_REASONS`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,23 @@ from ._result import FileResult, Scalar
 from ._samples import Selector, Stat, add_fact
 from ._source import Progress, Source, ascii_float, ascii_index, is_header_cell
 
-FACTS = ("gpu_util", "hbm_used_frac", "hardware")
+FACTS = ("gpu_util", "hbm_used_frac", "hardware", "clock_slowdown_frac")
 MISSING = frozenset({"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]",
                      "[gpu is lost]", "[requested functionality has been deprecated]", "-", ""})
 _NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%|[KMGT]i?B|W|[KMG]?Hz|C|s)?$")
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
 _TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
-_KNOWN = {"utilization.gpu", "name", "index", "timestamp", "memory.used", "memory.total"}
+_REASON_PREFIXES = ("clocks_throttle_reasons", "clocks_event_reasons")  # the older and the current spelling
+SLOWDOWN_REASONS = {"hw_slowdown": 0x8, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+                    "hw_power_brake_slowdown": 0x80}
+"""The clock event reasons that are a slowdown, not the power cap or idle: NVML nvmlClocksThrottleReason* bits
+(https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksThrottleReasons.html): HW slowdown (clocks cut by 2x or
+more: temperature, power brake, fast-trigger power protection), SW and HW thermal slowdown, HW power brake."""
+SLOWDOWN_MASK = sum(SLOWDOWN_REASONS.values())
+_SLOWDOWN_COLUMNS = {f"{prefix}.{reason}": reason for prefix in _REASON_PREFIXES for reason in SLOWDOWN_REASONS}
+_ACTIVE_COLUMNS = {f"{prefix}.active" for prefix in _REASON_PREFIXES}
+_KNOWN = {"utilization.gpu", "name", "index", "timestamp", "memory.used", "memory.total", *_SLOWDOWN_COLUMNS,
+          *_ACTIVE_COLUMNS}
 _MEMORY = ("memory.used", "memory.total")
 PEAK_MEMORY = ("the peak (the high-water mark of any device), not the mean: rules/memory_capacity.yaml and "
                "rules/host.yaml read hbm_used_frac as how close the job comes to running out of device memory")
@@ -67,6 +79,47 @@ def _timestamp(src: Source, line: int, text: str) -> float | None:
     raise src.problem(f"column timestamp: {cell!r} is not a time", line=line, hint="expected 2024/01/31 13:48:11.412")
 
 
+def _slowdown(src: Source, line: int, row: dict[str, str]) -> bool | None:
+    """Whether a thermal or hardware slowdown held the clocks down in this sample (None: the row does not say)."""
+    said = False
+    for column in sorted(_SLOWDOWN_COLUMNS.keys() & row.keys()):
+        cell = row[column].strip().casefold()
+        if cell in MISSING:
+            continue
+        if cell not in ("active", "not active"):
+            raise src.problem(f"column {column}: {row[column].strip()!r} is neither Active nor Not Active", line=line)
+        if cell == "active":
+            return True
+        said = True
+    for column in sorted(_ACTIVE_COLUMNS & row.keys()):
+        cell = row[column].strip().casefold()
+        if cell in MISSING:
+            continue
+        try:
+            mask = int(cell, 16) if cell.startswith("0x") else int(cell)
+        except ValueError:
+            raise src.problem(f"column {column}: {row[column].strip()!r} is not a bitmask", line=line,
+                              hint="nvidia-smi prints it as 0x0000000000000004") from None
+        if mask & SLOWDOWN_MASK:
+            return True
+        said = True
+    return False if said else None
+
+
+def _finish_slowdown(result: FileResult, slowdown: Stat, selector: Selector, header: list[str]) -> None:
+    if slowdown.count:
+        result.add("clock_slowdown_frac", slowdown.mean, metric="clock event reasons (" + ", ".join(
+                   SLOWDOWN_REASONS) + ")", method=f"share of {slowdown.count} busy samples (utilization.gpu above "
+                   "0) with a thermal or hardware slowdown active", window=selector.describe(),
+                   samples=slowdown.count, devices=",".join(sorted(selector.entities)), file=result.path)
+    elif (_SLOWDOWN_COLUMNS.keys() | _ACTIVE_COLUMNS) & set(header):
+        result.missing("clock_slowdown_frac", "no busy sample in the selection says which clock event reasons were "
+                       "active")
+    else:
+        result.missing("clock_slowdown_frac", "the query has no clock event reasons (add "
+                       "clocks_throttle_reasons.active to --query-gpu)")
+
+
 def _finish_util(result: FileResult, kb: KnowledgeBase, util: Stat, selector: Selector, field_name: str,
                  names: dict[str, int], has_name_column: bool, no_name_reason: str) -> None:
     if util.count:
@@ -94,6 +147,7 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
     raw_header: list[str] | None = None
     util = Stat()
     memory = Stat()  # memory.used / memory.total per sample and device
+    slowdown = Stat()  # 1 per busy sample with a thermal or hardware slowdown active, 0 per one without
     names: dict[str, int] = {}
     rows = 0
     ignored: set[str] = set()
@@ -112,8 +166,8 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
                 header = [_clean(c) for c in cells]
                 known = _KNOWN & set(header)
                 if not known - {"timestamp", "index"}:
-                    raise src.problem(f"none of the columns ({', '.join(header)}) is one dam reads "
-                                      "(utilization.gpu, name, memory.used, memory.total)", line=number,
+                    raise src.problem(f"none of the columns ({', '.join(header)}) is one dam reads (utilization.gpu, "
+                                      "name, memory.used, memory.total, clocks_throttle_reasons.active)", line=number,
                                       hint="nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu --format=csv")
                 ignored = set(header) - _KNOWN
                 continue
@@ -132,12 +186,17 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
             raise src.problem(f"column index: {index_text!r} is not a GPU index", line=number)
         if not selector.keep(f"GPU {gpu if gpu is not None else 0}", gpu if gpu is not None else 0, t):
             continue
+        busy = True
         if "utilization.gpu" in row:
             value = _number(src, number, "utilization.gpu", row["utilization.gpu"])
             if value is not None:
                 if not 0.0 <= value <= 100.0:
                     raise src.problem(f"column utilization.gpu: {value:g} is not a percentage", line=number)
                 util.add(value)
+                busy = value > 0
+        slowed = _slowdown(src, number, row)
+        if slowed is not None and busy:
+            slowdown.add(1.0 if slowed else 0.0)
         if "name" in row and row["name"].strip().casefold() not in MISSING:
             names[row["name"].strip()] = names.get(row["name"].strip(), 0) + 1
         if "memory.used" in row and "memory.total" in row:
@@ -158,6 +217,7 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
         result.missing("gpu_util", "the query has no utilization.gpu column")
     _finish_util(result, kb, util, selector, "utilization.gpu", names, "name" in header,
                  "the query has no name column (add name to --query-gpu)")
+    _finish_slowdown(result, slowdown, selector, header)
     if memory.count:
         peak_memory(result, memory, selector, metric="memory.used / memory.total")
     elif all(c in header for c in _MEMORY):
