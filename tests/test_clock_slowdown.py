@@ -77,3 +77,24 @@ def test_the_diagnosis_names_the_slowdown_from_the_log(tmp_path: Path) -> None:
     report = expert.default_expert().diagnose({**observations, "workload": "training"})
     assert "clock_slowdown" in {f.id for f in report.findings}
     assert report.recommended[0].id == "fix_clock_slowdown"
+
+
+# dcgm-exporter: field 112 under its old and its current name; GPU 2 is idle (bit 0x1), so it is not counted
+EXPORTER = """\
+DCGM_FI_DEV_GPU_UTIL{gpu="0",modelName="NVIDIA H100 80GB HBM3"} 97
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0",modelName="NVIDIA H100 80GB HBM3"} 4
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="1",modelName="NVIDIA H100 80GB HBM3"} 72
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="2",modelName="NVIDIA H100 80GB HBM3"} 1
+"""
+
+
+def test_dcgm_exporter_clock_event_reasons(tmp_path: Path) -> None:
+    result = ingest_result(_write(tmp_path, "dcgm.prom", EXPORTER))
+    fact = result.observations.facts["clock_slowdown_frac"]
+    assert fact.value == pytest.approx(1 / 2)  # 0x48 slowed GPU 1; GPU 0 ran at its power cap (0x4)
+    assert fact.detail["field_id"] == 112 and "power cap" in str(fact.detail["note"])
+    idle = ingest_result(_write(tmp_path, "idle.prom", EXPORTER), gpus=[2])
+    assert "idle" in idle.not_derived["clock_slowdown_frac"]
+    bad = _write(tmp_path, "bad.prom", 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0"} 2.5\n')
+    with pytest.raises(ObservationError, match=r"bad.prom:1: .*2.5 is not a bitmask"):
+        ingest_result(bad)

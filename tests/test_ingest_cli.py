@@ -64,12 +64,14 @@ def test_the_not_derived_warning_leaves_out_facts_the_user_gives(tmp_path: Path,
     """dcgmi dmon names no device: `hardware` is not derived, unless --set, a FILE or --example gives it (they
     override what the traces give), and the warning says only what is still missing."""
     assert cli.main(["diagnose", "--from", DCGM, "--format", "json"]) == 0
-    assert "not derived from dcgmi_dmon.txt: hbm_used_frac, hardware (dam" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not derived from dcgmi_dmon.txt: hbm_used_frac, clock_slowdown_frac, hardware (dam" in err
     assert cli.main(["diagnose", "--from", DCGM, "--set", "hardware=h100-sxm", "--format", "json"]) == 0
-    assert "not derived from dcgmi_dmon.txt: hbm_used_frac (dam" in capsys.readouterr().err
+    assert "not derived from dcgmi_dmon.txt: hbm_used_frac, clock_slowdown_frac (dam" in capsys.readouterr().err
     given = tmp_path / "obs.yaml"
     given.write_text("hardware: h100-sxm\n")
-    assert cli.main(["diagnose", str(given), "--from", DCGM, "--set", "hbm_used_frac=40%", "--format", "json"]) == 0
+    assert cli.main(["diagnose", str(given), "--from", DCGM, "--set", "hbm_used_frac=40%", "--set",
+                     "clock_slowdown_frac=0", "--format", "json"]) == 0
     assert "not derived" not in capsys.readouterr().err
     trace = cli.main(["diagnose", "--from", TRACE, "--set", "hardware=h100-sxm", "--format", "json"])
     err = capsys.readouterr().err

@@ -5,7 +5,9 @@ Fields are keyed on their numeric ids, which DCGM kept stable when it renamed th
 Values are averaged over the kept samples and devices, with min, max and the sample count kept. The frame buffer
 fields (250 FBTTL, 251 FBFRE, 252 FBUSD, MiB) give hbm_used_frac: FB_USED / (FB_USED + FB_FREE) per sample and
 device (FB_USED / FB_TOTAL without FB_FREE), its peak over the kept samples (nvidia_smi.PEAK_MEMORY: the high-water
-mark, which the memory rules read).
+mark, which the memory rules read). Field 112 (clock event reasons, a bitmask of NVML's reasons) gives
+clock_slowdown_frac: the share of samples not marked idle (bit 0x1) with a thermal or hardware slowdown bit set
+(nvidia_smi.SLOWDOWN_REASONS).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
 from ._source import Progress, Source, ascii_float, ascii_index
-from .nvidia_smi import peak_memory
+from .nvidia_smi import SLOWDOWN_MASK, peak_memory
 
 
 @dataclass(frozen=True)
@@ -29,13 +31,14 @@ class Field:
     id: int
     tag: str | None
     names: tuple[str, ...]
-    unit: str  # "ratio", "percent", "bytes/s" or "MiB"
+    unit: str  # "ratio", "percent", "bytes/s", "MiB" or "bitmask"
     fact: str | None = None
 
 
 FIELDS: tuple[Field, ...] = (
     Field(203, "GPUTL", ("DEV_GPU_UTIL", "DEV_GPU_UTIL_RATIO"), "percent", "gpu_util"),
     Field(204, "MCUTL", ("DEV_MEM_COPY_UTIL", "DEV_MEM_COPY_UTIL_RATIO"), "percent"),
+    Field(112, None, ("DEV_CLOCK_THROTTLE_REASONS", "DEV_CLOCKS_EVENT_REASONS"), "bitmask", "clock_slowdown_frac"),
     Field(250, "FBTTL", ("DEV_FB_TOTAL",), "MiB"),
     Field(251, "FBFRE", ("DEV_FB_FREE",), "MiB"),
     Field(252, "FBUSD", ("DEV_FB_USED",), "MiB"),
@@ -59,20 +62,26 @@ FIELDS: tuple[Field, ...] = (
 BY_TAG = {f.tag: f for f in FIELDS if f.tag}
 BY_NAME = {name: f for f in FIELDS for name in f.names}
 BY_ID = {f.id: f for f in FIELDS}
-FACTS = ("gpu_util", "sm_active", "tensor_active", "mem_bw_util", "hbm_used_frac", "hardware")
+FACTS = ("gpu_util", "sm_active", "tensor_active", "mem_bw_util", "hbm_used_frac", "hardware", "clock_slowdown_frac")
 FB_TOTAL, FB_FREE, FB_USED = 250, 251, 252
 _HOW = {  # how to get each fact's field, for the "not derived" reasons
     "gpu_util": "field 203 GPUTL (or 1001 GRACT)",
     "sm_active": "field 1002 SMACT",
     "tensor_active": "field 1004 TENSO",
     "mem_bw_util": "field 1005 DRAMA",
+    "clock_slowdown_frac": "field 112 (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)",
 }
+_IDLE = 0x1  # NVML's GPU-idle clock event reason: nothing running, so the sample says nothing of the job
 INT64_NO_DATA = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_NOT_SUPPORTED and the blank/not-found values above it
 INT32_NO_DATA = 0x7FFFFFF0  # DCGM_INT32 blank region, for the ratio and percent fields
 FP64_NO_DATA = 140737488355328.0  # DCGM_FP64_BLANK (2^47) and the not-supported values above it
 
 
 def _unit_check(src: Source, line: int, f: Field, value: float) -> None:
+    if f.unit == "bitmask":
+        if value < 0 or not value.is_integer():
+            raise src.problem(f"field {f.id} ({f.names[0]}): {value:g} is not a bitmask", line=line)
+        return
     limit = 1.0 if f.unit == "ratio" else 100.0 if f.unit == "percent" else math.inf
     if not 0.0 <= value <= limit * 1.0001:
         what = ("a ratio in [0, 1]" if f.unit == "ratio" else "a percentage" if f.unit == "percent" else
@@ -83,7 +92,7 @@ def _unit_check(src: Source, line: int, f: Field, value: float) -> None:
 def _no_data(f: Field, value: float) -> bool:
     if math.isnan(value) or value >= INT64_NO_DATA:
         return True
-    return f.unit != "bytes/s" and (value >= FP64_NO_DATA or value >= INT32_NO_DATA)
+    return f.unit not in ("bytes/s", "bitmask") and (value >= FP64_NO_DATA or value >= INT32_NO_DATA)
 
 
 class _Fields:
@@ -95,6 +104,11 @@ class _Fields:
         self.memory: dict[tuple[str, int], dict[int, float]] = {}  # (entity, sample) -> frame buffer field values
 
     def add(self, f: Field, value: float, entity: str = "", sample: int = 0) -> None:
+        if f.unit == "bitmask":  # clock event reasons: 1 per busy sample with a slowdown, 0 per one without
+            mask = int(value)
+            if not mask & _IDLE:
+                self.stats.setdefault(f.id, Stat()).add(1.0 if mask & SLOWDOWN_MASK else 0.0)
+            return
         self.stats.setdefault(f.id, Stat()).add(value)
         if f.unit == "MiB":
             self.memory.setdefault((entity, sample), {})[f.id] = value
@@ -120,7 +134,8 @@ class _Fields:
         self.no_data[f.id] = self.no_data.get(f.id, 0) + 1
 
 
-def _finish(result: FileResult, fields: _Fields, seen: set[int], selector: Selector, label: str) -> None:
+def _finish(result: FileResult, fields: _Fields, seen: set[int], selector: Selector, label: str,
+            dmon: bool = False) -> None:
     """Facts from the field statistics; reasons for the ones missing; other fields' means in the stats."""
     gpu_field = 203 if 203 in fields.stats else 1001
     for f in FIELDS:
@@ -134,13 +149,21 @@ def _finish(result: FileResult, fields: _Fields, seen: set[int], selector: Selec
             extra: dict[str, int | float | str | None] = {"field_id": f.id}
             if f.id == 1001:
                 extra["note"] = "GR_ENGINE_ACTIVE stands in for GPU-Util (field 203 not in the log)"
+            if f.unit == "bitmask":
+                extra["note"] = ("share of the samples not marked idle with a thermal or hardware slowdown bit set "
+                                 f"(mask {SLOWDOWN_MASK:#x}); the power cap is not one")
             add_fact(result, f.fact, value, stat, field_name=name, scale=scale, selector=selector, extra=extra)
         else:
             result.stats[f"field {name}"] = round(stat.mean, 6 if f.unit == "ratio" else 3)
     _memory(result, fields, seen, selector, label)
     for fact, how in _HOW.items():
         ids = [f.id for f in FIELDS if f.fact == fact]
-        if any(i in seen for i in ids):
+        if dmon and not any(BY_ID[i].tag for i in ids):
+            result.missing(fact, f"{how} has no dcgmi dmon column dam knows: read it from dcgm-exporter's metrics or "
+                           "nvidia-smi --query-gpu=clocks_throttle_reasons.active")
+        elif any(i in seen for i in ids) and fact == "clock_slowdown_frac":
+            result.missing(fact, f"{how} marks every selected sample idle, or holds no data in them")
+        elif any(i in seen for i in ids):
             empty = ", ".join(f"{i}: {fields.no_data.get(i, 0)} blank" for i in ids if i in seen)
             result.missing(fact, f"{how} holds no data in the selected samples ({empty}); profiling fields need "
                            "Volta or newer and the DCGM profiling module")
@@ -215,7 +238,7 @@ def parse_dmon(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, fl
     result.stats.update(rows=rows, samples=selector.number)
     if unknown:
         result.stats["ignored_columns"] = ", ".join(sorted(unknown))
-    _finish(result, fields, seen, selector, "log (add its id to dcgmi dmon -e ...)")
+    _finish(result, fields, seen, selector, "log (add its id to dcgmi dmon -e ...)", dmon=True)
     result.missing("hardware", "dcgmi dmon does not print the device name; give --set hardware=ID (dam hardware list)")
     return result
 
