@@ -49,6 +49,10 @@ def test_the_bitmask_counts_only_slowdowns_in_busy_samples(tmp_path: Path) -> No
     assert "clocks_throttle_reasons" not in str(result.files[0].stats.get("ignored_columns", ""))
     one = ingest_result(_write(tmp_path, "mask1.csv", BITMASK), gpus=[1])
     assert one.observations.values()["clock_slowdown_frac"] == 0.0  # GPU 1's only slowdown bit was while idle
+    # without a utilization column, the idle reason (0x1) is what leaves a sample out
+    no_util = "index, clocks_throttle_reasons.active\n0, 0x41\n0, 0x40\n0, 0x4\n"
+    assert ingest_result(_write(tmp_path, "no_util.csv", no_util)).observations.values()[
+        "clock_slowdown_frac"] == pytest.approx(1 / 2)
 
 
 def test_the_per_reason_columns_in_the_current_spelling(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
 from ._source import Progress, Source, ascii_float, ascii_index
-from .nvidia_smi import SLOWDOWN_MASK, peak_memory
+from .nvidia_smi import IDLE_REASON, SLOWDOWN_MASK, peak_memory
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,6 @@ _HOW = {  # how to get each fact's field, for the "not derived" reasons
     "mem_bw_util": "field 1005 DRAMA",
     "clock_slowdown_frac": "field 112 (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)",
 }
-_IDLE = 0x1  # NVML's GPU-idle clock event reason: nothing running, so the sample says nothing of the job
 INT64_NO_DATA = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_NOT_SUPPORTED and the blank/not-found values above it
 INT32_NO_DATA = 0x7FFFFFF0  # DCGM_INT32 blank region, for the ratio and percent fields
 FP64_NO_DATA = 140737488355328.0  # DCGM_FP64_BLANK (2^47) and the not-supported values above it
@@ -106,7 +105,7 @@ class _Fields:
     def add(self, f: Field, value: float, entity: str = "", sample: int = 0) -> None:
         if f.unit == "bitmask":  # clock event reasons: 1 per busy sample with a slowdown, 0 per one without
             mask = int(value)
-            if not mask & _IDLE:
+            if not mask & IDLE_REASON:
                 self.stats.setdefault(f.id, Stat()).add(1.0 if mask & SLOWDOWN_MASK else 0.0)
             return
         self.stats.setdefault(f.id, Stat()).add(value)

@@ -32,6 +32,7 @@ SLOWDOWN_REASONS = {"hw_slowdown": 0x8, "sw_thermal_slowdown": 0x20, "hw_thermal
 (https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksThrottleReasons.html): HW slowdown (clocks cut by 2x or
 more: temperature, power brake, fast-trigger power protection), SW and HW thermal slowdown, HW power brake."""
 SLOWDOWN_MASK = sum(SLOWDOWN_REASONS.values())
+IDLE_REASON = 0x1  # NVML's GPU-idle reason: nothing runs, so the sample says nothing of the job
 _SLOWDOWN_COLUMNS = {f"{prefix}.{reason}": reason for prefix in _REASON_PREFIXES for reason in SLOWDOWN_REASONS}
 _ACTIVE_COLUMNS = {f"{prefix}.active" for prefix in _REASON_PREFIXES}
 _KNOWN = {"utilization.gpu", "name", "index", "timestamp", "memory.used", "memory.total", *_SLOWDOWN_COLUMNS,
@@ -80,7 +81,8 @@ def _timestamp(src: Source, line: int, text: str) -> float | None:
 
 
 def _slowdown(src: Source, line: int, row: dict[str, str]) -> bool | None:
-    """Whether a thermal or hardware slowdown held the clocks down in this sample (None: the row does not say)."""
+    """Whether a thermal or hardware slowdown held the clocks down in this sample (None: the row does not say, or the
+    bitmask marks the GPU idle)."""
     said = False
     for column in sorted(_SLOWDOWN_COLUMNS.keys() & row.keys()):
         cell = row[column].strip().casefold()
@@ -100,6 +102,8 @@ def _slowdown(src: Source, line: int, row: dict[str, str]) -> bool | None:
         except ValueError:
             raise src.problem(f"column {column}: {row[column].strip()!r} is not a bitmask", line=line,
                               hint="nvidia-smi prints it as 0x0000000000000004") from None
+        if mask & IDLE_REASON:
+            return None
         if mask & SLOWDOWN_MASK:
             return True
         said = True
@@ -110,7 +114,7 @@ def _finish_slowdown(result: FileResult, slowdown: Stat, selector: Selector, hea
     if slowdown.count:
         result.add("clock_slowdown_frac", slowdown.mean, metric="clock event reasons (" + ", ".join(
                    SLOWDOWN_REASONS) + ")", method=f"share of {slowdown.count} busy samples (utilization.gpu above "
-                   "0) with a thermal or hardware slowdown active", window=selector.describe(),
+                   "0, not marked idle) with a thermal or hardware slowdown active", window=selector.describe(),
                    samples=slowdown.count, devices=",".join(sorted(selector.entities)), file=result.path)
     elif (_SLOWDOWN_COLUMNS.keys() | _ACTIVE_COLUMNS) & set(header):
         result.missing("clock_slowdown_frac", "no busy sample in the selection says which clock event reasons were "
