@@ -160,7 +160,7 @@ def _finish(result: FileResult, fields: _Fields, seen: set[int], selector: Selec
         if dmon and not any(BY_ID[i].tag for i in ids):
             result.missing(fact, f"{how} has no dcgmi dmon column dam knows: read it from dcgm-exporter's metrics or "
                            "nvidia-smi --query-gpu=clocks_throttle_reasons.active")
-        elif any(i in seen for i in ids) and fact == "clock_slowdown_frac":
+        elif any(i in seen for i in ids) and all(BY_ID[i].unit == "bitmask" for i in ids):
             result.missing(fact, f"{how} marks every selected sample idle, or holds no data in them")
         elif any(i in seen for i in ids):
             empty = ", ".join(f"{i}: {fields.no_data.get(i, 0)} blank" for i in ids if i in seen)
