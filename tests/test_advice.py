@@ -713,3 +713,53 @@ def test_a_decode_whose_kv_cache_is_counted_batches_and_prunes_only_the_weights(
     assert with_launches["batchable_frac"].value == pytest.approx(
         with_launches["share_data"].value * with_launches["decode_weight_share"].value
         + with_launches["share_overhead"].value)
+
+
+# ---- an applied optimization settles the facts it implies (optimizations.yaml `implies`) ---------------------------
+
+MEMORY_TO_SPARE = {"workload": "training", "hardware": "h100-sxm", "hbm_used_frac": 0.35}
+
+
+def test_applied_checkpointing_means_the_step_recomputes() -> None:
+    report = expert.diagnose({**MEMORY_TO_SPARE, "applied_optimizations": "activation_checkpointing"})
+    implied = report.observations["activation_recompute"]
+    assert implied.value == "yes" and implied.source == "user"
+    assert implied.detail == {"implied_by": "applied_optimizations names activation_checkpointing"}
+    # the peak was measured while recomputing: recomputation is not called wasted on it, recomputing less is advised
+    assert "recompute_with_memory_to_spare" in [f.id for f in report.findings]
+    assert "activation_checkpointing" not in [w.id for w in report.wasted]
+    assert "reduce_recomputation" in [r.id for r in report.recommended]
+
+
+def test_without_it_a_low_peak_makes_recomputation_wasted() -> None:
+    report = expert.diagnose({**MEMORY_TO_SPARE, "applied_optimizations": "pin_memory"})
+    assert "activation_recompute" not in report.observations
+    assert "activation_checkpointing" in [w.id for w in report.wasted]
+
+
+def test_an_implied_fact_given_the_same_is_kept_as_given() -> None:
+    report = expert.diagnose({**MEMORY_TO_SPARE, "applied_optimizations": "activation_checkpointing",
+                              "activation_recompute": "yes"})
+    assert report.observations["activation_recompute"].detail == {}
+
+
+def test_an_implied_fact_given_otherwise_is_an_input_error() -> None:
+    with pytest.raises(ObservationError) as err:
+        expert.diagnose({**MEMORY_TO_SPARE, "applied_optimizations": ["activation_checkpointing"],
+                         "activation_recompute": "no"})
+    assert [p.where for p in err.value.problems] == ["activation_recompute"]
+    assert "contradicts applied_optimizations" in err.value.problems[0].message
+
+
+def test_an_implication_on_a_fact_that_cannot_hold_it_is_refused(tmp_path: Path) -> None:
+    from expert import KnowledgeBaseError
+    from expert._resources import data_dir
+    from expert.kb.knowledge import KnowledgeBase
+
+    kb_dir = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), kb_dir)
+    path = kb_dir / "optimizations.yaml"
+    path.write_text(path.read_text().replace('implies: {activation_recompute: "yes"}',
+                                             'implies: {activation_recompute: "sometimes"}', 1))
+    with pytest.raises(KnowledgeBaseError, match="implies: activation_recompute = 'sometimes'"):
+        KnowledgeBase.load(kb_dir)

@@ -79,8 +79,8 @@ def test_test_on_one_file_tallies_its_rules(capsys: pytest.CaptureFixture[str]) 
     rc, out, _ = dam(capsys, "rules", "test", str(SCREENING_TESTS), "--engine", "pure")
     assert rc == 0
     assert "screen-utilization-not-decisive" in out and "input-io-overhead-fail" not in out
-    assert "15 cases: 15 passed, 0 failed, 0 todo" in out
-    assert "coverage: 7/7 rules with a firing and a silent case (100 %); 2/2 `any` branches" in out
+    assert "18 cases: 18 passed, 0 failed, 0 todo" in out
+    assert "coverage: 8/8 rules with a firing and a silent case (100 %); 2/2 `any` branches" in out
 
 
 def test_test_with_a_team_rules_dir(capsys: pytest.CaptureFixture[str]) -> None:

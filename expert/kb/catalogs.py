@@ -224,6 +224,9 @@ class Optimization(_Strict):
     # the shares of the step (facts, summed) the optimization can act on at most, where narrower than its term
     # (optimizations.yaml header); the first must be known, the others add where known
     acts_on: list[str] = []
+    # facts that applying it settles (an enum fact and its value): listed in applied_optimizations, it gives them
+    # where they are not given (expert.observations.normalise)
+    implies: dict[str, str] = {}
 
     def worded(self, workload: object) -> tuple[str, str]:
         """(title, how) for this workload (a `workload` fact value, or None when unknown)."""

@@ -55,6 +55,11 @@ def check_references(kb: KnowledgeBase) -> None:
         if opt.term_speedup is not None and opt.term_speedup not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
                                     f"term_speedup: unknown fact {opt.term_speedup!r}"))
+        for fact_name, value in opt.implies.items():
+            implied = kb.facts.get(fact_name)
+            if implied is None or not implied.askable or implied.type != "enum" or value not in (implied.choices or []):
+                problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}", f"implies: {fact_name} = {value!r} is "
+                                        "not an observable enum fact and one of its choices"))
     for part_id, upgrade in kb.hardware_upgrades.items():
         for name in (part_id, upgrade.to):
             if name not in kb.hardware:

@@ -379,11 +379,29 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
             clean_detail.update(_hardware_choice(kb, value_in))
         # value and detail were just checked and converted above, so the model is built without validating again
         clean[name] = _observation(value, source, clean_detail)
+    if "applied_optimizations" in clean:
+        _implied_by_applied(kb, clean, problems)
     if problems:
         raise ObservationError(problems, title="some observations are not valid")
     ranks = list(raw.ranks) if isinstance(raw, Observations) else []
     # as Observations.model_construct(facts=clean, ranks=ranks) builds it
     return bare_model(Observations, {"facts": clean, "ranks": ranks}, {"facts", "ranks"})
+
+
+def _implied_by_applied(kb: KnowledgeBase, clean: dict[str, Observation], problems: list[Problem]) -> None:
+    """The facts the applied optimizations settle (optimizations.yaml `implies`: activation checkpointing means the
+    step recomputes activations), added where not given; a given value that says otherwise is a problem."""
+    applied = clean["applied_optimizations"]
+    for opt_id in applied_optimizations(applied.value):
+        for name, value in kb.optimizations[opt_id].implies.items():
+            given = clean.get(name)
+            if given is None:
+                clean[name] = _observation(value, applied.source,
+                                           {"implied_by": f"applied_optimizations names {opt_id}"})
+            elif given.value != value:
+                problems.append(Problem(name, f"{given.value!r} contradicts applied_optimizations, which names "
+                                        f"{opt_id} ({name} {value!r})",
+                                        f"correct one of the two: {name}, or {opt_id} in applied_optimizations"))
 
 
 def format_value(spec: FactSpec | None, value: object) -> str:
