@@ -51,6 +51,11 @@ def observations(draw: st.DrawFn, max_facts: int | None = None) -> dict[str, Any
         obs["data_wait_s"] = obs["step_time_s"] * draw(st.floats(0.0, 1.0))
     if "active_params" in obs and "model_params" in obs and obs["active_params"] > obs["model_params"]:
         obs["active_params"], obs["model_params"] = obs["model_params"], obs["active_params"]
+    applied = obs.get("applied_optimizations")
+    for opt_id in applied.split(", ") if isinstance(applied, str) else applied or []:  # what they imply holds
+        for name, value in KB.optimizations[opt_id].implies.items():
+            if name in obs:
+                obs[name] = value
     return obs
 
 

@@ -12,7 +12,13 @@ import pytest
 
 import expert
 from expert._resources import examples_dir
-from expert.derive.formulas import activation_bytes, gradient_accumulation_steps, model_state_bytes, tokens_per_step
+from expert.derive.formulas import (
+    activation_bytes,
+    gradient_accumulation_steps,
+    model_state_bytes,
+    pipeline_bubble,
+    tokens_per_step,
+)
 from expert.observations.file import read_observation_file
 from expert.report.model import Report
 
@@ -31,6 +37,12 @@ def test_gradient_accumulation_by_hand() -> None:
     assert gradient_accumulation_steps(1024, 4, 64) == 4.0  # 1024 / (4 x 64)
     assert gradient_accumulation_steps(512, 2, 64) == 4.0  # 512 / 128
     assert gradient_accumulation_steps(1000, 3, 64) == pytest.approx(5.2083, rel=1e-4)  # 1000 / 192: inconsistent
+
+
+def test_pipeline_bubble_by_hand() -> None:
+    assert pipeline_bubble(8, 8) == pytest.approx(7 / 15)  # GPipe: (p - 1) / (m + p - 1)
+    assert pipeline_bubble(4, 16) == pytest.approx(3 / 19)  # four micro-batches per stage: 16 %
+    assert pipeline_bubble(1, 8) == 0.0
 
 
 def test_tokens_per_step_by_hand() -> None:
@@ -593,3 +605,20 @@ def test_every_cited_source_is_one_a_user_can_read() -> None:
     private = ("domain.md", "shared/", "durable-rules-notes", "rule-design-anchors", "peer-tools.md")
     cited = {where: source for where, source in sources.items() if any(p in (source or "") for p in private)}
     assert not cited
+
+
+@pytest.mark.parametrize(("facts", "expected"), [
+    ({"pipeline_parallel_size": 8, "gradient_accumulation_steps": 8}, 7 / 15),
+    ({"pipeline_parallel_size": 4, "global_batch_size": 512, "micro_batch_size": 1, "data_parallel_size": 64},
+     3 / 11),  # 512 / 64 = 8 micro-batches
+], ids=["micro-batches-given", "micro-batches-derived"])
+def test_pipeline_bubble_is_derived(facts: dict[str, Any], expected: float) -> None:
+    assert _diagnose({"workload": "training", **facts}).derived["pipeline_bubble_frac"].value == pytest.approx(expected)
+
+
+def test_a_pipelined_jobs_gpus_are_not_taken_as_data_parallel_ranks() -> None:
+    facts = {"workload": "training", "num_gpus": 64, "global_batch_size": 512, "micro_batch_size": 1}
+    assert _diagnose(facts).derived["gradient_accumulation_steps"].value == 8.0  # every GPU a rank
+    pipelined = _diagnose({**facts, "pipeline_parallel_size": 8}).derived
+    assert "gradient_accumulation_steps" not in pipelined and "pipeline_bubble_frac" not in pipelined
+    assert "pipeline_bubble_frac" not in _diagnose({**facts, "pipeline_parallel_size": 1}).derived

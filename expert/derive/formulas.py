@@ -175,6 +175,11 @@ def model_state_bytes(params: float, sharding_degree: int, bytes_per_param: floa
     return params * bytes_per_param / sharding_degree
 
 
+def pipeline_bubble(stages: int, micro_batches: float) -> float:
+    """Share of a step a pipeline stage idles while the pipeline fills and drains: (p − 1) / (m + p − 1)."""
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
 def activation_bytes(seq_len: int, batch_size: int, hidden_size: int, num_layers: int, coefficient: float) -> float:
     """Activation memory kept for backward without recomputation: coefficient·s·b·h bytes per layer
     (knowledge_base/memory.yaml: 34, Korthikanti et al. 2022 eq. 1 with fused attention), b the micro-batch."""

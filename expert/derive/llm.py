@@ -34,6 +34,7 @@ from .formulas import (
     kv_cache_bytes,
     model_state_bytes,
     per_gpu_tflops,
+    pipeline_bubble,
     tokens_per_step,
     training_flops_per_token,
 )
@@ -71,6 +72,10 @@ def _published_memory(kb: KnowledgeBase) -> Condition:
 
 
 ONE_GPU = Gate("a job on one GPU", fact_test("num_gpus", eq=1))
+NO_PIPELINE = Gate("no pipeline parallelism given (a pipelined job's GPUs are not all data-parallel ranks)",
+                   either([fact_test("pipeline_parallel_size", known=False),
+                           fact_test("pipeline_parallel_size", le=1)]))
+PIPELINED = Gate("pipeline parallelism (one stage has no bubble)", fact_test("pipeline_parallel_size", ge=2))
 PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
 SERVING_MEMORY = Gate(f"{SERVING.description}, on hardware whose memory capacity the catalog gives",
                       lambda kb: all_of([SERVING.on_static(), _published_memory(kb)]))
@@ -84,6 +89,8 @@ _ZERO = ("Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precisi
 _ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation bytes per layer, coefficient·s·b·h with "
                 "fused attention (knowledge_base/memory.yaml)")
 _BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
+_BUBBLE = ("Huang et al. 2019 (GPipe), arXiv:1811.06965: the bubble is (p − 1)/(m + p − 1) of the step; Narayanan et "
+           "al. 2021, arXiv:2104.04473, §2.2: the same bubble under the 1F1B schedule, (p − 1)/m of the ideal time")
 _DECODE_STEP = ("decode emits one token per sequence per forward step, so the time per output token is the decode "
                 "step time (Pope et al. 2022, arXiv:2211.05102, §2; vLLM serving metrics: TPOT / inter-token latency)")
 _SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
@@ -321,7 +328,12 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                _accumulation("data_parallel_size")),
     Derivation("gradient_accumulation_steps", ("global_batch_size", "micro_batch_size", "num_gpus"),
                "global_batch_size / (micro_batch_size · num_gpus) (every GPU a data-parallel rank)", _BATCHES,
-               _accumulation("num_gpus")),
+               _accumulation("num_gpus"), gate=NO_PIPELINE),
+    Derivation("pipeline_bubble_frac", ("pipeline_parallel_size", "gradient_accumulation_steps"),
+               "(p − 1) / (m + p − 1), p = pipeline_parallel_size, m = gradient_accumulation_steps", _BUBBLE,
+               lambda f, kb: Result(pipeline_bubble(int(num(f, "pipeline_parallel_size")),
+                                                    num(f, "gradient_accumulation_steps"))),
+               gate=PIPELINED),
     Derivation("model_state_to_hbm", ("model_state_bytes", "hardware"), "model_state_bytes / HBM per GPU", _ZERO,
                _to_hbm("model_state_bytes"), gate=PUBLISHED_MEMORY),
     Derivation("training_memory_to_hbm", ("model_state_bytes", "activation_bytes", "hardware"),
