@@ -302,6 +302,20 @@ def test_contradicting_answers_are_refused() -> None:
     assert "data_wait_s" not in c.answers
 
 
+@pytest.mark.parametrize(("first", "then"), [
+    (("activation_recompute", "no"), ("applied_optimizations", "activation_checkpointing")),
+    (("applied_optimizations", "activation_checkpointing, pin_memory"), ("activation_recompute", "no")),
+])
+def test_an_answer_against_what_an_applied_optimization_implies_is_refused(first: tuple[str, str],
+                                                                           then: tuple[str, str]) -> None:
+    c = Consultation()
+    c.answer(*first)
+    with pytest.raises(ObservationError, match="contradicts applied_optimizations"):
+        c.answer(*then)
+    assert then[0] not in c.answers
+    c.report()  # the session stays one that can be diagnosed
+
+
 def test_no_tool_closes_every_fact_its_tool_measures() -> None:
     c = Consultation()
     turn = c.unknown("pageable_copy_frac", whole_group=True)

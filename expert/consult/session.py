@@ -28,7 +28,15 @@ from ..derive.formulas import check_consistency
 from ..errors import ObservationError, Problem
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, FactSpec
-from ..observations.normalise import Observation, Observations, accepted_hint, convert, format_value, is_unknown
+from ..observations.normalise import (
+    Observation,
+    Observations,
+    accepted_hint,
+    check_implications,
+    convert,
+    format_value,
+    is_unknown,
+)
 from ..report.model import Report
 from . import combined
 from .models import Effect, Question, RuleNeed, SessionFile, Status, Turn, WhyAsk, _Scalar
@@ -196,7 +204,9 @@ class Consultation:
                                    title="that answer is not valid") from exc
         sets = {name: v for name, v in values.items() if v is not None}
         answers, _ = self._replay()
-        check_consistency({**{k: v for k, v in answers.items() if k not in values}, **sets})
+        trial = {**{k: v for k, v in answers.items() if k not in values}, **sets}
+        check_consistency(trial)
+        check_implications(self._ix.kb, trial)
         pending = self._pending if self._pending is not None and self._pending.fact == question.id else None
         if raw is None:
             raw = ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, Mapping) else str(value)
@@ -273,6 +283,7 @@ class Consultation:
         answers, _ = self._replay()
         trial = {**answers, fact: canonical}
         check_consistency(trial)
+        check_implications(self._ix.kb, trial)
         question, asked, reason = self._reason_for(fact)
         if source is not None and not asked:
             reason = f"from {source}"
@@ -440,6 +451,7 @@ class Consultation:
             raise ObservationError(bad, title="the saved consultation does not fit the fact vocabulary")
         try:
             check_consistency(consultation._replay()[0])
+            check_implications(consultation._ix.kb, consultation._replay()[0])
         except ObservationError as exc:
             raise ObservationError([Problem(f"{where}: {p.where}", p.message, p.hint) for p in exc.problems],
                                    title="the saved consultation contradicts itself") from exc

@@ -388,20 +388,38 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
     return bare_model(Observations, {"facts": clean, "ranks": ranks}, {"facts", "ranks"})
 
 
+def _implications(kb: KnowledgeBase, applied: object) -> list[tuple[str, str, str]]:
+    """(fact, value, optimization) for every fact the applied optimizations settle (optimizations.yaml `implies`:
+    activation checkpointing means the step recomputes activations)."""
+    return [(name, value, opt_id) for opt_id in applied_optimizations(applied)
+            for name, value in kb.optimizations[opt_id].implies.items()]
+
+
+def _contradiction(name: str, given: object, value: str, opt_id: str) -> Problem:
+    return Problem(name, f"{given!r} contradicts applied_optimizations, which names {opt_id} ({name} {value!r})",
+                   f"correct one of the two: {name}, or {opt_id} in applied_optimizations")
+
+
+def check_implications(kb: KnowledgeBase, values: Mapping[str, object]) -> None:
+    """Raise ObservationError where a given value contradicts what the applied optimizations imply (a consultation's
+    answers are checked as they come, as `normalise` checks observations)."""
+    problems = [_contradiction(name, given, value, opt_id)
+                for name, value, opt_id in _implications(kb, values.get("applied_optimizations"))
+                if (given := values.get(name)) is not None and given != value]
+    if problems:
+        raise ObservationError(problems, title="the observations contradict each other")
+
+
 def _implied_by_applied(kb: KnowledgeBase, clean: dict[str, Observation], problems: list[Problem]) -> None:
-    """The facts the applied optimizations settle (optimizations.yaml `implies`: activation checkpointing means the
-    step recomputes activations), added where not given; a given value that says otherwise is a problem."""
+    """The facts the applied optimizations settle, added where not given; a given value that says otherwise is a
+    problem."""
     applied = clean["applied_optimizations"]
-    for opt_id in applied_optimizations(applied.value):
-        for name, value in kb.optimizations[opt_id].implies.items():
-            given = clean.get(name)
-            if given is None:
-                clean[name] = _observation(value, applied.source,
-                                           {"implied_by": f"applied_optimizations names {opt_id}"})
-            elif given.value != value:
-                problems.append(Problem(name, f"{given.value!r} contradicts applied_optimizations, which names "
-                                        f"{opt_id} ({name} {value!r})",
-                                        f"correct one of the two: {name}, or {opt_id} in applied_optimizations"))
+    for name, value, opt_id in _implications(kb, applied.value):
+        given = clean.get(name)
+        if given is None:
+            clean[name] = _observation(value, applied.source, {"implied_by": f"applied_optimizations names {opt_id}"})
+        elif given.value != value:
+            problems.append(_contradiction(name, given.value, value, opt_id))
 
 
 def format_value(spec: FactSpec | None, value: object) -> str:
