@@ -204,9 +204,7 @@ class Consultation:
                                    title="that answer is not valid") from exc
         sets = {name: v for name, v in values.items() if v is not None}
         answers, _ = self._replay()
-        trial = {**{k: v for k, v in answers.items() if k not in values}, **sets}
-        check_consistency(trial)
-        check_implications(self._ix.kb, trial)
+        self._check({**{k: v for k, v in answers.items() if k not in values}, **sets})
         pending = self._pending if self._pending is not None and self._pending.fact == question.id else None
         if raw is None:
             raw = ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, Mapping) else str(value)
@@ -262,6 +260,12 @@ class Consultation:
             return pending.text, True, pending.why
         return spec.question or spec.description, False, "volunteered by the user"
 
+    def _check(self, answers: Mapping[str, Value]) -> None:
+        """Raise ObservationError where these answers contradict each other: a cross-fact check
+        (`check_consistency`) or a value against what an applied optimization implies (`check_implications`)."""
+        check_consistency(answers)
+        check_implications(self._ix.kb, answers)
+
     def answer(self, fact: str, value: Any, *, raw: str | None = None, source: str | None = None) -> Turn:
         """Record an answer; "unknown"/"skip" mean unknown. Raises ObservationError (naming the accepted range).
         `source` says where a fact nobody asked for came from ("kineto:trace.json"); it becomes the turn's reason.
@@ -281,9 +285,7 @@ class Consultation:
             raise ObservationError([Problem(fact, str(exc), accepted_hint(spec, str(exc)))],
                                    title="that answer is not valid") from exc
         answers, _ = self._replay()
-        trial = {**answers, fact: canonical}
-        check_consistency(trial)
-        check_implications(self._ix.kb, trial)
+        self._check({**answers, fact: canonical})
         question, asked, reason = self._reason_for(fact)
         if source is not None and not asked:
             reason = f"from {source}"
@@ -450,8 +452,7 @@ class Consultation:
         if bad:
             raise ObservationError(bad, title="the saved consultation does not fit the fact vocabulary")
         try:
-            check_consistency(consultation._replay()[0])
-            check_implications(consultation._ix.kb, consultation._replay()[0])
+            consultation._check(consultation._replay()[0])
         except ObservationError as exc:
             raise ObservationError([Problem(f"{where}: {p.where}", p.message, p.hint) for p in exc.problems],
                                    title="the saved consultation contradicts itself") from exc
