@@ -622,3 +622,36 @@ def test_a_pipelined_jobs_gpus_are_not_taken_as_data_parallel_ranks() -> None:
     pipelined = _diagnose({**facts, "pipeline_parallel_size": 8}).derived
     assert "gradient_accumulation_steps" not in pipelined and "pipeline_bubble_frac" not in pipelined
     assert "pipeline_bubble_frac" not in _diagnose({**facts, "pipeline_parallel_size": 1}).derived
+
+
+# ---- padding and gradient synchronisation during accumulation -----------------------------------------------------
+
+def test_packing_is_bounded_by_the_positions_it_saves() -> None:
+    """A third of the positions padded: 1.5 positions per real token, and the compute term (80 % of the step) falls
+    at best to 80 % / 1.5, so the gain is 1 / (1 - 0.8 + 0.8 / 1.5) = 1.36x, never the Amdahl bound of the term."""
+    report = _diagnose({"workload": "training", "hardware": "h100-sxm", "dtype": "bf16", "padding_frac": 1 / 3,
+                        "gpu_util": 0.97, "sm_active": 0.9, "step_time_s": 0.5, "flops": 2e14})
+    assert report.derived["padded_token_ratio"].value == pytest.approx(1.5)
+    share = report.derived["share_compute"].value
+    packing = next(r for r in report.recommended if r.id == "sequence_packing")
+    assert packing.expected_gain is not None
+    assert packing.expected_gain.max_speedup == pytest.approx(1 / (1 - share + share / 1.5), abs=1e-3)
+    assert "padded_token_ratio = 1.5, from 1 / (1 − padding_frac)" in packing.expected_gain.assumptions
+
+
+def test_all_padding_derives_no_ratio() -> None:
+    assert "padded_token_ratio" not in _diagnose({"padding_frac": 1.0}).derived
+
+
+def test_syncing_every_micro_batch_is_bounded_by_the_micro_batches() -> None:
+    """Eight all-reduces where one would do: the exposed all-reduce share (30 %) falls at best to 30 % / 8."""
+    report = _diagnose({"workload": "training", "num_gpus": 16, "gradient_accumulation_steps": 8,
+                        "grad_sync_per_micro_batch": "yes", "comm_frac": 0.3, "step_time_s": 1.2})
+    assert report.derived["grad_sync_reduction"].value == 8
+    sync = next(r for r in report.recommended if r.id == "sync_once_per_step")
+    assert sync.expected_gain is not None
+    assert sync.expected_gain.max_speedup == pytest.approx(1 / (1 - 0.3 + 0.3 / 8), abs=1e-3)
+    once = _diagnose({"workload": "training", "num_gpus": 16, "gradient_accumulation_steps": 8,
+                      "grad_sync_per_micro_batch": "no", "comm_frac": 0.3, "step_time_s": 1.2})
+    assert "grad_sync_reduction" not in once.derived
+    assert "sync_once_per_step" not in {r.id for r in once.recommended}

@@ -76,6 +76,8 @@ NO_PIPELINE = Gate("no pipeline parallelism given (a pipelined job's GPUs are no
                    either([fact_test("pipeline_parallel_size", known=False),
                            fact_test("pipeline_parallel_size", le=1)]))
 PIPELINED = Gate("pipeline parallelism (one stage has no bubble)", fact_test("pipeline_parallel_size", ge=2))
+SYNCS_EVERY_MICRO_BATCH = Gate("the job all-reduces after every micro-batch (grad_sync_per_micro_batch yes)",
+                               fact_test("grad_sync_per_micro_batch", eq="yes"))
 PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
 SERVING_MEMORY = Gate(f"{SERVING.description}, on hardware whose memory capacity the catalog gives",
                       lambda kb: all_of([SERVING.on_static(), _published_memory(kb)]))
@@ -91,6 +93,8 @@ _ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation by
 _BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
 _BUBBLE = ("Huang et al. 2019 (GPipe), arXiv:1811.06965: the bubble is (p − 1)/(m + p − 1) of the step; Narayanan et "
            "al. 2021, arXiv:2104.04473, §2.2: the same bubble under the 1F1B schedule, (p − 1)/m of the ideal time")
+_NO_SYNC = ("PyTorch DistributedDataParallel.no_sync() (gradients accumulate locally, one all-reduce in the last "
+            "micro-batch's backward); Hugging Face Accelerate, gradient accumulation guide")
 _DECODE_STEP = ("decode emits one token per sequence per forward step, so the time per output token is the decode "
                 "step time (Pope et al. 2022, arXiv:2211.05102, §2; vLLM serving metrics: TPOT / inter-token latency)")
 _SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
@@ -334,6 +338,9 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                lambda f, kb: Result(pipeline_bubble(int(num(f, "pipeline_parallel_size")),
                                                     num(f, "gradient_accumulation_steps"))),
                gate=PIPELINED),
+    Derivation("grad_sync_reduction", ("gradient_accumulation_steps", "grad_sync_per_micro_batch"),
+               "gradient_accumulation_steps (one all-reduce per optimizer step instead of one per micro-batch)",
+               _NO_SYNC, lambda f, kb: Result(num(f, "gradient_accumulation_steps")), gate=SYNCS_EVERY_MICRO_BATCH),
     Derivation("model_state_to_hbm", ("model_state_bytes", "hardware"), "model_state_bytes / HBM per GPU", _ZERO,
                _to_hbm("model_state_bytes"), gate=PUBLISHED_MEMORY),
     Derivation("training_memory_to_hbm", ("model_state_bytes", "activation_bytes", "hardware"),
