@@ -14,7 +14,8 @@ inputs (--format auto tells them apart):
   kineto           PyTorch profiler trace, .json or .json.gz (prof.export_chrome_trace / tensorboard_trace_handler)
   nsys             Nsight Systems export: nsys export --type sqlite report.nsys-rep (a .nsys-rep needs nsys on PATH)
   nvidia-smi       nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu,memory.used,memory.total,
-                   clocks_throttle_reasons.active --format=csv -l 1
+                   clocks_throttle_reasons.active,pcie.link.gen.current,pcie.link.gen.max,
+                   pcie.link.width.current,pcie.link.width.max --format=csv -l 1
   nvidia-smi-dmon  nvidia-smi dmon -s u
   dcgmi            dcgmi dmon -e 203,1002,1004,1005
   prometheus       dcgm-exporter text (curl -s localhost:9400/metrics)

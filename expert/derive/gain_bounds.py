@@ -14,6 +14,8 @@
 - `tensor_core_peak_ratio`: the tensor-core peak of today's dtype (tf32 for an fp32 job) over the CUDA-core fp32 peak.
 - `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
   cores (rules/precision.yaml).
+- `pcie_link_speedup`: 1 / pcie_link_frac, how much faster host-device copies run on a link trained to what the
+  GPU and slot support.
 - `padded_token_ratio`: token positions computed per real token, 1 / (1 - padding_frac): the most packing can speed
   up the work that grows with the tokens.
 """
@@ -168,6 +170,7 @@ FASTER_MEMORY_KNOWN = Gate("the catalog lists a successor of this part with fast
                            "known)", _faster_memory)
 TENSOR_CORE_KNOWN = Gate("the catalog gives this part's fp32 CUDA-core peak and its tensor-core peak in this dtype",
                          lambda kb: _by_dtype(kb, _tensor_known))
+SOME_LINK = Gate("the link carries some bandwidth (pcie_link_frac above 0)", fact_test("pcie_link_frac", gt=0))
 SOME_REAL_TOKENS = Gate("some positions hold real tokens (padding_frac below 1)", fact_test("padding_frac", lt=1))
 _PACKING = ("Krell et al. 2021, Efficient Sequence Packing without Cross-contamination, arXiv:2107.02027 (packing "
             "removed the padding, about 50 % of BERT's pre-training positions, for a 2x speed-up); Hugging Face, "
@@ -195,6 +198,10 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("achieved_to_fp32_peak", ("mfu", "peak_tflops", "hardware"),
                "mfu · peak_tflops / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}", _mfu_over_cuda_cores,
                gate=FP32_PUBLISHED),
+    Derivation("pcie_link_speedup", ("pcie_link_frac",), "1 / pcie_link_frac",
+               "PCI-SIG lane rates (Gen3 8, Gen4 16, Gen5 32 GT/s per lane; bandwidth scales with the lanes): a copy "
+               "over a link trained below its capability takes 1 / pcie_link_frac times as long",
+               lambda f, kb: Result(1.0 / num(f, "pcie_link_frac")), gate=SOME_LINK),
     Derivation("padded_token_ratio", ("padding_frac",), "1 / (1 − padding_frac)", _PACKING,
                lambda f, kb: Result(1.0 / (1.0 - num(f, "padding_frac"))), gate=SOME_REAL_TOKENS),
 )

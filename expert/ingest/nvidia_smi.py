@@ -5,6 +5,9 @@ gpu_util, averaged over the kept samples and devices. `name` maps to the hardwar
 memory.total becomes hbm_used_frac: its peak over the kept samples and devices, the high-water mark (`peak_memory`).
 The clock event (throttle) reasons become clock_slowdown_frac: the share of busy samples (utilization.gpu above 0, or
 every sample without that column) in which a thermal or hardware slowdown held the clocks down (`SLOWDOWN_REASONS`).
+pcie.link.gen/width .current against .max become pcie_link_frac (`_link_share`): per device the best share of its
+capable link bandwidth seen in a busy sample (an idle GPU lowers its link generation to save power, and a busy one
+may too between bursts), and the lowest of those over the devices.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ._result import FileResult, Scalar
 from ._samples import Selector, Stat, add_fact
 from ._source import Progress, Source, ascii_float, ascii_index, is_header_cell
 
-FACTS = ("gpu_util", "hbm_used_frac", "hardware", "clock_slowdown_frac")
+FACTS = ("gpu_util", "hbm_used_frac", "hardware", "clock_slowdown_frac", "pcie_link_frac")
 MISSING = frozenset({"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]",
                      "[gpu is lost]", "[requested functionality has been deprecated]", "-", ""})
 _NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%|[KMGT]i?B|W|[KMG]?Hz|C|s)?$")
@@ -35,8 +38,14 @@ SLOWDOWN_MASK = sum(SLOWDOWN_REASONS.values())
 IDLE_REASON = 0x1  # NVML's GPU-idle reason: nothing runs, so the sample says nothing of the job
 _SLOWDOWN_COLUMNS = {f"{prefix}.{reason}": reason for prefix in _REASON_PREFIXES for reason in SLOWDOWN_REASONS}
 _ACTIVE_COLUMNS = {f"{prefix}.active" for prefix in _REASON_PREFIXES}
+LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+"""GB/s per lane and direction of each PCIe generation after line coding (PCI-SIG: 2.5 and 5 GT/s with 8b/10b, 8, 16 and
+32 GT/s with 128b/130b, 64 GT/s PAM4 with 242/256 FLIT): what pcie_link_frac compares."""
+_LINK_GEN = {"pcie.link.gen.current": "current", "pcie.link.gen.gpucurrent": "current",
+             "pcie.link.gen.max": "max", "pcie.link.gen.gpumax": "gpumax", "pcie.link.gen.hostmax": "hostmax"}
+_LINK_WIDTH = ("pcie.link.width.current", "pcie.link.width.max")
 _KNOWN = {"utilization.gpu", "name", "index", "timestamp", "memory.used", "memory.total", *_SLOWDOWN_COLUMNS,
-          *_ACTIVE_COLUMNS}
+          *_ACTIVE_COLUMNS, *_LINK_GEN, *_LINK_WIDTH}
 _MEMORY = ("memory.used", "memory.total")
 PEAK_MEMORY = ("the peak (the high-water mark of any device), not the mean: rules/memory_capacity.yaml and "
                "rules/host.yaml read hbm_used_frac as how close the job comes to running out of device memory")
@@ -110,6 +119,54 @@ def _slowdown(src: Source, line: int, row: dict[str, str]) -> bool | None:
     return False if said else None
 
 
+def _link_share(src: Source, line: int, row: dict[str, str]) -> float | None:
+    """The share of its capable bandwidth the link runs at in this sample: the lane rate of the current generation
+    times the current width over the same at the maximum (`LANE_GBS`); a generation or a width pair alone gives its
+    own ratio. pcie.link.gen.max is the most the GPU and the system allow; without it, the lower of gpumax and
+    hostmax. None when the row gives no complete pair."""
+    gens: dict[str, float] = {}
+    for column, role in _LINK_GEN.items():
+        if column in row and (value := _number(src, line, column, row[column])) is not None:
+            if value not in LANE_GBS:
+                raise src.problem(f"column {column}: {value:g} is not a PCIe generation", line=line,
+                                  hint="nvidia-smi prints 1 to 6")
+            gens.setdefault(role, value)
+    capable = gens.get("max") or min((gens[k] for k in ("gpumax", "hostmax") if k in gens), default=None)
+    share: float | None = None
+    if "current" in gens and capable is not None:
+        share = LANE_GBS[int(gens["current"])] / LANE_GBS[int(capable)]
+    widths = [_number(src, line, c, row[c]) if c in row else None for c in _LINK_WIDTH]
+    current, widest = widths
+    if current is not None and widest is not None:
+        if not 0 < current <= 64 or not 0 < widest <= 64:
+            raise src.problem(f"columns {', '.join(_LINK_WIDTH)}: x{current:g} of x{widest:g} is not a PCIe link "
+                              "width", line=line, hint="nvidia-smi prints lane counts such as 16 and 16")
+        share = (1.0 if share is None else share) * current / widest
+    return None if share is None else min(1.0, share)
+
+
+def _finish_link(result: FileResult, links: dict[str, float], busy_seen: bool, selector: Selector,
+                 header: list[str]) -> None:
+    if links:
+        worst = min(links, key=lambda device: links[device])
+        result.add("pcie_link_frac", links[worst], metric="pcie.link.gen / pcie.link.width, current over max",
+                   method="per device the best share of the capable link bandwidth in a busy sample (utilization.gpu "
+                   f"above 0: an idle GPU lowers its link generation to save power); the lowest, {worst}'s",
+                   window=selector.describe(), device=worst, devices=",".join(sorted(links)), file=result.path)
+    elif not ({"pcie.link.gen.current", "pcie.link.gen.gpucurrent", "pcie.link.width.current"} & set(header)):
+        result.missing("pcie_link_frac", "the query has no PCIe link columns (add pcie.link.gen.current,"
+                       "pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max to --query-gpu)")
+    elif "utilization.gpu" not in header:
+        result.missing("pcie_link_frac", "the query has no utilization.gpu column, so no sample is known to be busy "
+                       "(an idle GPU lowers its link generation to save power)")
+    elif busy_seen:
+        result.missing("pcie_link_frac", "no busy sample gives both the current and the maximum of the link's "
+                       "generation or width")
+    else:
+        result.missing("pcie_link_frac", "no busy sample (utilization.gpu above 0) in the selection: an idle GPU "
+                       "lowers its link generation to save power, so an idle reading says nothing")
+
+
 def _finish_slowdown(result: FileResult, slowdown: Stat, selector: Selector, header: list[str]) -> None:
     if slowdown.count:
         result.add("clock_slowdown_frac", slowdown.mean, metric="clock event reasons (" + ", ".join(
@@ -153,6 +210,8 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
     memory = Stat()  # memory.used / memory.total per sample and device
     slowdown = Stat()  # 1 per busy sample with a thermal or hardware slowdown active, 0 per one without
     names: dict[str, int] = {}
+    links: dict[str, float] = {}  # device -> the best share of its capable link bandwidth in a busy sample
+    busy_seen = False
     rows = 0
     ignored: set[str] = set()
     for number, text in src.lines(progress):
@@ -191,13 +250,20 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
         if not selector.keep(f"GPU {gpu if gpu is not None else 0}", gpu if gpu is not None else 0, t):
             continue
         busy = True
+        measured_busy = False  # utilization.gpu says a kernel ran in this sample
         if "utilization.gpu" in row:
             value = _number(src, number, "utilization.gpu", row["utilization.gpu"])
             if value is not None:
                 if not 0.0 <= value <= 100.0:
                     raise src.problem(f"column utilization.gpu: {value:g} is not a percentage", line=number)
                 util.add(value)
-                busy = value > 0
+                busy = measured_busy = value > 0
+        link = _link_share(src, number, row)
+        if measured_busy:
+            busy_seen = True
+            if link is not None:
+                device = f"GPU {gpu if gpu is not None else 0}"
+                links[device] = max(link, links.get(device, 0.0))
         slowed = _slowdown(src, number, row)
         if slowed is not None and busy:
             slowdown.add(1.0 if slowed else 0.0)
@@ -222,6 +288,7 @@ def parse_csv(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, flo
     _finish_util(result, kb, util, selector, "utilization.gpu", names, "name" in header,
                  "the query has no name column (add name to --query-gpu)")
     _finish_slowdown(result, slowdown, selector, header)
+    _finish_link(result, links, busy_seen, selector, header)
     if memory.count:
         peak_memory(result, memory, selector, metric="memory.used / memory.total")
     elif all(c in header for c in _MEMORY):
