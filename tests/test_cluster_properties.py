@@ -28,7 +28,7 @@ CLUSTER_FACTS = ("num_gpus", "num_nodes", "single_gpu_throughput", "cluster_thro
                  "interconnect", "interconnect_bandwidth", "gradient_bytes", "sync_wait_s", "checkpoint_write_s",
                  "checkpoint_interval_s", "mtbf_h", "failures_per_day", "node_mtbf_h", "restart_time_s",
                  "bus_bandwidth", "world_size", "slowest_rank", "compute_skew", "step_time_skew", "nccl_bus_bandwidth",
-                 "pipeline_parallel_size")
+                 "pipeline_parallel_size", "tensor_parallel_size", "grad_sync_per_micro_batch")
 NODE_FACTS = ("hardware", "dtype", "gpu_util", "sm_active", "mem_bw_util", "mfu", "host_cpu_util", "data_wait_s")
 # Seed Table 6 / C³: what a cluster verdict must never recommend ("faster GPUs" are wasted).
 NEVER = {"communication": {"more_peak_flops", "more_memory_bandwidth"},

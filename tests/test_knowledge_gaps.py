@@ -655,3 +655,14 @@ def test_syncing_every_micro_batch_is_bounded_by_the_micro_batches() -> None:
                       "grad_sync_per_micro_batch": "no", "comm_frac": 0.3, "step_time_s": 1.2})
     assert "grad_sync_reduction" not in once.derived
     assert "sync_once_per_step" not in {r.id for r in once.recommended}
+
+
+@pytest.mark.parametrize(("facts", "span", "fires"), [
+    ({"num_gpus": 64, "num_nodes": 8, "tensor_parallel_size": 16}, 2.0, True),
+    ({"num_gpus": 64, "num_nodes": 8, "tensor_parallel_size": 8}, 1.0, False),
+    ({"num_gpus": 64, "num_nodes": 8, "tensor_parallel_size": 16, "interconnect": "nvlink"}, 2.0, False),
+], ids=["sixteen-over-nodes-of-eight", "one-node", "an-nvlink-domain-across-nodes"])
+def test_a_tensor_parallel_group_spanning_nodes(facts: dict[str, Any], span: float, fires: bool) -> None:
+    report = _diagnose({"workload": "training", **facts})
+    assert report.derived["tensor_parallel_span"].value == span
+    assert ("tensor_parallel_across_nodes" in {f.id for f in report.findings}) is fires

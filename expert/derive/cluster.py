@@ -210,3 +210,17 @@ CLUSTER: tuple[Derivation, ...] = (
                lambda f, kb: Result(max(0.0, num(f, "coordination_overhead")
                                         - num(f, "optimal_coordination_overhead")))),
 )
+
+
+_TENSOR_SPAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using "
+                "Megatron-LM, arXiv:2104.04473, §3.3 (takeaway #1: tensor model parallelism up to the GPUs of one "
+                "server, pipeline parallelism across servers)")
+
+# after gpus_per_node, which margins.CONSISTENCY_MARGINS derives from num_gpus and num_nodes
+TOPOLOGY: tuple[Derivation, ...] = (
+    Derivation("tensor_parallel_span", ("tensor_parallel_size", "gpus_per_node"),
+               "tensor_parallel_size / gpus_per_node", _TENSOR_SPAN,
+               lambda f, kb: Result(num(f, "tensor_parallel_size") / num(f, "gpus_per_node")),
+               gate=Gate("every node holds a GPU (gpus_per_node at least 1)", fact_test("gpus_per_node", ge=1))),
+)
+

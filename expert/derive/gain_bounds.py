@@ -170,7 +170,8 @@ FASTER_MEMORY_KNOWN = Gate("the catalog lists a successor of this part with fast
                            "known)", _faster_memory)
 TENSOR_CORE_KNOWN = Gate("the catalog gives this part's fp32 CUDA-core peak and its tensor-core peak in this dtype",
                          lambda kb: _by_dtype(kb, _tensor_known))
-SOME_LINK = Gate("the link carries some bandwidth (pcie_link_frac above 0)", fact_test("pcie_link_frac", gt=0))
+SOME_LINK = Gate("the link carries a measurable share of its bandwidth (pcie_link_frac at least 0.1 %: Gen1 x1 of a "
+                 "Gen5 x16 link is 0.4 %)", fact_test("pcie_link_frac", ge=0.001))
 SOME_REAL_TOKENS = Gate("some positions hold real tokens (padding_frac below 1)", fact_test("padding_frac", lt=1))
 _PACKING = ("Krell et al. 2021, Efficient Sequence Packing without Cross-contamination, arXiv:2107.02027 (packing "
             "removed the padding, about 50 % of BERT's pre-training positions, for a 2x speed-up); Hugging Face, "

@@ -16,7 +16,7 @@ after those whose outputs it reads, and of several ways to one output the first 
 
 from __future__ import annotations
 
-from .cluster import CATALOG_LINK, CLUSTER, OWN_LINK, SEVERAL_GPUS, SOME_COMM_TIME, SOME_FAILURES
+from .cluster import CATALOG_LINK, CLUSTER, OWN_LINK, SEVERAL_GPUS, SOME_COMM_TIME, SOME_FAILURES, TOPOLOGY
 from .derivation import LLM_DECODE, Derivation, Gate, Result
 from .gain_bounds import GAIN_BOUNDS
 from .llm import (
@@ -54,6 +54,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     *CLUSTER,
     *LLM_SERVING_HOST_MEMORY,
     *CONSISTENCY_MARGINS,
+    *TOPOLOGY,  # reads gpus_per_node, which the margins derive
 )
 
 __all__ = ["CATALOG_LINK", "DERIVATIONS", "FP8_PEAK", "LLM_DECODE", "OPTIMIZER_OFFLOADED", "OPTIMIZER_ON_GPU",
