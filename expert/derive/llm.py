@@ -299,6 +299,10 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "ttft_ms") / num(f, "ttft_target_ms"))),
     Derivation("tpot_over_target", ("tpot_ms", "tpot_target_ms"), "tpot_ms / tpot_target_ms", _SLO,
                lambda f, kb: Result(num(f, "tpot_ms") / num(f, "tpot_target_ms"))),
+    Derivation("itl_tail_ratio", ("itl_p99_ms", "itl_median_ms"), "itl_p99_ms / itl_median_ms",
+               "Agrawal et al. 2024, Sarathi-Serve, OSDI '24, arXiv:2403.02310 (generation stalls show as inter-token "
+               "latency spikes far above the median)",
+               lambda f, kb: Result(num(f, "itl_p99_ms") / num(f, "itl_median_ms"))),
     Derivation("optimizer_step_frac", ("optimizer_step_s", "fwd_bwd_s"),
                "optimizer_step_s / (optimizer_step_s + fwd_bwd_s)",
                "ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840 (the CPU optimizer step must not dominate the step)",
