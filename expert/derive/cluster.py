@@ -223,4 +223,3 @@ TOPOLOGY: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "tensor_parallel_size") / num(f, "gpus_per_node")),
                gate=Gate("every node holds a GPU (gpus_per_node at least 1)", fact_test("gpus_per_node", ge=1))),
 )
-
