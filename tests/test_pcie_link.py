@@ -32,29 +32,26 @@ index, utilization.gpu, pcie.link.gen.gpucurrent, pcie.link.gen.gpumax, pcie.lin
 """
 
 
-def _write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
 def test_the_link_share_is_read_from_busy_samples_and_the_worst_gpu(tmp_path: Path) -> None:
-    result = ingest_result(_write(tmp_path, "links.csv", LINKS))
+    (tmp_path / "links.csv").write_text(LINKS)
+    result = ingest_result(tmp_path / "links.csv")
     assert result.observations.values()["pcie_link_frac"] == pytest.approx(0.5)
     detail = result.observations.facts["pcie_link_frac"].detail
     assert "GPU 1" in str(detail["method"]) and "busy" in str(detail["method"])
-    gpu0 = ingest_result(_write(tmp_path, "gpu0.csv", LINKS), gpus=[0]).observations.values()
+    gpu0 = ingest_result(tmp_path / "links.csv", gpus=[0]).observations.values()
     assert gpu0["pcie_link_frac"] == pytest.approx(1.0)  # the idle Gen1 reading is power saving, not a fault
 
 
 def test_a_gen5_gpu_in_a_gen4_slot_runs_at_what_the_slot_allows(tmp_path: Path) -> None:
-    values = ingest_result(_write(tmp_path, "host.csv", HOST_LIMITED)).observations.values()
+    (tmp_path / "host.csv").write_text(HOST_LIMITED)
+    values = ingest_result(tmp_path / "host.csv").observations.values()
     assert values["pcie_link_frac"] == pytest.approx(1.0)
 
 
 def test_a_generation_below_the_capable_one_under_load(tmp_path: Path) -> None:
     text = "index, utilization.gpu, pcie.link.gen.current, pcie.link.gen.max\n0, 99, 3, 5\n"
-    values = ingest_result(_write(tmp_path, "gen.csv", text)).observations.values()
+    (tmp_path / "gen.csv").write_text(text)
+    values = ingest_result(tmp_path / "gen.csv").observations.values()
     assert values["pcie_link_frac"] == pytest.approx(0.985 / 3.938)  # Gen3 of Gen5: a quarter
 
 
@@ -67,14 +64,16 @@ def test_a_generation_below_the_capable_one_under_load(tmp_path: Path) -> None:
      "no busy sample gives both"),
 ], ids=["no-link-columns", "no-utilization", "idle-only", "no-complete-pair"])
 def test_why_no_link_share_is_given(tmp_path: Path, text: str, why: str) -> None:
-    result = ingest_result(_write(tmp_path, "smi.csv", text))
+    (tmp_path / "smi.csv").write_text(text)
+    result = ingest_result(tmp_path / "smi.csv")
     assert "pcie_link_frac" not in result.observations.values()
     assert why in result.not_derived["pcie_link_frac"]
 
 
 @pytest.mark.parametrize("row", ["0, 90, 7, 4", "0, 90, 4, x"], ids=["no-such-generation", "not-a-number"])
 def test_a_bad_link_cell_exits_2_naming_the_line(tmp_path: Path, row: str, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _write(tmp_path, "bad.csv", f"index, utilization.gpu, pcie.link.gen.current, pcie.link.gen.max\n{row}\n")
+    path = tmp_path / "bad.csv"
+    path.write_text(f"index, utilization.gpu, pcie.link.gen.current, pcie.link.gen.max\n{row}\n")
     assert cli.main(["ingest", str(path)]) == 2
     err = capsys.readouterr().err
     assert "bad.csv:2:" in err and "pcie.link.gen" in err and "Traceback" not in err
