@@ -44,6 +44,7 @@ LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 _LINK_GEN = {"pcie.link.gen.current": "current", "pcie.link.gen.gpucurrent": "current",
              "pcie.link.gen.max": "max", "pcie.link.gen.gpumax": "gpumax", "pcie.link.gen.hostmax": "hostmax"}
 _LINK_WIDTH = ("pcie.link.width.current", "pcie.link.width.max")
+_LINK_CURRENT = {column for column, role in _LINK_GEN.items() if role == "current"} | {_LINK_WIDTH[0]}
 _KNOWN = {"utilization.gpu", "name", "index", "timestamp", "memory.used", "memory.total", *_SLOWDOWN_COLUMNS,
           *_ACTIVE_COLUMNS, *_LINK_GEN, *_LINK_WIDTH}
 _MEMORY = ("memory.used", "memory.total")
@@ -135,8 +136,7 @@ def _link_share(src: Source, line: int, row: dict[str, str]) -> float | None:
     share: float | None = None
     if "current" in gens and capable is not None:
         share = LANE_GBS[int(gens["current"])] / LANE_GBS[int(capable)]
-    widths = [_number(src, line, c, row[c]) if c in row else None for c in _LINK_WIDTH]
-    current, widest = widths
+    current, widest = (_number(src, line, c, row[c]) if c in row else None for c in _LINK_WIDTH)
     if current is not None and widest is not None:
         if not 0 < current <= 64 or not 0 < widest <= 64:
             raise src.problem(f"columns {', '.join(_LINK_WIDTH)}: x{current:g} of x{widest:g} is not a PCIe link "
@@ -153,7 +153,7 @@ def _finish_link(result: FileResult, links: dict[str, float], busy_seen: bool, s
                    method="per device the best share of the capable link bandwidth in a busy sample (utilization.gpu "
                    f"above 0: an idle GPU lowers its link generation to save power); the lowest, {worst}'s",
                    window=selector.describe(), device=worst, devices=",".join(sorted(links)), file=result.path)
-    elif not ({"pcie.link.gen.current", "pcie.link.gen.gpucurrent", "pcie.link.width.current"} & set(header)):
+    elif not _LINK_CURRENT & set(header):
         result.missing("pcie_link_frac", "the query has no PCIe link columns (add pcie.link.gen.current,"
                        "pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max to --query-gpu)")
     elif "utilization.gpu" not in header:
