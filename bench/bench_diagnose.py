@@ -549,7 +549,7 @@ def _turn_shares(exp: expert.Expert, cases: dict[str, dict[str, Any]]) -> None:
         t1 = time.process_time()
         make_plan(state)
         t2 = time.process_time()
-        counts.append(len(ix.what_ifs))
+        counts.append(sum(map(len, ix.what_ifs.values())))
         ix.witnesses.clear()
         again = State(ix, answers, unknowns)
         t3 = time.process_time()

@@ -38,7 +38,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ..derive.formulas import DerivedValue
 from ..derive.graph import GRAPH, derive
@@ -50,7 +50,7 @@ from ..rules.logic import OUTCOMES, Constraints, Outcome, possible
 from ..rules.model import Condition, FactTest, FindingRef
 from ..rules.ruleset import LoadedRule
 from .outcomes import ALL, BIT, FALSE, TRUE, TWO, Possible, compile_possible, state_outcomes
-from .rule_index import Index, WhatIfKey, decision_on, decisive
+from .rule_index import Index, decision_on, decisive
 from .witness import MAX_WITNESSES, Witness, domain
 
 Value = int | float | str
@@ -164,7 +164,7 @@ class State:
                     continue
                 combos = [frozenset[str]()]
                 for inp in d.inputs:
-                    combos = [c | r for c in combos for r in self.routes(inp)][:_MAX_ROUTES]
+                    combos = _first_unions(combos, self.routes(inp))
                 out.extend(combos)
             out = _minimal(out)
         self._routes[name] = out
@@ -242,6 +242,11 @@ class State:
         return list(out)
 
 
+def _first_unions(firsts: list[frozenset[str]], seconds: list[frozenset[str]]) -> list[frozenset[str]]:
+    """The first _MAX_ROUTES unions of one set of each list, in order (the rest are never made)."""
+    return list(itertools.islice((a | b for a in firsts for b in seconds), _MAX_ROUTES))
+
+
 def _minimal(sets: list[frozenset[str]]) -> list[frozenset[str]]:
     out: list[frozenset[str]] = []
     for s in sorted(set(sets), key=lambda s: (len(s), sorted(s))):
@@ -250,8 +255,9 @@ def _minimal(sets: list[frozenset[str]]) -> list[frozenset[str]]:
     return out[:_MAX_ROUTES]
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(NamedTuple):  # a tuple: made ~100 times a state, cheaper than a frozen dataclass
+    """One what-if the planner ran: what it set (`overrides`), its answer and the rules it probes."""
+
     kind: Literal["leaf", "rule", "regime"]
     condition: str
     overrides: tuple[tuple[str, Value | None], ...]
@@ -340,24 +346,19 @@ _WHAT_IFS_KEPT = 8192  # decisions kept per Expert (a few KiB each); a session a
 
 
 def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
-    """The decision if the answers were these, with `overrides` set (None: left unknown). Decisions are shared
-    (Index.what_ifs): callers must not change them."""
-    dropped = [name for name, value in overrides.items() if value is None]
-    observed: dict[str, Value] | None = None
-    memo = state.ix.what_ifs
-    if state.answers.keys().isdisjoint(overrides):  # the usual probe: open facts only; the answers' part is hashed once
-        items = state.items | frozenset((name, type(value), value) for name, value in overrides.items()
-                                        if value is not None)
-    else:
-        observed = _with(state.answers, overrides)
-        items = frozenset((name, type(value), value) for name, value in observed.items())  # 1 != 1.0
-    key: WhatIfKey = (items, frozenset(dropped)) if dropped else items  # no tuple, no empty set kept per what-if
+    """The decision if the answers were these, with `overrides` set (None: left unknown). Memoised per set of
+    answers (`Index.what_ifs`: the state's answers, then the overrides; a state's answers are hashed once, so a
+    memo hit builds only the overrides' small key). Decisions are shared: callers must not change them."""
+    ix = state.ix
+    memo = ix.what_ifs.get(state.items)
+    if memo is None:
+        memo = ix.what_ifs.setdefault(state.items, {})
+    key = frozenset([(name, type(value), value) for name, value in overrides.items()])  # 1 != 1.0; None: unknown
     found = memo.get(key)
     if found is not None:
         return found
-    if observed is None:
-        observed = _with(state.answers, overrides)
-    ix = state.ix
+    dropped = [name for name, value in overrides.items() if value is None]
+    observed = _with(state.answers, overrides)
     facts, reached = GRAPH.revalue(state.facts, observed, frozenset(overrides), ix.kb)
     for name in dropped:
         facts.pop(name, None)
@@ -367,9 +368,11 @@ def what_if(state: State, overrides: Mapping[str, Value | None]) -> Decision:
     rerun = ix.delta.run(state.facts, state.now, facts, reached, settled)
     decision = state.now if rerun is None or _same_decision(state, rerun[0], reached) else ix.decide(
         rerun[0], rerun[1], facts)
-    if len(memo) >= _WHAT_IFS_KEPT:
-        memo.clear()
+    if ix.what_ifs_kept >= _WHAT_IFS_KEPT:
+        ix.what_ifs.clear()
+        ix.what_ifs_kept = 0
     memo[key] = decision
+    ix.what_ifs_kept += 1
     return decision
 
 
@@ -590,7 +593,7 @@ def _credit(plan: Plan) -> None:
             ordered = sorted(leaves)
             routes = [frozenset[str]()]
             for leaf in ordered:
-                routes = [a | b for a in routes for b in state.routes(leaf)][:_MAX_ROUTES]
+                routes = _first_unions(routes, state.routes(leaf))
             credits = settles[leaves] = [
                 (fact, c, next((leaf for leaf in ordered if any(fact in r for r in state.routes(leaf))), fact))
                 for fact, c in _route_credit(routes).items()]

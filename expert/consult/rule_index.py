@@ -20,7 +20,7 @@ from ..rules.ruleset import LoadedRule
 
 Value = int | float | str
 # A what-if's memo key: the observed (name, type, value) items, with the facts it leaves unknown where there are any
-WhatIfKey = frozenset[tuple[str, type, Value]] | tuple[frozenset[tuple[str, type, Value]], frozenset[str]]
+WhatIfKey = frozenset[tuple[str, type, Value | None]]  # the overrides of a what-if (`planner.what_if`)
 
 
 # ---- static index of the rules (one per Expert) --------------------------------------------------------------------
@@ -35,9 +35,11 @@ class Index:
         self.rules: list[LoadedRule] = sorted(expert.ruleset.rules.values(), key=lambda lr: (lr.stratum, lr.id))
         self.rule_ids = frozenset(lr.id for lr in self.rules)
         self.engine = PureEngine(expert.ruleset)
-        # what-if decisions by the observed facts they were asked on, shared by every turn of every session on this
-        # Expert (a turn's what-ifs mostly repeat the previous turn's); bounded, emptied when full
-        self.what_ifs: dict[WhatIfKey, Decision] = {}
+        # what-if decisions by the answers and then the overrides they were asked on, shared by every turn of every
+        # session on this Expert (a turn's what-ifs mostly repeat the previous turn's); bounded (`what_ifs_kept`
+        # decisions in all), emptied when full
+        self.what_ifs: dict[frozenset[tuple[str, type, Value]], dict[WhatIfKey, Decision]] = {}
+        self.what_ifs_kept = 0
         self.regions: dict[str, list[tuple[str, Value]]] = {}  # fact -> its regions (`fact_regions`)
         self.gates: dict[int, tuple[Any, Any, Any]] = {}  # id(gate) -> (gate, compiled, compiled possibility)
         self.local = threading.local()  # per-thread session states (`analysis`)
