@@ -603,11 +603,12 @@ def test_context_questions_without_value_are_not_asked() -> None:
     # (and the model size not known: with it, the GPU's memory could tell whether the model states fit, issue 13)
     # (nor the FLOPs and bytes per step: with them, the part's peaks would check the MFU and DRAM readings, and a
     # disagreement withholds a verdict resting on the disputed reading)
+    # (nor the vocabulary: with it, the precision tells whether the output layer's rows are a multiple of 16 bytes)
     facts = {k: v for k, v in EXAMPLES["well_scaled_cluster"].items()
              if k not in ("hardware", "dtype", "batch_size", "phase", "workload")}
     facts["applied_optimizations"] = "lower_precision, tensor_cores"
     c = Consultation(known=facts)
-    for name in ("model_params", "flops", "bytes_moved", "achieved_tflops", "achieved_bandwidth"):
+    for name in ("model_params", "flops", "bytes_moved", "achieved_tflops", "achieved_bandwidth", "vocab_size"):
         c.unknown(name)
     _, plan = c._analysis()
     assert not plan.scores.get("hardware") and not plan.scores.get("dtype")

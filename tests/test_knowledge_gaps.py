@@ -666,3 +666,28 @@ def test_a_tensor_parallel_group_spanning_nodes(facts: dict[str, Any], span: flo
     report = _diagnose({"workload": "training", **facts})
     assert report.derived["tensor_parallel_span"].value == span
     assert ("tensor_parallel_across_nodes" in {f.id for f in report.findings}) is fires
+
+
+@pytest.mark.parametrize(("vocab", "dtype", "alignment"), [
+    (50257, "bf16", 2),  # GPT-2: odd, 100514 bytes a column
+    (50304, "bf16", 128),  # nanoGPT's padding: 50304 = 393 * 128, capped at 128 bytes
+    (30522, "fp16", 4),  # BERT: 2 * 15261 rows, 4 bytes
+    (30528, "fp16", 128),  # NVIDIA's BERT pads to a multiple of 8 rows: 30528 = 477 * 64 rows, 128 bytes
+    (32001, "fp8", 1),  # Llama's 32000 plus one pad token, in one byte each
+    (32000, "tf32", 128),  # tf32 values are stored in 4 bytes
+], ids=["gpt2", "nanogpt", "bert", "bert-padded", "llama-plus-pad-token", "tf32"])
+def test_vocab_alignment_in_bytes(vocab: int, dtype: str, alignment: int) -> None:
+    assert _diagnose({"vocab_size": vocab, "dtype": dtype}).derived["vocab_alignment_bytes"].value == alignment
+
+
+def test_an_odd_vocabulary_in_a_compute_bound_step_is_padded_first() -> None:
+    """nanoGPT (GPT-2 124M, vocab 50257) near the compute roof: padding the vocabulary is the cheapest lever, bounded
+    like any kernel gain by the compute term at peak; the padded vocabulary is silent."""
+    facts = {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "bf16", "mfu": 0.55, "gpu_util": 0.98}
+    report = _diagnose({**facts, "vocab_size": 50257})
+    assert report.bottleneck == "compute"
+    assert report.recommended[0].id == "align_tensor_dims"
+    assert "vocab_misaligned" in {f.id for f in report.findings}
+    padded = _diagnose({**facts, "vocab_size": 50304})
+    assert "align_tensor_dims" not in {r.id for r in padded.recommended}
+    assert "vocab_misaligned" not in {f.id for f in padded.findings}

@@ -156,7 +156,8 @@ def test_diagnose_an_example_returns_the_report(tmp_path: Path) -> None:
         assert result.structured_content["bottleneck"] == "input"
         head = result.content[0].text
         assert head.startswith("Verdict: input (Input-bound (data-starved); confirmed")
-        assert "Wasted effort for this bottleneck: lower_precision" in head
+        wasted = next(line for line in head.splitlines() if line.startswith("Wasted effort for this bottleneck: "))
+        assert "; lower_precision (data-starved" in wasted
         summary = json.loads(result.content[1].text)
         assert "evaluations" not in summary and summary["wasted"] == expected["wasted"]
 

@@ -97,6 +97,9 @@ _NO_SYNC = ("PyTorch DistributedDataParallel.no_sync() (gradients accumulate loc
             "micro-batch's backward); Hugging Face Accelerate, gradient accumulation guide")
 _DECODE_STEP = ("decode emits one token per sequence per forward step, so the time per output token is the decode "
                 "step time (Pope et al. 2022, arXiv:2211.05102, §2; vLLM serving metrics: TPOT / inter-token latency)")
+_TENSOR_CORE_SHAPES = ("NVIDIA Deep Learning Performance Guide, Matrix Multiplication Background (Tensor Core "
+                       "Requirements: GEMM dimensions in multiples of 16 bytes, and 64 or 128 bytes for the best "
+                       "efficiency on A100 and later)")
 _SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
 
 
@@ -279,6 +282,17 @@ LLM_RATES: tuple[Derivation, ...] = (
                "definition (every weight is resident for the step: params x bytes per element); Pope et al. 2022, "
                "arXiv:2211.05102 §2 (weights are sharded at best evenly over the chips)",
                _weights_to_hbm, gate=SERVING_MEMORY, optional=("num_gpus",)),
+)
+def _vocab_alignment(f: Facts, kb: KnowledgeBase) -> Result:
+    element = kb.dtype_bytes(str(f["dtype"]))
+    row = round(int(num(f, "vocab_size")) * element)
+    return Result(min(row & -row, 128) if row > 0 else 1, {"bytes per element": element})
+
+
+MODEL_SHAPE: tuple[Derivation, ...] = (
+    Derivation("vocab_alignment_bytes", ("vocab_size", "dtype"),
+               "the largest power of two, up to 128, dividing vocab_size · bytes per element of dtype",
+               _TENSOR_CORE_SHAPES, _vocab_alignment),
 )
 LLM_DECODE_UTIL = (
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),

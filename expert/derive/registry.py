@@ -24,6 +24,7 @@ from .llm import (
     LLM_DECODE_UTIL,
     LLM_RATES,
     LLM_SERVING_HOST_MEMORY,
+    MODEL_SHAPE,
     OPTIMIZER_OFFLOADED,
     OPTIMIZER_ON_GPU,
     PREFILL_OR_FORWARD,
@@ -53,6 +54,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     *GAIN_BOUNDS,  # the most lower precision, a faster GPU or tensor cores can speed the compute term up
     *CLUSTER,
     *LLM_SERVING_HOST_MEMORY,
+    *MODEL_SHAPE,
     *CONSISTENCY_MARGINS,
     *TOPOLOGY,  # reads gpus_per_node, which the margins derive
 )
