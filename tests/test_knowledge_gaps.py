@@ -691,3 +691,23 @@ def test_an_odd_vocabulary_in_a_compute_bound_step_is_padded_first() -> None:
     padded = _diagnose({**facts, "vocab_size": 50304})
     assert "align_tensor_dims" not in {r.id for r in padded.recommended}
     assert "vocab_misaligned" not in {f.id for f in padded.findings}
+
+
+@pytest.mark.parametrize(("dtype", "ratio"), [("fp32", 4.0), ("bf16", 2.0), ("fp16", 2.0), ("fp8", 1.0)])
+def test_a_training_job_quantizes_to_one_byte_not_to_four_bits(dtype: str, ratio: float) -> None:
+    """Training quantizes to fp8 values and 8-bit optimizer states: a memory-bound bf16 step's bytes shrink at most
+    2x (bound 1 / (1 - 0.9 + 0.9 / 2) = 1.82x at a 90 % data term), not the 4x of 4-bit serving weights; in fp8
+    there is nothing left to shrink and quantization is wasted."""
+    facts = {"workload": "training", "hardware": "h100-sxm", "dtype": dtype, "gpu_util": 0.97, "mem_bw_util": 0.9,
+             "sm_active": 0.9}
+    report = _diagnose(facts)
+    assert report.derived["quantization_bytes_ratio"].value == pytest.approx(ratio)
+    if ratio > 1:
+        quantization = next(r for r in report.recommended if r.id == "quantization")
+        assert quantization.expected_gain is not None
+        assert quantization.expected_gain.max_speedup == pytest.approx(1 / (1 - 0.9 + 0.9 / ratio), abs=1e-3)
+    else:
+        assert "quantization" in {w.id for w in report.wasted}
+        assert "quantization" not in {r.id for r in report.recommended}
+    serving = _diagnose({**facts, "workload": "inference"})
+    assert serving.derived["quantization_bytes_ratio"].value == pytest.approx(2 * ratio)  # 4-bit weights

@@ -10,7 +10,8 @@
 - `faster_memory_ratio`: the device-memory bandwidth of the part's successor (the same `upgrades`) over today's,
   where the successor's memory is faster (else the declared bound of more_memory_bandwidth applies).
 - `quantization_bytes_ratio`: the bytes of a value in today's dtype over half a byte (4-bit weights, the narrowest
-  format quantization names): the most quantization can shrink the bytes it acts on.
+  format quantization names), or for a training job over one byte (fp8 values and 8-bit optimizer states, the
+  narrowest its training form names): the most quantization can shrink the bytes it acts on.
 - `tensor_core_peak_ratio`: the tensor-core peak of today's dtype (tf32 for an fp32 job) over the CUDA-core fp32 peak.
 - `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
   cores (rules/precision.yaml).
@@ -119,12 +120,16 @@ def _memory_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(faster / today, figures)
 
 
-def _quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
-    dtype = str(f["dtype"])
-    spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
-    quantized = kb.units.quantized_weight_bytes
-    return Result(spec.bytes / quantized, {f"bytes of a {dtype} value": spec.bytes,
-                                           "bytes of a quantized weight": quantized})
+def _quantization_ratio(training: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def ratio(f: Facts, kb: KnowledgeBase) -> Result:
+        dtype = str(f["dtype"])
+        spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
+        if training:
+            quantized, label = kb.units.quantized_training_bytes, "bytes of a value in fp8 (8-bit states)"
+        else:
+            quantized, label = kb.units.quantized_weight_bytes, "bytes of a quantized weight"
+        return Result(spec.bytes / quantized, {f"bytes of a {dtype} value": spec.bytes, label: quantized})
+    return ratio
 
 
 def _tensor_core_dtype(dtype: str) -> str:
@@ -178,6 +183,9 @@ _PACKING = ("Krell et al. 2021, Efficient Sequence Packing without Cross-contami
             "Packing with FlashAttention-2 (DataCollatorWithFlattening)")
 FP32_PUBLISHED = Gate("the catalog gives this part's fp32 CUDA-core peak", _fp32_published)
 
+TRAINING_JOB = Gate("a training job (it quantizes to fp8 values and 8-bit optimizer states, not 4-bit weights)",
+                    fact_test("workload", eq="training"))
+
 GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("lower_precision_peak_ratio", ("hardware", "dtype"),
                "dense peak of the next narrower format the part has / dense peak of dtype (1: none)", _LOWER,
@@ -188,9 +196,15 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("faster_memory_ratio", ("hardware",),
                "memory bandwidth of the part's successor / memory bandwidth of the part", _UPGRADE_MEMORY,
                _memory_ratio, gate=FASTER_MEMORY_KNOWN),
+    # training quantizes to fp8 (Transformer Engine) and 8-bit optimizer states, not to 4-bit weights
+    Derivation("quantization_bytes_ratio", ("dtype",), "bytes of a dtype value / quantized_training_bytes (fp8 "
+               "values, 8-bit optimizer states)", "knowledge_base/units.yaml dtypes `bytes` and "
+               "`quantized_training_bytes`; NVIDIA Transformer Engine (fp8 training); Dettmers et al. 2022, 8-bit "
+               "Optimizers via Block-wise Quantization, arXiv:2110.02861", _quantization_ratio(True),
+               gate=TRAINING_JOB),
     Derivation("quantization_bytes_ratio", ("dtype",), "bytes of a dtype value / quantized_weight_bytes (4-bit "
                "weights)", "knowledge_base/units.yaml dtypes `bytes` and `quantized_weight_bytes`; 4-bit weight "
-               "quantization (AWQ, GPTQ)", _quantization_ratio),
+               "quantization (AWQ, GPTQ)", _quantization_ratio(False)),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
                "tensor-core dense peak of dtype (tf32 for fp32) / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),
