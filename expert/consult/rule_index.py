@@ -19,8 +19,9 @@ from ..rules.logic import conjunctions, fact_tests, facts_used, findings_used
 from ..rules.ruleset import LoadedRule
 
 Value = int | float | str
-# A what-if's memo key: the observed (name, type, value) items, with the facts it leaves unknown where there are any
-WhatIfKey = frozenset[tuple[str, type, Value | None]]  # the overrides of a what-if (`planner.what_if`)
+# A what-if's memo key under its state's answers (`planner.what_if`): its overrides as (name, type, value) items, the
+# value None for a fact it leaves unknown
+WhatIfKey = frozenset[tuple[str, type, Value | None]]
 
 
 # ---- static index of the rules (one per Expert) --------------------------------------------------------------------

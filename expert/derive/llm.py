@@ -283,6 +283,8 @@ LLM_RATES: tuple[Derivation, ...] = (
                "arXiv:2211.05102 §2 (weights are sharded at best evenly over the chips)",
                _weights_to_hbm, gate=SERVING_MEMORY, optional=("num_gpus",)),
 )
+
+
 def _vocab_alignment(f: Facts, kb: KnowledgeBase) -> Result:
     element = kb.dtype_bytes(str(f["dtype"]))
     row = round(int(num(f, "vocab_size")) * element)
