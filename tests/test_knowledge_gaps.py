@@ -711,3 +711,18 @@ def test_a_training_job_quantizes_to_one_byte_not_to_four_bits(dtype: str, ratio
         assert "quantization" not in {r.id for r in report.recommended}
     serving = _diagnose({**facts, "workload": "inference"})
     assert serving.derived["quantization_bytes_ratio"].value == pytest.approx(2 * ratio)  # 4-bit weights
+
+
+def test_lora_keeps_optimizer_states_for_the_adapters_only() -> None:
+    """LoRA on Llama-2-7B (PEFT: 4,194,304 trainable of 6,742,609,920): the frozen base keeps its 16-bit weights
+    (2 bytes each), the adapters the 16 bytes of mixed-precision Adam: 6,738,415,616 x 2 + 4,194,304 x 16 bytes."""
+    facts = {"workload": "training", "hardware": "h100-sxm", "dtype": "bf16", "model_params": 6_742_609_920,
+             "num_gpus": 1, "tokens_per_s": 3000}
+    lora = _diagnose({**facts, "trainable_params": 4_194_304})
+    assert lora.derived["model_state_bytes"].value == pytest.approx(6_738_415_616 * 2 + 4_194_304 * 16)
+    assert lora.state != "conflicting evidence"
+    full = _diagnose(facts)  # every parameter trained: 16 bytes each, 108 GB, cannot run on 80 GB, yet it runs
+    assert full.derived["model_state_bytes"].value == pytest.approx(6_742_609_920 * 16)
+    assert full.state == "conflicting evidence"
+    offloaded = _diagnose({**facts, "trainable_params": 4_194_304, "optimizer_offload": "yes"})
+    assert offloaded.derived["model_state_bytes"].value == pytest.approx(6_738_415_616 * 2 + 4_194_304 * 4)

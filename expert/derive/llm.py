@@ -88,6 +88,8 @@ _KV = ("KV cache = 2 · layers · KV heads · head dim · context · bytes per e
        "arXiv:2211.05102, §2; vLLM docs); decode reads the weights and the KV cache every step")
 _ZERO = ("Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precision Adam's bytes per parameter "
          "(knowledge_base/memory.yaml)")
+_LORA = ("Hu et al. 2021, LoRA, arXiv:2106.09685 (the pretrained weights stay frozen; only the low-rank adapters get "
+         "gradients and optimizer states)")
 _ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation bytes per layer, coefficient·s·b·h with "
                 "fused attention (knowledge_base/memory.yaml)")
 _BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
@@ -192,15 +194,23 @@ def _memory_model(kb: KnowledgeBase) -> MemoryModel:
     return required(kb.memory, "memory model (knowledge_base/memory.yaml)")
 
 
-def _model_states(offloaded: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+def _model_states(offloaded: bool, trainable: bool = False) -> Callable[[Facts, KnowledgeBase], Result]:
     def states(f: Facts, kb: KnowledgeBase) -> Result:
         memory = _memory_model(kb)
         model = memory.optimizer_offloaded if offloaded else memory.optimizer_on_gpu
-        value = model_state_bytes(num(f, "model_params"), int(num(f, "sharding_degree")), model.bytes_per_param)
+        params, sharding = num(f, "model_params"), int(num(f, "sharding_degree"))
         figures: dict[str, Value] = {"bytes per parameter": model.bytes_per_param,
                                      **{f"{part} (bytes/param)": b for part, b in model.parts.items()},
                                      "source": model.source}
-        return Result(value, figures)
+        if not trainable:
+            return Result(model_state_bytes(params, sharding, model.bytes_per_param), figures)
+        trained = min(num(f, "trainable_params"), params)
+        value = (model_state_bytes(trained, sharding, model.bytes_per_param)
+                 + model_state_bytes(params - trained, sharding, model.frozen_bytes_per_param))
+        figures["bytes per frozen parameter"] = model.frozen_bytes_per_param
+        note = "trainable_params above model_params: every parameter taken as trained" if trained < num(
+            f, "trainable_params") else None
+        return Result(value, figures, note)
 
     return states
 
@@ -334,6 +344,17 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "storage_read_mb_s") / num(f, "storage_bandwidth_mb_s"))),
     Derivation("sharding_degree", ("num_gpus",), "1 on one GPU (there is nothing to shard the states across)",
                _ZERO, lambda f, kb: Result(1), gate=ONE_GPU),
+    # parameter-efficient fine-tuning (LoRA): the optimizer trains a few parameters, the frozen rest keeps its weight
+    Derivation("model_state_bytes", ("workload", "model_params", "trainable_params", "sharding_degree"),
+               "(bytes per parameter (optimizer on the GPU) · trainable_params + bytes per frozen parameter · "
+               "(model_params − trainable_params)) / sharding_degree", f"{_ZERO}; {_LORA}",
+               _model_states(False, trainable=True), gate=STATES_ON_GPU),
+    Derivation("model_state_bytes", ("workload", "model_params", "trainable_params", "sharding_degree",
+                                     "optimizer_offload"),
+               "(bytes per parameter (optimizer states on the host) · trainable_params + bytes per frozen parameter · "
+               "(model_params − trainable_params)) / sharding_degree",
+               f"{_ZERO}; Ren et al. 2021 (ZeRO-Offload), arXiv:2101.06840; {_LORA}",
+               _model_states(True, trainable=True), gate=STATES_OFFLOADED),
     Derivation("model_state_bytes", ("workload", "model_params", "sharding_degree"),
                "bytes per parameter (optimizer on the GPU) · model_params / sharding_degree", _ZERO,
                _model_states(False), gate=STATES_ON_GPU),

@@ -646,12 +646,16 @@ class StateBytes(_Strict):
 
     bytes_per_param: float = Field(gt=0)
     parts: dict[str, float]
+    frozen_bytes_per_param: float = Field(2.0, gt=0)  # a parameter the optimizer does not train keeps its weight only
     source: str
 
     @model_validator(mode="after")
     def _parts_add_up(self) -> StateBytes:
         if abs(sum(self.parts.values()) - self.bytes_per_param) > 1e-9:
             raise ValueError(f"parts add up to {sum(self.parts.values())}, not bytes_per_param {self.bytes_per_param}")
+        if self.frozen_bytes_per_param > self.bytes_per_param:
+            raise ValueError(f"a frozen parameter cannot keep more ({self.frozen_bytes_per_param} bytes) than a "
+                             f"trained one ({self.bytes_per_param})")
         return self
 
 
