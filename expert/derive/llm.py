@@ -204,12 +204,12 @@ def _model_states(offloaded: bool, trainable: bool = False) -> Callable[[Facts, 
                                      "source": model.source}
         if not trainable:
             return Result(model_state_bytes(params, sharding, model.bytes_per_param), figures)
-        trained = min(num(f, "trainable_params"), params)
+        asked = num(f, "trainable_params")
+        trained = min(asked, params)
         value = (model_state_bytes(trained, sharding, model.bytes_per_param)
                  + model_state_bytes(params - trained, sharding, model.frozen_bytes_per_param))
         figures["bytes per frozen parameter"] = model.frozen_bytes_per_param
-        note = "trainable_params above model_params: every parameter taken as trained" if trained < num(
-            f, "trainable_params") else None
+        note = "trainable_params above model_params: every parameter taken as trained" if asked > params else None
         return Result(value, figures, note)
 
     return states
