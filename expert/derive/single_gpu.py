@@ -103,6 +103,11 @@ def _decode_ai(f: Facts, kb: KnowledgeBase) -> Result:
                   "short-context approximation: KV-cache reads would lower it further")
 
 
+def _batch_to_ridge(f: Facts, kb: KnowledgeBase) -> Result:
+    b = kb.dtype_bytes(str(f["dtype"]))
+    return Result(decode_intensity(int(num(f, "batch_size")), b) / num(f, "ridge_point"), {"bytes per value": b})
+
+
 def _term_share(name: str) -> Callable[[Facts, KnowledgeBase], Result]:
     def share(f: Facts, kb: KnowledgeBase) -> Result:
         return Result(min(1.0, num(f, name) / num(f, "step_time_s")))
@@ -138,6 +143,10 @@ _MEASURED_BYTES_DECODE = Gate("LLM decode whose bytes were measured (DRAM activi
                               all_of([LLM_DECODE.on_static(), fact_test("tokens_per_s", known=False)]))
 _KIPPLY = "kipply, Transformer inference arithmetic (https://kipp.ly/transformer-inference-arithmetic/)"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
+# a matmul of M rows (samples, tokens, or a convolution's pixels: each sample gives at least one) against N·K weights
+# does 2·M·N·K FLOPs over at least N·K weight values read: at least 2·M / bytes-per-value FLOP per byte
+_BATCH_INTENSITY = (_ROOFLINE + "; Pope et al. 2022, arXiv:2211.05102 (a weight-streaming matmul's intensity grows "
+                    "with the rows that share each weight read)")
 _WAIT_SHARE = ("seed screening signal 1 (GPU utilization < 80 %: confirm data starvation with the data-loader wait) "
                "and the iron law's overlap form: a wait shorter than the idle time leaves the rest of it unexplained")
 _DISPATCH = ("Horace He, Making Deep Learning Go Brrrr (overhead-bound: the GPU waits while Python and the framework "
@@ -209,6 +218,9 @@ PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
                "LLM decode: I ≈ 2B/b_w at short context; " + _KIPPLY, _decode_ai, gate=LLM_DECODE),
     Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
                _ROOFLINE, lambda f, kb: Result(num(f, "arithmetic_intensity") / num(f, "ridge_point"))),
+    Derivation("batch_to_ridge", ("batch_size", "dtype", "ridge_point"),
+               "2 · batch_size / bytes_per_value / ridge_point (the least intensity of a matmul reading weights)",
+               _BATCH_INTENSITY, _batch_to_ridge),
     Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
                lambda f, kb: Result(achieved_tflops(num(f, "flops"), num(f, "step_time_s")))),
 )
