@@ -180,8 +180,12 @@ def test_the_roof_question_reads_the_accelerator_and_precision(raw: Any, expecte
     ("host_copies", "15%, 100%", {"h2d_copy_frac": 0.15, "pageable_copy_frac": 1.0}, "15%, 100%"),
     ("host_copies", "unknown, 100%", {"pageable_copy_frac": 1.0}, "h2d_copy_frac unknown, 100%"),
     ("host_copies", "0.2 0.9", {"h2d_copy_frac": 0.2, "pageable_copy_frac": 0.9}, "20%, 90%"),
-    ("model_size", "47B, 13B", {"model_params": 47e9, "active_params": 13e9}, "4.7e+10 params, 1.3e+10 params"),
-    ("model_size", "7B 7B", {"model_params": 7e9, "active_params": 7e9}, "7e+09 params, 7e+09 params"),
+    ("model_size", "47B, 13B", {"model_params": 47e9, "active_params": 13e9},
+     "4.7e+10 params, 1.3e+10 params, weight_bits unknown"),
+    ("model_size", "7B 7B", {"model_params": 7e9, "active_params": 7e9},
+     "7e+09 params, 7e+09 params, weight_bits unknown"),
+    ("model_size", "7B, 7B, 4", {"model_params": 7e9, "active_params": 7e9, "weight_bits": 4},
+     "7e+09 params, 7e+09 params, 4"),
 ])
 def test_values_in_order_fill_the_members_from_the_first(question: str, raw: str, expected: dict[str, float],
                                                          shown: str) -> None:

@@ -120,16 +120,17 @@ def _memory_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(faster / today, figures)
 
 
-def _quantization_ratio(training: bool) -> Callable[[Facts, KnowledgeBase], Result]:
-    def ratio(f: Facts, kb: KnowledgeBase) -> Result:
-        dtype = str(f["dtype"])
-        spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
-        if training:
-            quantized, label = kb.units.quantized_training_bytes, "bytes of a value in fp8 (8-bit states)"
-        else:
-            quantized, label = kb.units.quantized_weight_bytes, "bytes of a quantized weight"
-        return Result(spec.bytes / quantized, {f"bytes of a {dtype} value": spec.bytes, label: quantized})
-    return ratio
+def _training_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    dtype = str(f["dtype"])
+    spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
+    quantized = kb.units.quantized_training_bytes
+    return Result(spec.bytes / quantized, {f"bytes of a {dtype} value": spec.bytes,
+                                           "bytes of a value in fp8 (8-bit states)": quantized})
+
+
+def _weight_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    quantized = kb.units.quantized_weight_bytes
+    return Result(num(f, "bytes_per_weight") / quantized, {"bytes of a quantized weight": quantized})
 
 
 def _tensor_core_dtype(dtype: str) -> str:
@@ -200,11 +201,11 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("quantization_bytes_ratio", ("dtype",), "bytes of a dtype value / quantized_training_bytes (fp8 "
                "values, 8-bit optimizer states)", "knowledge_base/units.yaml dtypes `bytes` and "
                "`quantized_training_bytes`; NVIDIA Transformer Engine (fp8 training); Dettmers et al. 2022, 8-bit "
-               "Optimizers via Block-wise Quantization, arXiv:2110.02861", _quantization_ratio(True),
+               "Optimizers via Block-wise Quantization, arXiv:2110.02861", _training_quantization_ratio,
                gate=TRAINING_JOB),
-    Derivation("quantization_bytes_ratio", ("dtype",), "bytes of a dtype value / quantized_weight_bytes (4-bit "
+    Derivation("quantization_bytes_ratio", ("bytes_per_weight",), "bytes per weight / quantized_weight_bytes (4-bit "
                "weights)", "knowledge_base/units.yaml dtypes `bytes` and `quantized_weight_bytes`; 4-bit weight "
-               "quantization (AWQ, GPTQ)", _quantization_ratio(False)),
+               "quantization (AWQ, GPTQ)", _weight_quantization_ratio),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
                "tensor-core dense peak of dtype (tf32 for fp32) / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),

@@ -149,7 +149,7 @@ def _kv_cache(f: Facts, kb: KnowledgeBase) -> Result:
 
 
 def _decode_bytes(f: Facts, kb: KnowledgeBase) -> Result:
-    b = kb.dtype_bytes(str(f["dtype"]))
+    b = num(f, "bytes_per_weight")
     params = params_streamed(f)
     value = bytes_per_decoded_token(params, b, num(f, "kv_cache_bytes"), int(num(f, "batch_size")))
     return Result(value, {"bytes per weight": b, "weight bytes per step": params * b})
@@ -174,7 +174,7 @@ def _decode_kv_bandwidth(clamp: bool) -> Callable[[Facts, KnowledgeBase], Result
 def _serving_memory(f: Facts, kb: KnowledgeBase) -> Result:
     hbm, figures = _hbm_bytes(f, kb)
     gpus = int(num(f, "num_gpus"))
-    weights = num(f, "model_params") * kb.dtype_bytes(str(f["dtype"]))
+    weights = num(f, "model_params") * num(f, "bytes_per_weight")
     free = gpus * hbm - weights
     figures.update({"weight bytes": weights, "HBM left for the KV cache (GB)": round(free / 1e9, 2)})
     return Result((weights + num(f, "kv_cache_bytes")) / (gpus * hbm), figures)
@@ -183,8 +183,8 @@ def _serving_memory(f: Facts, kb: KnowledgeBase) -> Result:
 def _weights_to_hbm(f: Facts, kb: KnowledgeBase) -> Result:
     hbm, figures = _hbm_bytes(f, kb)
     gpus = decode_gpus(f)
-    weights = num(f, "model_params") * kb.dtype_bytes(str(f["dtype"]))
-    figures.update({"weight bytes": weights, "bytes per weight": kb.dtype_bytes(str(f["dtype"]))})
+    weights = num(f, "model_params") * num(f, "bytes_per_weight")
+    figures.update({"weight bytes": weights, "bytes per weight": num(f, "bytes_per_weight")})
     if gpus != 1:
         figures["GPUs sharing the weights (at best)"] = gpus
     return Result(weights / gpus / hbm, figures)
@@ -274,7 +274,8 @@ LLM_RATES: tuple[Derivation, ...] = (
     Derivation("kv_cache_bytes", ("num_layers", "num_kv_heads", "head_dim", "context_len", "dtype", "batch_size"),
                "2 · num_layers · num_kv_heads · head_dim · context_len · bytes per element · batch_size", _KV,
                _kv_cache, gate=SERVING),
-    Derivation("decode_bytes_per_token", ("phase", "model_params", "dtype", "kv_cache_bytes", "batch_size"),
+    Derivation("decode_bytes_per_token", ("phase", "model_params", "bytes_per_weight", "kv_cache_bytes",
+                                          "batch_size"),
                "(params · bytes per weight + kv_cache_bytes) / batch_size", _KV, _decode_bytes, gate=LLM_DECODE,
                substitutes=ACTIVE_PARAMS),
     Derivation("decode_weight_share", ("decode_bytes_per_token", "kv_cache_bytes", "batch_size"),
@@ -283,10 +284,11 @@ LLM_RATES: tuple[Derivation, ...] = (
                lambda f, kb: clamp_fraction(1.0 - num(f, "kv_cache_bytes")
                                             / (num(f, "decode_bytes_per_token") * num(f, "batch_size")),
                                             "weights' share of the decode bytes"), gate=LLM_DECODE),
-    Derivation("serving_memory_to_hbm", ("kv_cache_bytes", "model_params", "dtype", "hardware", "num_gpus"),
+    Derivation("serving_memory_to_hbm", ("kv_cache_bytes", "model_params", "bytes_per_weight", "hardware",
+                                         "num_gpus"),
                "(model_params · bytes per weight + kv_cache_bytes) / (num_gpus · HBM per GPU)", _KV, _serving_memory,
                gate=PUBLISHED_MEMORY),
-    Derivation("weights_to_hbm", ("model_params", "dtype", "hardware"),
+    Derivation("weights_to_hbm", ("model_params", "bytes_per_weight", "hardware"),
                "model_params · bytes per weight / num_gpus / HBM per GPU (num_gpus: 1 unless given; every GPU "
                "holding an equal shard, the least any layout puts on one)",
                "definition (every weight is resident for the step: params x bytes per element); Pope et al. 2022, "

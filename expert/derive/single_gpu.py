@@ -74,10 +74,14 @@ def _bandwidth(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(bandwidth, figures)
 
 
+def _dtype_bytes(f: Facts, kb: KnowledgeBase) -> Result:
+    return Result(kb.dtype_bytes(str(f["dtype"])))
+
+
 def _decode_bw_per_gpu(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Value]]:
     """Achieved weight-streaming GB/s per GPU: tokens_per_s is the job's, and over num_gpus GPUs each reads its
     share (tensor parallelism splits the weights; replicas split the tokens)."""
-    b = kb.dtype_bytes(str(f["dtype"]))
+    b = num(f, "bytes_per_weight")
     gpus = decode_gpus(f)
     achieved = decode_bandwidth_gbs(num(f, "tokens_per_s"), int(num(f, "batch_size")), params_streamed(f), b) / gpus
     figures: dict[str, Value] = {"bytes per weight": b, "achieved GB/s": round(achieved, 1)}
@@ -98,14 +102,13 @@ def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> Result:
 
 
 def _decode_ai(f: Facts, kb: KnowledgeBase) -> Result:
-    b = kb.dtype_bytes(str(f["dtype"]))
+    b = num(f, "bytes_per_weight")
     return Result(decode_intensity(int(num(f, "batch_size")), b), {"bytes per weight": b},
                   "short-context approximation: KV-cache reads would lower it further")
 
 
 def _batch_to_ridge(f: Facts, kb: KnowledgeBase) -> Result:
-    b = kb.dtype_bytes(str(f["dtype"]))
-    return Result(decode_intensity(int(num(f, "batch_size")), b) / num(f, "ridge_point"), {"bytes per value": b})
+    return Result(decode_intensity(int(num(f, "batch_size")), num(f, "bytes_per_weight")) / num(f, "ridge_point"))
 
 
 def _term_share(name: str) -> Callable[[Facts, KnowledgeBase], Result]:
@@ -143,6 +146,9 @@ _MEASURED_BYTES_DECODE = Gate("LLM decode whose bytes were measured (DRAM activi
                               all_of([LLM_DECODE.on_static(), fact_test("tokens_per_s", known=False)]))
 _KIPPLY = "kipply, Transformer inference arithmetic (https://kipp.ly/transformer-inference-arithmetic/)"
 _ROOFLINE = "seed, arithmetic-intensity boundary (ridge R_peak/BW); Williams et al. 2009 roofline"
+_WEIGHT_BITS = ("weight-only quantization stores weights in fewer bits than the math runs in: Lin et al. 2024, AWQ, "
+                "arXiv:2306.00978; Frantar et al. 2023, GPTQ, arXiv:2210.17323; Dettmers et al. 2023, QLoRA (nf4), "
+                "arXiv:2305.14314")
 # a matmul of M rows (samples, tokens, or a convolution's pixels: each sample gives at least one) against N·K weights
 # does 2·M·N·K FLOPs over at least N·K weight values read: at least 2·M / bytes-per-value FLOP per byte
 _BATCH_INTENSITY = (_ROOFLINE + "; Pope et al. 2022, arXiv:2211.05102 (a weight-streaming matmul's intensity grows "
@@ -203,6 +209,12 @@ def _fp8_peak(f: Facts, kb: KnowledgeBase) -> Result:
 # ---- the derivations, in the chunks the registry interleaves with the LLM ones ------------------------------------
 
 PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
+    # the bytes a weight takes: weight-only quantization (AWQ, GPTQ, nf4, int8/fp8 weights) stores fewer bits than
+    # the dtype the math runs in; the first way whose input is known wins
+    Derivation("bytes_per_weight", ("weight_bits",), "weight_bits / 8", _WEIGHT_BITS,
+               lambda f, kb: Result(num(f, "weight_bits") / 8)),
+    Derivation("bytes_per_weight", ("dtype",), "bytes of a dtype value (weights stored in the dtype)",
+               "knowledge_base/units.yaml dtypes `bytes`", _dtype_bytes),
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
                "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
     Derivation("fp8_peak_tflops", ("hardware",), "catalog dense fp8 peak of the hardware (0: no fp8 format)",
@@ -213,13 +225,13 @@ PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
                lambda f, kb: Result(ridge_point(num(f, "peak_tflops"), num(f, "peak_bandwidth")))),
     Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,
                lambda f, kb: Result(arithmetic_intensity(num(f, "flops"), num(f, "bytes_moved")))),
-    Derivation("arithmetic_intensity", ("phase", "batch_size", "dtype"),
+    Derivation("arithmetic_intensity", ("phase", "batch_size", "bytes_per_weight"),
                "2 · batch_size / bytes_per_weight (LLM decode)",
                "LLM decode: I ≈ 2B/b_w at short context; " + _KIPPLY, _decode_ai, gate=LLM_DECODE),
     Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
                _ROOFLINE, lambda f, kb: Result(num(f, "arithmetic_intensity") / num(f, "ridge_point"))),
-    Derivation("batch_to_ridge", ("batch_size", "dtype", "ridge_point"),
-               "2 · batch_size / bytes_per_value / ridge_point (the least intensity of a matmul reading weights)",
+    Derivation("batch_to_ridge", ("batch_size", "bytes_per_weight", "ridge_point"),
+               "2 · batch_size / bytes_per_weight / ridge_point (the least intensity of a matmul reading weights)",
                _BATCH_INTENSITY, _batch_to_ridge),
     Derivation("achieved_tflops", ("flops", "step_time_s"), "flops / step_time_s / 1e12", "seed Table 5 (MFU)",
                lambda f, kb: Result(achieved_tflops(num(f, "flops"), num(f, "step_time_s")))),
@@ -256,7 +268,8 @@ SCORECARD: tuple[Derivation, ...] = (
 
 def _weights_only_decode(name: str, note: str, source: str, fn: Callable[[Facts, KnowledgeBase], Result]) -> Derivation:
     """A decode derivation from the weights streamed per token alone (the bytes of the KV cache not counted)."""
-    return Derivation(name, ("phase", "tokens_per_s", "batch_size", "model_params", "dtype", "peak_bandwidth"),
+    return Derivation(name, ("phase", "tokens_per_s", "batch_size", "model_params", "bytes_per_weight",
+                             "peak_bandwidth"),
                       "(tokens_per_s / batch_size) · params · bytes_per_weight / num_gpus / peak_bandwidth "
                       f"(num_gpus: 1 unless given{note})", source, fn, gate=LLM_DECODE, substitutes=ACTIVE_PARAMS,
                       optional=("num_gpus",))
