@@ -215,6 +215,9 @@ PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "weight_bits") / 8)),
     Derivation("bytes_per_weight", ("dtype",), "bytes of a dtype value (weights stored in the dtype)",
                "knowledge_base/units.yaml dtypes `bytes`", _dtype_bytes),
+    Derivation("weight_bits_to_dtype", ("weight_bits", "dtype"), "weight_bits / (8 · bytes of a dtype value) (below 1: "
+               "the kernels unpack narrower weights into the dtype's math)", _WEIGHT_BITS,
+               lambda f, kb: Result(num(f, "weight_bits") / (8 * kb.dtype_bytes(str(f["dtype"]))))),
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
                "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
     Derivation("fp8_peak_tflops", ("hardware",), "catalog dense fp8 peak of the hardware (0: no fp8 format)",
