@@ -90,6 +90,7 @@ _ZERO = ("Rajbhandari et al. 2020 (ZeRO), arXiv:1910.02054, §3.1: mixed-precisi
          "(knowledge_base/memory.yaml)")
 _LORA = ("Hu et al. 2021, LoRA, arXiv:2106.09685 (the pretrained weights stay frozen; only the low-rank adapters get "
          "gradients and optimizer states)")
+_QLORA = "Dettmers et al. 2023, QLoRA, arXiv:2305.14314 (the frozen base stored in 4-bit NF4)"
 _ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation bytes per layer, coefficient·s·b·h with "
                 "fused attention (knowledge_base/memory.yaml)")
 _BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
@@ -194,7 +195,8 @@ def _memory_model(kb: KnowledgeBase) -> MemoryModel:
     return required(kb.memory, "memory model (knowledge_base/memory.yaml)")
 
 
-def _model_states(offloaded: bool, trainable: bool = False) -> Callable[[Facts, KnowledgeBase], Result]:
+def _model_states(offloaded: bool, trainable: bool = False,
+                  quantized_base: bool = False) -> Callable[[Facts, KnowledgeBase], Result]:
     def states(f: Facts, kb: KnowledgeBase) -> Result:
         memory = _memory_model(kb)
         model = memory.optimizer_offloaded if offloaded else memory.optimizer_on_gpu
@@ -206,9 +208,10 @@ def _model_states(offloaded: bool, trainable: bool = False) -> Callable[[Facts, 
             return Result(model_state_bytes(params, sharding, model.bytes_per_param), figures)
         asked = num(f, "trainable_params")
         trained = min(asked, params)
+        frozen = num(f, "weight_bits") / 8 if quantized_base else model.frozen_bytes_per_param  # QLoRA: a 4-bit base
         value = (model_state_bytes(trained, sharding, model.bytes_per_param)
-                 + model_state_bytes(params - trained, sharding, model.frozen_bytes_per_param))
-        figures["bytes per frozen parameter"] = model.frozen_bytes_per_param
+                 + model_state_bytes(params - trained, sharding, frozen))
+        figures["bytes per frozen parameter"] = frozen
         note = "trainable_params above model_params: every parameter taken as trained" if asked > params else None
         return Result(value, figures, note)
 
@@ -346,7 +349,18 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "storage_read_mb_s") / num(f, "storage_bandwidth_mb_s"))),
     Derivation("sharding_degree", ("num_gpus",), "1 on one GPU (there is nothing to shard the states across)",
                _ZERO, lambda f, kb: Result(1), gate=ONE_GPU),
-    # parameter-efficient fine-tuning (LoRA): the optimizer trains a few parameters, the frozen rest keeps its weight
+    # parameter-efficient fine-tuning (LoRA): the optimizer trains a few parameters, the frozen rest keeps its weight,
+    # in weight_bits where the base is quantized (QLoRA: 4-bit NF4)
+    Derivation("model_state_bytes", ("workload", "model_params", "trainable_params", "sharding_degree", "weight_bits"),
+               "(bytes per parameter (optimizer on the GPU) · trainable_params + weight_bits / 8 · "
+               "(model_params − trainable_params)) / sharding_degree", f"{_ZERO}; {_LORA}; {_QLORA}",
+               _model_states(False, trainable=True, quantized_base=True), gate=STATES_ON_GPU),
+    Derivation("model_state_bytes", ("workload", "model_params", "trainable_params", "sharding_degree",
+                                     "optimizer_offload", "weight_bits"),
+               "(bytes per parameter (optimizer states on the host) · trainable_params + weight_bits / 8 · "
+               "(model_params − trainable_params)) / sharding_degree",
+               f"{_ZERO}; Ren et al. 2021 (ZeRO-Offload), arXiv:2101.06840; {_LORA}; {_QLORA}",
+               _model_states(True, trainable=True, quantized_base=True), gate=STATES_OFFLOADED),
     Derivation("model_state_bytes", ("workload", "model_params", "trainable_params", "sharding_degree"),
                "(bytes per parameter (optimizer on the GPU) · trainable_params + bytes per frozen parameter · "
                "(model_params − trainable_params)) / sharding_degree", f"{_ZERO}; {_LORA}",
