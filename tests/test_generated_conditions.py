@@ -6,6 +6,7 @@ ask) holds exactly where the closures give "true"."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,3 +106,55 @@ def test_a_warm_engine_reports_what_a_cold_one_does() -> None:
         for _ in range(WARM_RUNS + 1):
             ex.diagnose({**raw, "gpu_util": 0.9})
         assert ex.diagnose(raw).to_json() == cold
+
+
+def _same_run(a: Any, b: Any) -> None:
+    assert (a.fired, a.findings, a.matched, a.outcomes) == (b.fired, b.findings, b.matched, b.outcomes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(raw=observations())
+def test_a_warm_pure_engine_runs_each_stratum_as_a_cold_one_does(pure: expert.Expert, raw: dict[str, Any]) -> None:
+    """The generated first pass of each stratum (one function for all its rules) fires the same rules in the same
+    order, concludes the same findings and records the same outcomes as the per-rule closures."""
+    from expert.engine.pure import PureEngine
+
+    try:
+        facts = _facts(pure, raw)
+    except expert.ObservationError:
+        return
+    engine = pure.engine
+    assert isinstance(engine, PureEngine)
+    cold, warm = engine._compile(generated=False), engine._compile(generated=True)
+    assert all(first is None for _, _, first in cold) and all(first is not None for _, _, first in warm)
+    _same_run(PureEngine._run(warm, facts), PureEngine._run(cold, facts))
+
+
+def test_a_stratum_pass_chains_findings_and_calls_a_condition_too_deep_to_generate(tmp_path: Path) -> None:
+    """Within one stratum a finding concluded late in the first pass re-runs the earlier rules that read it, and a
+    condition too deep to generate is evaluated through its closures inside the generated pass."""
+    import json
+
+    from expert.engine.pure import PureEngine
+
+    deep: dict[str, Any] = {"fact": "gpu_util", "lt": 0.5}
+    for i in range(30):
+        deep = {"all": [deep, {"fact": "mfu", "gt": round(0.001 * i, 3)}]}
+    rules = [
+        {"id": "a-reads-z", "title": "reads a later rule's finding", "source": "test", "rationale": "test",
+         "when": {"finding": "z_found"}, "then": {"finding": {"id": "a_found", "message": "a"}}},
+        {"id": "m-deep", "title": "too deep to generate", "source": "test", "rationale": "test", "when": deep,
+         "then": {"finding": {"id": "m_found", "message": "m"}}},
+        {"id": "z-concludes", "title": "concludes z", "source": "test", "rationale": "test",
+         "when": {"fact": "gpu_util", "lt": 0.5}, "then": {"finding": {"id": "z_found", "message": "z"}}},
+    ]
+    (tmp_path / "chain.yaml").write_text(json.dumps({"schema_version": 1, "rules": rules}), encoding="utf-8")
+    engine = expert.Expert(rules_dirs=[tmp_path], engine="pure").engine
+    assert isinstance(engine, PureEngine)
+    cold, warm = engine._compile(generated=False), engine._compile(generated=True)
+    for facts in ({}, {"gpu_util": 0.2, "mfu": 0.9}, {"gpu_util": 0.2, "mfu": 0.01}, {"gpu_util": 0.7}):
+        _same_run(PureEngine._run(warm, facts), PureEngine._run(cold, facts))
+    chained = PureEngine._run(warm, {"gpu_util": 0.2, "mfu": 0.9})
+    assert chained.fired == ["m-deep", "z-concludes", "a-reads-z"]
+    assert chained.findings == {"a_found", "m_found", "z_found"} and chained.matched["a-reads-z"] == ["z_found"]
+    assert PureEngine._run(warm, {"gpu_util": 0.2, "mfu": 0.01}).outcomes == {"m-deep": "false"}
