@@ -41,6 +41,9 @@ def _value(spec: FactSpec) -> st.SearchStrategy[Any]:
     return st.floats(log_lo, log_hi, allow_nan=False).map(lambda e: float(f"{10 ** e:.6g}"))
 
 
+_LAYOUT = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
 @st.composite
 def observations(draw: st.DrawFn, max_facts: int | None = None) -> dict[str, Any]:
     """A dict of fact -> value that passes validation (cross-fact constraints respected)."""
@@ -51,6 +54,10 @@ def observations(draw: st.DrawFn, max_facts: int | None = None) -> dict[str, Any
         obs["data_wait_s"] = obs["step_time_s"] * draw(st.floats(0.0, 1.0))
     if "active_params" in obs and "model_params" in obs and obs["active_params"] > obs["model_params"]:
         obs["active_params"], obs["model_params"] = obs["model_params"], obs["active_params"]
+    if "num_gpus" in obs:  # n = p·t·d: the parallel sizes given multiply to at most num_gpus
+        for name in ("data_parallel_size", "pipeline_parallel_size", "tensor_parallel_size"):
+            if math.prod(obs[n] for n in _LAYOUT if n in obs) > obs["num_gpus"]:
+                obs.pop(name, None)
     applied = obs.get("applied_optimizations")
     for opt_id in applied.split(", ") if isinstance(applied, str) else applied or []:  # what they imply holds
         for name, value in KB.optimizations[opt_id].implies.items():

@@ -143,11 +143,49 @@ def test_unpublished_peak_derives_nothing() -> None:
 @pytest.mark.parametrize(("obs", "field"), [
     ({"data_wait_s": 2.0, "step_time_s": 1.0}, "data_wait_s"),
     ({"active_params": 2e9, "model_params": 1e9}, "active_params"),
+    ({"num_gpus": 8, "tensor_parallel_size": 16}, "tensor_parallel_size"),
+    ({"num_gpus": 16, "pipeline_parallel_size": 4, "data_parallel_size": 8}, "pipeline_parallel_size"),
+    ({"num_gpus": 64, "tensor_parallel_size": 8, "pipeline_parallel_size": 4, "data_parallel_size": 4},
+     "tensor_parallel_size"),
 ])
 def test_contradictory_observations_are_refused(obs: dict[str, float], field: str) -> None:
     with pytest.raises(ObservationError) as info:
         expert.diagnose(obs)
     assert info.value.problems[0].where == field
+
+
+def test_parallel_sizes_within_the_gpus_are_accepted() -> None:
+    """n = p·t·d: degrees whose product is at most num_gpus (context parallelism takes the rest) are consistent."""
+    expert.diagnose({"num_gpus": 64, "tensor_parallel_size": 8, "pipeline_parallel_size": 4, "data_parallel_size": 2})
+    with pytest.raises(ObservationError) as info:
+        expert.diagnose({"num_gpus": 8, "tensor_parallel_size": 4, "pipeline_parallel_size": 4})
+    assert "tensor_parallel_size 4 x pipeline_parallel_size 4 = 16 GPUs is more than num_gpus (8)" in (
+        info.value.problems[0].message)
+
+
+@pytest.mark.parametrize(("obs", "share", "replicas"), [
+    ({"num_gpus": 16, "tensor_parallel_size": 16}, 1.0, 1),  # tensor parallel over every GPU: one replica
+    ({"num_gpus": 32, "tensor_parallel_size": 8, "pipeline_parallel_size": 4}, 1.0, 1),
+    ({"num_gpus": 4, "pipeline_parallel_size": 4}, 1.0, 1),  # tensor parallelism not given: taken as 1
+    ({"num_gpus": 32, "tensor_parallel_size": 8}, 0.25, None),  # 4 replicas, or fewer with pipeline stages: unsaid
+    ({"num_gpus": 32, "tensor_parallel_size": 8, "pipeline_parallel_size": 4, "data_parallel_size": 1}, 1.0, 1),
+])
+def test_one_replica_over_every_gpu_has_one_data_parallel_rank(obs: dict[str, float], share: float,
+                                                                 replicas: int | None) -> None:
+    d = _derive(obs)
+    assert d["model_parallel_to_gpus"] == approx(share)
+    assert d.get("data_parallel_size", obs.get("data_parallel_size")) == replicas
+
+
+def test_the_gradient_all_reduce_runs_over_the_data_parallel_ranks() -> None:
+    """2(D − 1)/D × gradient bytes over D data-parallel ranks (num_gpus when not given); one replica all-reduces no
+    gradient, so no bus bandwidth is read off the collectives' time (they are tensor-parallel all-reduces)."""
+    base = {"num_gpus": 16, "gradient_bytes": 1e9, "comm_time_s": 0.1}
+    assert _derive(base)["allreduce_bytes"] == approx(2 * 15 / 16 * 1e9)
+    assert _derive({**base, "data_parallel_size": 2})["allreduce_bytes"] == approx(1e9)
+    one = _derive({**base, "tensor_parallel_size": 16})
+    assert one["allreduce_bytes"] == 0.0
+    assert "bus_bandwidth" not in one and _derive(base)["bus_bandwidth"] == approx(2 * 15 / 16 * 10)
 
 
 def test_every_derived_value_is_a_provenance_node_linked_to_its_inputs() -> None:

@@ -119,6 +119,46 @@ _DALY = "Daly 2006, FGCS 22, https://doi.org/10.1016/j.future.2004.11.016"
 _C3_KINDS = ("seed C³ (C2 communication) and Table 2 (async gradient sync overlaps the gradient all-reduce with "
              "backward); PyTorch DDP communication hooks act on gradient buckets, not on send/receive or all-to-all")
 
+_LAYOUT = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM, "
+           "arXiv:2104.04473, §2 (n = p·t·d GPUs: pipeline, tensor and data parallel; the gradients are all-reduced "
+           "across the d data-parallel replicas)")
+ONE_REPLICA = Gate("one model replica spans every GPU (model_parallel_to_gpus at least 1)",
+                   fact_test("model_parallel_to_gpus", ge=1))
+
+
+def _replica_share(given: str, other: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    """`given` × `other` (1 when not known) / num_gpus."""
+    def share(f: Facts, kb: KnowledgeBase) -> Result:
+        width = num(f, given) * (num(f, other) if isinstance(f.get(other), (int, float)) else 1.0)
+        return Result(width / num(f, "num_gpus"))
+
+    return share
+
+
+GRADIENT_TRAFFIC = Gate("the collectives took some time and some gradient is all-reduced (one data-parallel replica "
+                        "all-reduces none)",
+                        all_of([fact_test("comm_time_s", gt=0), fact_test("allreduce_bytes", gt=0)]))
+
+
+def _allreduce_bytes(f: Facts, kb: KnowledgeBase) -> Result:
+    ranks = f.get("data_parallel_size")
+    return Result(ring_allreduce_bytes(num(f, "gradient_bytes"),
+                                       int(ranks) if isinstance(ranks, (int, float)) else int(num(f, "num_gpus"))))
+
+
+# the parallel layout, before the all-reduce bytes (over the data-parallel ranks) and the accumulation steps read it
+PARALLEL_LAYOUT: tuple[Derivation, ...] = (
+    Derivation("model_parallel_to_gpus", ("tensor_parallel_size", "num_gpus"),
+               "tensor_parallel_size × pipeline_parallel_size (1 when not given) / num_gpus", _LAYOUT,
+               _replica_share("tensor_parallel_size", "pipeline_parallel_size"), optional=("pipeline_parallel_size",)),
+    Derivation("model_parallel_to_gpus", ("pipeline_parallel_size", "num_gpus"),
+               "pipeline_parallel_size × tensor_parallel_size (1 when not given) / num_gpus", _LAYOUT,
+               _replica_share("pipeline_parallel_size", "tensor_parallel_size"), optional=("tensor_parallel_size",)),
+    Derivation("data_parallel_size", ("model_parallel_to_gpus",),
+               "1 where one model replica spans every GPU (model_parallel_to_gpus 1): nothing is data-parallel",
+               _LAYOUT, lambda f, kb: Result(1), gate=ONE_REPLICA),
+)
+
 CLUSTER: tuple[Derivation, ...] = (
     Derivation("per_gpu_throughput", ("cluster_throughput", "num_gpus"), "cluster_throughput / num_gpus", _C3_SCALING,
                lambda f, kb: Result(num(f, "cluster_throughput") / num(f, "num_gpus"))),
@@ -149,10 +189,10 @@ CLUSTER: tuple[Derivation, ...] = (
                _hardware_link, gate=OWN_LINK),
     Derivation("interconnect_bandwidth", ("interconnect",), "catalog default per-direction bandwidth of the link kind",
                "knowledge_base/interconnects.yaml", _catalog_link, gate=CATALOG_LINK),
-    Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"), "2(N − 1)/N × gradient_bytes (ring all-reduce)",
-               _NCCL,
-               lambda f, kb: Result(ring_allreduce_bytes(num(f, "gradient_bytes"), int(num(f, "num_gpus")))),
-               gate=SEVERAL_GPUS),
+    Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"),
+               "2(N − 1)/N × gradient_bytes (ring all-reduce over N = data_parallel_size, or num_gpus when not given: "
+               "every GPU data-parallel, as in plain DDP or FSDP)", _NCCL, _allreduce_bytes,
+               optional=("data_parallel_size",), gate=SEVERAL_GPUS),
     Derivation("faster_link_ratio", ("interconnect", "interconnect_bandwidth"),
                "the fastest catalogued link of the same reach (NVLink within a node; InfiniBand or Ethernet between "
                "nodes) / interconnect_bandwidth", "knowledge_base/interconnects.yaml (per-direction bandwidths)",
@@ -163,7 +203,7 @@ CLUSTER: tuple[Derivation, ...] = (
     Derivation("comm_term_share", ("t_comm_s", "step_time_s"), "t_comm_s / step_time_s", _C3_COMM,
                lambda f, kb: Result(num(f, "t_comm_s") / num(f, "step_time_s"))),
     Derivation("bus_bandwidth", ("allreduce_bytes", "comm_time_s"), "allreduce_bytes / comm_time_s", _NCCL,
-               lambda f, kb: Result(num(f, "allreduce_bytes") / num(f, "comm_time_s") / 1e9), gate=SOME_COMM_TIME),
+               lambda f, kb: Result(num(f, "allreduce_bytes") / num(f, "comm_time_s") / 1e9), gate=GRADIENT_TRAFFIC),
     Derivation("bus_bw_util", ("bus_bandwidth", "interconnect_bandwidth"), "bus_bandwidth / interconnect_bandwidth",
                _NCCL,
                lambda f, kb: clamp_fraction(num(f, "bus_bandwidth") / num(f, "interconnect_bandwidth"),

@@ -231,8 +231,26 @@ def check_consistency(facts: Facts) -> None:
     ):
         problems.append(Problem("active_params", "is larger than model_params",
                                 "active parameters are a subset of the model"))
+    problems.extend(_layout_problems(facts))
     if problems:
         raise ObservationError(problems, title="the observations contradict each other")
+
+
+def _layout_problems(facts: Facts) -> list[Problem]:
+    """The parallel degrees given multiply to more GPUs than the job has (n = p·t·d, Megatron-LM)."""
+    if "num_gpus" not in facts:
+        return []
+    given = [name for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+             if name in facts]
+    width = 1.0
+    for name in given:
+        width *= _num(facts, name)
+    if width <= _num(facts, "num_gpus"):
+        return []
+    product = " x ".join(f"{name} {facts[name]}" for name in given) + (f" = {width:g} GPUs" if len(given) > 1 else "")
+    return [Problem(given[0], f"{product} is more than num_gpus ({facts['num_gpus']})",
+                    "tensor x pipeline x data-parallel ranks cannot exceed the job's GPUs; give num_gpus as the job's "
+                    "total over all nodes, or correct the parallel sizes")]
 
 
 

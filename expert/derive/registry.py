@@ -16,7 +16,17 @@ after those whose outputs it reads, and of several ways to one output the first 
 
 from __future__ import annotations
 
-from .cluster import CATALOG_LINK, CLUSTER, OWN_LINK, SEVERAL_GPUS, SOME_COMM_TIME, SOME_FAILURES, TOPOLOGY
+from .cluster import (
+    CATALOG_LINK,
+    CLUSTER,
+    GRADIENT_TRAFFIC,
+    OWN_LINK,
+    PARALLEL_LAYOUT,
+    SEVERAL_GPUS,
+    SOME_COMM_TIME,
+    SOME_FAILURES,
+    TOPOLOGY,
+)
 from .derivation import LLM_DECODE, Derivation, Gate, Result
 from .gain_bounds import GAIN_BOUNDS
 from .llm import (
@@ -52,6 +62,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     *LLM_DECODE_RATIO,
     *IRON_LAW,
     *GAIN_BOUNDS,  # the most lower precision, a faster GPU or tensor cores can speed the compute term up
+    *PARALLEL_LAYOUT,  # data_parallel_size where one replica spans every GPU, before the all-reduce reads it
     *CLUSTER,
     *LLM_SERVING_HOST_MEMORY,
     *MODEL_SHAPE,
@@ -59,7 +70,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     *TOPOLOGY,  # reads gpus_per_node, which the margins derive
 )
 
-__all__ = ["CATALOG_LINK", "DERIVATIONS", "FP8_PEAK", "LLM_DECODE", "OPTIMIZER_OFFLOADED", "OPTIMIZER_ON_GPU",
-           "OWN_LINK", "PREFILL_OR_FORWARD", "PUBLISHED_BANDWIDTH", "PUBLISHED_MEMORY", "PUBLISHED_PEAK", "SERVING",
-           "SEVERAL_GPUS", "SOME_ACHIEVED", "SOME_COMM_TIME", "SOME_FAILURES", "TRAINING", "Derivation", "Gate",
-           "Result"]
+__all__ = ["CATALOG_LINK", "DERIVATIONS", "FP8_PEAK", "GRADIENT_TRAFFIC", "LLM_DECODE", "OPTIMIZER_OFFLOADED",
+           "OPTIMIZER_ON_GPU", "OWN_LINK", "PREFILL_OR_FORWARD", "PUBLISHED_BANDWIDTH", "PUBLISHED_MEMORY",
+           "PUBLISHED_PEAK", "SERVING", "SEVERAL_GPUS", "SOME_ACHIEVED", "SOME_COMM_TIME", "SOME_FAILURES", "TRAINING",
+           "Derivation", "Gate", "Result"]
