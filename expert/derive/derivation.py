@@ -19,9 +19,10 @@ from .formulas import Facts, Value
 
 _T = TypeVar("_T")
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 3x (object.__setattr__ per field), ~30 a walk
 class Result:
-    """What a formula gives: the value, the catalog figures it used (with their source), a note (a clamp)."""
+    """What a formula gives: the value, the catalog figures it used (with their source), a note (a clamp). Treat it
+    as immutable: the walk's memo shares one Result between the diagnoses that derive the same value."""
 
     value: float
     constants: dict[str, Value] = field(default_factory=dict)
