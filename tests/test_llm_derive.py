@@ -84,6 +84,20 @@ def test_mfu_from_tokens_per_s_dense_and_moe() -> None:
     assert moe["achieved_tflops"] == approx(9.75)  # 6 x 13e9 x 1000 / 8: the active parameters
 
 
+def test_a_frozen_base_computes_no_weight_gradients() -> None:
+    """LoRA: forward 2·N, activation gradients 2·N, weight gradients only for the trainable parameters."""
+    assert training_flops_per_token(7e9, trainable=4e7) == approx(4 * 7e9 + 2 * 4e7)
+    assert training_flops_per_token(7e9, trainable=7e9) == training_flops_per_token(7e9)  # full fine-tune: 6·N
+    assert training_flops_per_token(7e9, trainable=9e9) == training_flops_per_token(7e9)  # more than N: every one
+    # with the attention term, which a frozen base still runs forward and backward
+    assert training_flops_per_token(6.7e9, 32, 4096, 4096, trainable=0.0) == approx(4 * 6.7e9 + 6_442_450_944)
+    lora = _derived(workload="training", hardware="a100-sxm-80gb", dtype="bf16", num_gpus=1, model_params="7B",
+                    trainable_params="40M", tokens_per_s=3000)
+    # (4 x 7e9 + 2 x 4e7) x 3000 = 84.24 TFLOP/s: MFU 27 % of the 312 dense bf16 peak, not 6·N's 40 %
+    assert lora["achieved_tflops"] == approx(84.24)
+    assert lora["mfu"] == approx(84.24 / 312)
+
+
 def test_tokens_per_s_needs_num_gpus_and_the_job_kind() -> None:
     assert "achieved_tflops" not in _derived(workload="training", hardware="h100-sxm", dtype="bf16",
                                              model_params="7B", tokens_per_s=3000)

@@ -137,13 +137,17 @@ def lost_share(loss: float) -> float:
 
 
 def training_flops_per_token(params: float, num_layers: int | None = None, hidden_size: int | None = None,
-                             seq_len: int | None = None) -> float:
+                             seq_len: int | None = None, trainable: float | None = None) -> float:
     """Model FLOPs per trained token: 6·N (forward 2·N, backward 4·N; Kaplan et al. 2020), plus the attention term
-    12·L·H·Q·T = 12·L·hidden_size·seq_len when the shape is given (PaLM, Chowdhery et al. 2022, appendix B)."""
+    12·L·H·Q·T = 12·L·hidden_size·seq_len when the shape is given (PaLM, Chowdhery et al. 2022, appendix B).
+    With `trainable` parameters given (LoRA and other adapters), frozen weights get no weight gradient: the backward
+    is 2·N for the gradients of the activations plus 2·trainable for those of the weights (Narayanan et al. 2021: the
+    backward doubles the forward because it computes both), 4·N + 2·trainable in all (7B with 40M adapters: 4.01·N)."""
     attention = 0.0
     if num_layers is not None and hidden_size is not None and seq_len is not None:
         attention = 12.0 * num_layers * hidden_size * seq_len
-    return 6.0 * params + attention
+    weight_grads = params if trainable is None else min(trainable, params)
+    return 4.0 * params + 2.0 * weight_grads + attention
 
 
 def inference_flops_per_token(params: float) -> float:

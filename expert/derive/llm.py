@@ -82,6 +82,9 @@ PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capac
 SERVING_MEMORY = Gate(f"{SERVING.description}, on hardware whose memory capacity the catalog gives",
                       lambda kb: all_of([SERVING.on_static(), _published_memory(kb)]))
 
+_FROZEN = ("Narayanan et al. 2021, arXiv:2104.04473, §5.1 (the backward pass doubles the forward: gradients with "
+           "respect to both inputs and weights); Hu et al. 2021, LoRA, arXiv:2106.09685 §4 (no gradients for the "
+           "frozen weights)")
 _KAPLAN = "Kaplan et al. 2020, arXiv:2001.08361 (C ≈ 6·N FLOPs per trained token, 2·N per forward token)"
 _PALM = "Chowdhery et al. 2022 (PaLM), arXiv:2204.02311, appendix B (MFU with the attention term 12·L·H·Q·T)"
 _KV = ("KV cache = 2 · layers · KV heads · head dim · context · bytes per element (Pope et al. 2022, "
@@ -117,9 +120,12 @@ def _train_tflops(with_attention: bool) -> Callable[[Facts, KnowledgeBase], Resu
         params = params_streamed(f)
         shape = (int(num(f, "num_layers")), int(num(f, "hidden_size")), int(num(f, "seq_len"))) \
             if with_attention else (None, None, None)
-        per_token = training_flops_per_token(params, *shape)
-        return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), int(num(f, "num_gpus"))),
-                      {"FLOPs per token": per_token, "params used": params})
+        trainable = num(f, "trainable_params") if isinstance(f.get("trainable_params"), (int, float)) else None
+        per_token = training_flops_per_token(params, shape[0], shape[1], shape[2], trainable=trainable)
+        figures: dict[str, Value] = {"FLOPs per token": per_token, "params used": params}
+        if trainable is not None:
+            figures["params with weight gradients"] = min(trainable, params)
+        return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), int(num(f, "num_gpus"))), figures)
 
     return rate
 
@@ -266,11 +272,15 @@ LLM_RATES: tuple[Derivation, ...] = (
                f"{_DECODE_STEP}; {_SLO}", _decode_rate, gate=LLM_DECODE, optional=("num_gpus",)),
     Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus", "num_layers",
                                    "hidden_size", "seq_len"),
-               "(6·N + 12·L·H·Q·T) · tokens_per_s / num_gpus / 1e12 (N: active parameters when given)",
-               f"{_KAPLAN}; {_PALM}", _train_tflops(True), gate=TRAINING, substitutes=ACTIVE_PARAMS),
+               "(6·N + 12·L·H·Q·T) · tokens_per_s / num_gpus / 1e12 (N: active parameters when given; 4·N + "
+               "2·trainable_params in place of 6·N when the trainable parameters are given)",
+               f"{_KAPLAN}; {_PALM}; {_FROZEN}", _train_tflops(True), gate=TRAINING, substitutes=ACTIVE_PARAMS,
+               optional=("trainable_params",)),
     Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus"),
-               "6·N · tokens_per_s / num_gpus / 1e12 (N: active parameters when given; attention term left out)",
-               _KAPLAN, _train_tflops(False), gate=TRAINING, substitutes=ACTIVE_PARAMS),
+               "6·N · tokens_per_s / num_gpus / 1e12 (N: active parameters when given; 4·N + 2·trainable_params "
+               "when the trainable parameters are given; attention term left out)",
+               f"{_KAPLAN}; {_FROZEN}", _train_tflops(False), gate=TRAINING, substitutes=ACTIVE_PARAMS,
+               optional=("trainable_params",)),
     Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus"),
                "2·N · tokens_per_s / num_gpus / 1e12 (forward only; N: active parameters when given)",
                _KAPLAN, _forward_tflops, gate=PREFILL_OR_FORWARD, substitutes=ACTIVE_PARAMS),
