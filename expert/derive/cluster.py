@@ -8,7 +8,19 @@ from collections.abc import Callable
 
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
 from ..rules.model import Condition
-from .derivation import Derivation, Gate, Result, all_of, any_of, clamp_fraction, fact_test, hardware_of, num, required
+from .derivation import (
+    Derivation,
+    Gate,
+    Result,
+    all_of,
+    any_of,
+    clamp_fraction,
+    fact_test,
+    hardware_of,
+    num,
+    num_or,
+    required,
+)
 from .formulas import (
     Facts,
     comm_term,
@@ -22,7 +34,6 @@ from .formulas import (
 )
 
 SEVERAL_GPUS = Gate("more than one GPU (one GPU has no all-reduce)", fact_test("num_gpus", ge=2))
-SOME_COMM_TIME = Gate("the collectives took some time", fact_test("comm_time_s", gt=0))
 SOME_FAILURES = Gate("the job fails at all (no failures: no time between them)", fact_test("failures_per_day", gt=0))
 
 
@@ -129,8 +140,7 @@ ONE_REPLICA = Gate("one model replica spans every GPU (model_parallel_to_gpus at
 def _replica_share(given: str, other: str) -> Callable[[Facts, KnowledgeBase], Result]:
     """`given` × `other` (1 when not known) / num_gpus."""
     def share(f: Facts, kb: KnowledgeBase) -> Result:
-        width = num(f, given) * (num(f, other) if isinstance(f.get(other), (int, float)) else 1.0)
-        return Result(width / num(f, "num_gpus"))
+        return Result(num(f, given) * num_or(f, other, 1.0) / num(f, "num_gpus"))
 
     return share
 
@@ -141,9 +151,8 @@ GRADIENT_TRAFFIC = Gate("the collectives took some time and some gradient is all
 
 
 def _allreduce_bytes(f: Facts, kb: KnowledgeBase) -> Result:
-    ranks = f.get("data_parallel_size")
-    return Result(ring_allreduce_bytes(num(f, "gradient_bytes"),
-                                       int(ranks) if isinstance(ranks, (int, float)) else int(num(f, "num_gpus"))))
+    ranks = num_or(f, "data_parallel_size", num(f, "num_gpus"))
+    return Result(ring_allreduce_bytes(num(f, "gradient_bytes"), int(ranks)))
 
 
 # the parallel layout, before the all-reduce bytes (over the data-parallel ranks) and the accumulation steps read it

@@ -135,9 +135,15 @@ def num(f: Facts, name: str) -> float:
     return float(f[name])
 
 
+def num_or(f: Facts, name: str, default: _T) -> float | _T:
+    """A numeric fact as a float, or `default` where it is not known (an optional input)."""
+    value = f.get(name)
+    return float(value) if isinstance(value, (int, float)) else default
+
+
 def decode_gpus(f: Facts) -> int:
     """The GPUs a decode job's tokens_per_s is spread over (1 when num_gpus is not given)."""
-    return int(num(f, "num_gpus")) if isinstance(f.get("num_gpus"), (int, float)) else 1
+    return int(num_or(f, "num_gpus", 1))
 
 
 def clamp_fraction(value: float, what: str) -> Result:

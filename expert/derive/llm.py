@@ -22,6 +22,7 @@ from .derivation import (
     fact_test,
     hardware_of,
     num,
+    num_or,
     params_streamed,
     required,
 )
@@ -118,10 +119,10 @@ def _hbm_bytes(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Value]]:
 def _train_tflops(with_attention: bool) -> Callable[[Facts, KnowledgeBase], Result]:
     def rate(f: Facts, kb: KnowledgeBase) -> Result:
         params = params_streamed(f)
-        shape = (int(num(f, "num_layers")), int(num(f, "hidden_size")), int(num(f, "seq_len"))) \
+        layers, hidden, seq = (int(num(f, "num_layers")), int(num(f, "hidden_size")), int(num(f, "seq_len"))) \
             if with_attention else (None, None, None)
-        trainable = num(f, "trainable_params") if isinstance(f.get("trainable_params"), (int, float)) else None
-        per_token = training_flops_per_token(params, shape[0], shape[1], shape[2], trainable=trainable)
+        trainable = num_or(f, "trainable_params", None)
+        per_token = training_flops_per_token(params, layers, hidden, seq, trainable=trainable)
         figures: dict[str, Value] = {"FLOPs per token": per_token, "params used": params}
         if trainable is not None:
             figures["params with weight gradients"] = min(trainable, params)
