@@ -102,3 +102,19 @@ def test_dcgm_exporter_clock_event_reasons(tmp_path: Path) -> None:
     bad = _write(tmp_path, "bad.prom", 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0"} 2.5\n')
     with pytest.raises(ObservationError, match=r"bad.prom:1: .*2.5 is not a bitmask"):
         ingest_result(bad)
+
+
+@pytest.mark.parametrize(("facts", "share"), [
+    ({"gpu_util": 0.8}, 0.35 * 0.8),  # busy samples are gpu_util of the time: the slowed work is that share of it
+    ({}, 0.35),  # utilization not given: every sample taken as busy, the upper bound
+])
+def test_fixing_a_slowdown_gives_back_at_most_the_slowed_share(facts: dict[str, float], share: float) -> None:
+    # a busy GPU (share_compute near 1) used to be promised the whole compute term: "up to 100x"
+    report = expert.default_expert().diagnose({"workload": "training", "hardware": "h100-sxm", "dtype": "bf16",
+                                               "clock_slowdown_frac": 0.35, "step_time_s": 1.4, "mfu": 0.28,
+                                               **facts})
+    gain = next(r for r in report.recommended if r.id == "fix_clock_slowdown").expected_gain
+    assert gain is not None
+    assert gain.term_share == pytest.approx(share, abs=1e-4)
+    assert gain.max_speedup == pytest.approx(1 / (1 - share), abs=1e-3)
+    assert "clock_slowdown_step_frac" in gain.assumptions

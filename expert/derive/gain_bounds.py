@@ -17,6 +17,8 @@
   cores (rules/precision.yaml).
 - `pcie_link_speedup`: 1 / pcie_link_frac, how much faster host-device copies run on a link trained to what the
   GPU and slot support.
+- `clock_slowdown_step_frac`: clock_slowdown_frac x gpu_util, the share of the step the GPU works under a clock
+  slowdown (gpu_util taken as 1 when not given): all that fixing the slowdown can give back.
 - `padded_token_ratio`: token positions computed per real token, 1 / (1 - padding_frac): the most packing can speed
   up the work that grows with the tokens.
 """
@@ -27,7 +29,7 @@ from collections.abc import Callable
 
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
 from ..rules.model import Condition
-from .derivation import Derivation, Gate, Result, all_of, any_of, fact_test, hardware_of, num, required
+from .derivation import Derivation, Gate, Result, all_of, any_of, fact_test, hardware_of, num, num_or, required
 from .formulas import Facts, Value
 
 _CATALOG = "knowledge_base/hardware.yaml (dense peaks per dtype)"
@@ -218,6 +220,14 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
                "PCI-SIG lane rates (Gen3 8, Gen4 16, Gen5 32 GT/s per lane; bandwidth scales with the lanes): a copy "
                "over a link trained below its capability takes 1 / pcie_link_frac times as long",
                lambda f, kb: Result(1.0 / num(f, "pcie_link_frac")), gate=SOME_LINK),
+    Derivation("clock_slowdown_step_frac", ("clock_slowdown_frac",),
+               "clock_slowdown_frac · gpu_util (gpu_util: 1 unless given)",
+               "NVML clock event reasons (the share of busy samples with a slowdown active); busy samples are gpu_util "
+               "of the time, so the slowed work is at most that share of the step",
+               lambda f, kb: Result(num(f, "clock_slowdown_frac") * num_or(f, "gpu_util", 1.0),
+                                    note=None if "gpu_util" in f else "gpu_util not given: every sample taken as "
+                                    "busy, an upper bound"),
+               optional=("gpu_util",)),
     Derivation("padded_token_ratio", ("padding_frac",), "1 / (1 − padding_frac)", _PACKING,
                lambda f, kb: Result(1.0 / (1.0 - num(f, "padding_frac"))), gate=SOME_REAL_TOKENS),
 )
