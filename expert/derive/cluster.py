@@ -34,6 +34,7 @@ from .formulas import (
 )
 
 SEVERAL_GPUS = Gate("more than one GPU (one GPU has no all-reduce)", fact_test("num_gpus", ge=2))
+SOME_COMM = Gate("the collectives take some of the step (comm_frac above 0)", fact_test("comm_frac", gt=0))
 SOME_FAILURES = Gate("the job fails at all (no failures: no time between them)", fact_test("failures_per_day", gt=0))
 
 
@@ -222,6 +223,10 @@ CLUSTER: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "nccl_bus_bandwidth") / num(f, "interconnect_bandwidth"))),
     Derivation("sync_wait_frac", ("sync_wait_s", "step_time_s"), "sync_wait_s / step_time_s", _C3_COORD,
                lambda f, kb: clamp_fraction(num(f, "sync_wait_s") / num(f, "step_time_s"), "straggler wait share")),
+    Derivation("wait_share_of_comm", ("sync_wait_frac", "comm_frac"), "min(1, sync_wait_frac / comm_frac)",
+               f"{_C3_COORD}; NCCL collectives finish only when the last rank joins, so a rank that arrives early "
+               "waits inside the collective kernel (Holistic Trace Analysis, communication-computation overlap)",
+               lambda f, kb: Result(min(1.0, num(f, "sync_wait_frac") / num(f, "comm_frac"))), gate=SOME_COMM),
     Derivation("mtbf_h", ("failures_per_day",), "24 h / failures_per_day", _C3_COORD,
                lambda f, kb: Result(24.0 / num(f, "failures_per_day")), gate=SOME_FAILURES),
     Derivation("mtbf_h", ("node_mtbf_h", "num_nodes"), "node_mtbf_h / num_nodes (independent node failures)", _C3_COORD,
