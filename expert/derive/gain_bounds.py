@@ -77,6 +77,16 @@ def _lower_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(peak / today, figures)
 
 
+def _slowed_share(f: Facts, kb: KnowledgeBase) -> Result:
+    """clock_slowdown_frac of the busy samples, as a share of the step: times gpu_util, or alone (every sample taken
+    as busy, an upper bound) when the utilization is not given."""
+    util = num_or(f, "gpu_util", None)
+    slowed = num(f, "clock_slowdown_frac")
+    if util is None:
+        return Result(slowed, note="gpu_util not given: every sample taken as busy, an upper bound")
+    return Result(slowed * util)
+
+
 def _upgrade_known(kb: KnowledgeBase) -> Callable[[HardwareSpec, str], bool]:
     def known(hw: HardwareSpec, dtype: str) -> bool:
         upgrade = kb.hardware_upgrades.get(hw.id)
@@ -224,10 +234,7 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
                "clock_slowdown_frac · gpu_util (gpu_util: 1 unless given)",
                "NVML clock event reasons (the share of busy samples with a slowdown active); busy samples are gpu_util "
                "of the time, so the slowed work is at most that share of the step",
-               lambda f, kb: Result(num(f, "clock_slowdown_frac") * num_or(f, "gpu_util", 1.0),
-                                    note=None if "gpu_util" in f else "gpu_util not given: every sample taken as "
-                                    "busy, an upper bound"),
-               optional=("gpu_util",)),
+               _slowed_share, optional=("gpu_util",)),
     Derivation("padded_token_ratio", ("padding_frac",), "1 / (1 − padding_frac)", _PACKING,
                lambda f, kb: Result(1.0 / (1.0 - num(f, "padding_frac"))), gate=SOME_REAL_TOKENS),
 )
