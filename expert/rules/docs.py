@@ -252,7 +252,9 @@ def render_rules_docs(kb: KnowledgeBase, ruleset: RuleSet, test_files: list[tupl
     for regime, (path, table) in ruleset.tables.items():
         title = kb.regimes.regimes[regime].title if regime in kb.regimes.regimes else regime
         out += [f"### {regime}: {title}", "", f"Source: {table.source} (`{_relative(path, roots)}`)", "",
-                "Effective: " + ", ".join(f"`{o}`" for o in table.effective) + ".", "", "Wasted:", ""]
+                "Effective: " + (", ".join(f"`{o}`" for o in table.effective) + "." if table.effective else
+                                 "none for the regime as a whole: the rules that conclude it propose the fixes that "
+                                 "fit the cause they measure."), "", "Wasted:", ""]
         out += [f"- `{w.id}`: {w.reason}" for w in table.wasted]
         out.append("")
     out += ["## Lint reference", "",
