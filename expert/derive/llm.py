@@ -63,6 +63,10 @@ STATES_ON_GPU = Gate(f"{OPTIMIZER_ON_GPU.description}, with the knowledge base's
                      _with_memory_model(OPTIMIZER_ON_GPU.on_static()))
 STATES_OFFLOADED = Gate(f"{OPTIMIZER_OFFLOADED.description}, with the knowledge base's memory model",
                         _with_memory_model(OPTIMIZER_OFFLOADED.on_static()))
+STATES_ON_GPU_WITH_TRAFFIC = Gate(
+    f"{OPTIMIZER_ON_GPU.description}, with the knowledge base's optimizer step traffic",
+    lambda kb: OPTIMIZER_ON_GPU.on_static() if kb.memory is not None and kb.memory.optimizer_step_traffic is not None
+    else fact_test("workload", **{"in": []}))
 TRAINING_MEMORY = Gate("a training job, with the knowledge base's memory model",
                        _with_memory_model(TRAINING.on_static()))
 
@@ -223,6 +227,20 @@ def _model_states(offloaded: bool, trainable: bool = False,
         return Result(value, figures, note)
 
     return states
+
+
+def _optimizer_over_floor(f: Facts, kb: KnowledgeBase) -> Result:
+    """optimizer_step_s over the step's bytes (memory.yaml `optimizer_step_traffic` per trained parameter, on this
+    GPU's shard) at the peak bandwidth."""
+    traffic = required(_memory_model(kb).optimizer_step_traffic,
+                       "optimizer step traffic (knowledge_base/memory.yaml optimizer_step_traffic)")
+    trained = min(num_or(f, "trainable_params", num(f, "model_params")), num(f, "model_params"))
+    shards = num_or(f, "sharding_degree", 1.0)
+    floor_s = traffic.bytes_per_param * trained / shards / (num(f, "peak_bandwidth") * 1e9)
+    figures: dict[str, Value] = {"bytes per trained parameter": traffic.bytes_per_param,
+                                 "floor (s)": floor_s, "source": traffic.source}
+    note = None if "sharding_degree" in f else "sharding_degree not given: every GPU taken to update all the states"
+    return Result(num(f, "optimizer_step_s") / floor_s, figures, note)
 
 
 def _activations(batch: str) -> Callable[[Facts, KnowledgeBase], Result]:
@@ -389,6 +407,12 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                "bytes per parameter (16-bit weights and gradients; optimizer states on the host) · model_params / "
                "sharding_degree", f"{_ZERO}; Ren et al. 2021 (ZeRO-Offload), arXiv:2101.06840",
                _model_states(True), gate=STATES_OFFLOADED),
+    Derivation("optimizer_over_floor", ("workload", "optimizer_step_s", "model_params", "peak_bandwidth"),
+               "optimizer_step_s / (bytes per trained parameter · (trainable_params or model_params) / "
+               "sharding_degree / peak_bandwidth) (sharding_degree: 1 unless given)",
+               f"{_ZERO}; PyTorch docs, torch.optim (the for-loop, foreach and fused implementations of each "
+               "optimizer)", _optimizer_over_floor, gate=STATES_ON_GPU_WITH_TRAFFIC,
+               optional=("trainable_params", "sharding_degree")),
     Derivation("activation_bytes", ("workload", "seq_len", "micro_batch_size", "hidden_size", "num_layers"),
                "coefficient · seq_len · micro_batch_size · hidden_size · num_layers", _ACTIVATIONS,
                _activations("micro_batch_size"), gate=TRAINING_MEMORY),

@@ -641,18 +641,28 @@ class UnitTable(_Strict):
 # ---- device-memory model of a training step (knowledge_base/memory.yaml) -------------------------------------------
 
 
-class StateBytes(_Strict):
-    """Bytes per parameter of the model states kept on the GPU, part by part, with the source."""
+class BytesPerParam(_Strict):
+    """Bytes per parameter, part by part (the parts add up), with the source: what an optimizer step moves
+    (`optimizer_step_traffic`, the step's floor over the peak bandwidth)."""
 
     bytes_per_param: float = Field(gt=0)
     parts: dict[str, float]
-    frozen_bytes_per_param: float = Field(2.0, gt=0)  # a parameter the optimizer does not train keeps its weight only
     source: str
 
     @model_validator(mode="after")
-    def _parts_add_up(self) -> StateBytes:
+    def _parts_add_up(self) -> BytesPerParam:
         if abs(sum(self.parts.values()) - self.bytes_per_param) > 1e-9:
             raise ValueError(f"parts add up to {sum(self.parts.values())}, not bytes_per_param {self.bytes_per_param}")
+        return self
+
+
+class StateBytes(BytesPerParam):
+    """Bytes per parameter of the model states kept on the GPU, part by part, with the source."""
+
+    frozen_bytes_per_param: float = Field(2.0, gt=0)  # a parameter the optimizer does not train keeps its weight only
+
+    @model_validator(mode="after")
+    def _frozen_within_trained(self) -> StateBytes:
         if self.frozen_bytes_per_param > self.bytes_per_param:
             raise ValueError(f"a frozen parameter cannot keep more ({self.frozen_bytes_per_param} bytes) than a "
                              f"trained one ({self.bytes_per_param})")
@@ -668,10 +678,11 @@ class ActivationModel(_Strict):
 
 
 class MemoryModel(_Strict):
-    """knowledge_base/memory.yaml: model-state bytes per parameter (optimizer on the GPU or offloaded) and the
-    activation coefficient, the constants of the memory-capacity derivations."""
+    """knowledge_base/memory.yaml: model-state bytes per parameter (optimizer on the GPU or offloaded), the bytes an
+    optimizer step moves, and the activation coefficient, the constants of the memory derivations."""
 
     schema_version: int = 1
     optimizer_on_gpu: StateBytes
     optimizer_offloaded: StateBytes
+    optimizer_step_traffic: BytesPerParam | None = None  # the optimizer step's floor (optimizer_over_floor)
     activations: ActivationModel
