@@ -235,11 +235,11 @@ def _optimizer_over_floor(f: Facts, kb: KnowledgeBase) -> Result:
     traffic = required(_memory_model(kb).optimizer_step_traffic,
                        "optimizer step traffic (knowledge_base/memory.yaml optimizer_step_traffic)")
     trained = min(num_or(f, "trainable_params", num(f, "model_params")), num(f, "model_params"))
-    shards = num_or(f, "sharding_degree", 1.0)
-    floor_s = traffic.bytes_per_param * trained / shards / (num(f, "peak_bandwidth") * 1e9)
+    shards = num_or(f, "sharding_degree", None)
+    floor_s = traffic.bytes_per_param * trained / (shards or 1.0) / (num(f, "peak_bandwidth") * 1e9)
     figures: dict[str, Value] = {"bytes per trained parameter": traffic.bytes_per_param,
                                  "floor (s)": floor_s, "source": traffic.source}
-    note = None if "sharding_degree" in f else "sharding_degree not given: every GPU taken to update all the states"
+    note = None if shards else "sharding_degree not given: every GPU taken to update all the states"
     return Result(num(f, "optimizer_step_s") / floor_s, figures, note)
 
 
