@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -136,14 +136,33 @@ def _conditions() -> TypeAdapter[Condition]:
     return TypeAdapter(Condition)
 
 
+# Reports of one Expert share each rule's `when` tree: parse it once (keyed by identity; the entry holds the tree, so
+# its id is not reused while cached). Bounded, for reports read back from JSON, whose trees are new each time.
+_PARSED: dict[int, tuple[dict[str, Any], Condition | None]] = {}
+_PARSED_MAX = 4096
+
+
+def _condition(when: dict[str, Any]) -> Condition | None:
+    hit = _PARSED.get(id(when))
+    if hit is not None and hit[0] is when:
+        return hit[1]
+    try:
+        condition: Condition | None = _conditions().validate_python(when)
+    except ValidationError:
+        condition = None
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[id(when)] = (when, condition)
+    return condition
+
+
 def _tree(ev: RuleEvaluation) -> _Tree | None:
     """The evaluation's condition (rebuilt from the report once) with its recorded leaves attached, or None when
     the report has no condition tree or its leaves do not match it."""
     if ev.when is None:
         return None
-    try:
-        condition = _conditions().validate_python(ev.when)
-    except ValidationError:
+    condition = _condition(ev.when)
+    if condition is None:
         return None
     it = iter(ev.leaves)
     try:
@@ -170,7 +189,9 @@ def _reasons(node: _Tree, want: bool) -> list[LeafTrace]:
     return [leaf for c in node.children if c.outcome != good for leaf in _reasons(c, want)]
 
 
-def _inputs_closure(name: str) -> set[str]:
+@functools.cache
+def _inputs_closure(name: str) -> frozenset[str]:
+    """The fact and every fact it is derived from, transitively."""
     out = {name}
     frontier = [name]
     while frontier:
@@ -181,7 +202,7 @@ def _inputs_closure(name: str) -> set[str]:
                     if inp not in out:
                         out.add(inp)
                         frontier.append(inp)
-    return out
+    return frozenset(out)
 
 
 def _blocker(report: Report, ev: RuleEvaluation, leaf: LeafTrace, depth: int, seen: set[str]) -> Blocker:
@@ -235,17 +256,16 @@ def _kind_of(report: Report, ident: str) -> str:
     evs = report.evaluations
     if any(e.rule_id == ident for e in evs):
         return "rule"
-    regimes = {c.regime for c in report.candidates} | {t.regime for t in report.tables}
-    if ident in regimes or any(e.concludes.bottleneck == ident for e in evs):
+    if (any(c.regime == ident for c in report.candidates) or any(t.regime == ident for t in report.tables)
+            or any(e.concludes.bottleneck == ident for e in evs)):
         return "bottleneck"
-    if ident in {f.id for f in report.findings} or any(e.concludes.finding == ident for e in evs):
+    if any(f.id == ident for f in report.findings) or any(e.concludes.finding == ident for e in evs):
         return "finding"
-    opts = {r.id for r in report.recommended} | {w.id for w in report.wasted}
-    for t in report.tables:
-        opts |= set(t.effective) | set(t.wasted)
-    for e in evs:
-        opts |= set(e.concludes.recommend) | set(e.concludes.waste)
-    return "optimization" if ident in opts else "unknown"
+    if (any(r.id == ident for r in report.recommended) or any(w.id == ident for w in report.wasted)
+            or any(ident in t.effective or ident in t.wasted for t in report.tables)
+            or any(ident in e.concludes.recommend or ident in e.concludes.waste for e in evs)):
+        return "optimization"
+    return "unknown"
 
 
 def why_not(report: Report, ident: str) -> WhyNot:
