@@ -161,6 +161,18 @@ def test_lower_precision_peak_ratio(hardware: str, dtype: str, ratio: float | No
 
 
 @pytest.mark.parametrize(("hardware", "dtype", "ratio"), [
+    ("a100-sxm-80gb", "fp32", 156.0 / 19.5),  # fp32 -> tf32 on tensor cores: 8x
+    ("h100-sxm", "fp32", 494.7 / 67.0),  # tf32: 7.4x
+    ("v100-sxm2", "fp32", 125.0 / 15.7),  # no tf32 on Volta: its tensor cores multiply fp16 only (once 33x: unbounded)
+    ("t4", "fp32", 65.0 / 8.1),  # nor on Turing
+    ("h100-sxm", "bf16", 989.4 / 67.0),  # a bf16 job's tensor-core peak over the CUDA-core rate
+    ("h800", "fp32", None),  # unpublished figures: no ratio
+], ids=lambda v: str(v))
+def test_tensor_core_peak_ratio(hardware: str, dtype: str, ratio: float | None) -> None:
+    _assert_ratio({"hardware": hardware, "dtype": dtype}, "tensor_core_peak_ratio", ratio)
+
+
+@pytest.mark.parametrize(("hardware", "dtype", "ratio"), [
     ("a100-sxm-80gb", "bf16", 989.4 / 312.0),  # A100 -> H100 SXM: 3.17x
     ("h100-sxm", "bf16", 2250.0 / 989.4),  # H100 -> B200: 2.27x
     ("t4", "fp16", 121.0 / 65.0),  # T4 -> L4: 1.86x
@@ -561,6 +573,29 @@ def test_quantization_bytes_ratio_is_the_shrink_to_4_bit_values(dtype: str, rati
     assert derived["quantization_bytes_ratio"].value == pytest.approx(ratio)
     declared = KB.optimizations["quantization"].max_term_speedup
     assert declared is not None and ratio <= declared  # the declared bound covers every dtype
+
+
+def test_weights_already_4_bit_still_leave_the_kv_cache_to_quantize() -> None:
+    """A service with 4-bit weights: the weights have nothing left to shrink, an fp8 KV cache halves a bf16 one. With
+    the mix unknown the bound is the larger ratio (2x, once 1x: a recommendation promising nothing); with the weights'
+    share of the decode bytes known, the two ratios are mixed by it."""
+    facts = {"workload": "inference", "phase": "decode", "hardware": "h100-sxm", "dtype": "bf16", "weight_bits": 4,
+             "batch_size": 1, "model_params": 70e9, "tokens_per_s": 60, "gpu_util": 0.95}
+    report = _diagnose(facts)
+    assert report.derived["quantization_bytes_ratio"].value == pytest.approx(2.0)
+    gain = next(r for r in report.recommended if r.id == "quantization").expected_gain
+    assert gain is not None and gain.max_speedup > 1.0
+    known = _diagnose({**facts, "batch_size": 16, "num_layers": 80, "num_kv_heads": 8, "head_dim": 128,
+                       "context_len": 4096})
+    w = known.derived["decode_weight_share"].value
+    assert isinstance(w, float) and 0 < w < 1
+    assert known.derived["quantization_bytes_ratio"].value == pytest.approx(1 / (w / 1.0 + (1 - w) / 2.0))
+    # 16-bit weights: 4x for the weights, 2x for the KV cache
+    plain = _diagnose({**facts, "weight_bits": 16, "batch_size": 16, "num_layers": 80, "num_kv_heads": 8,
+                       "head_dim": 128, "context_len": 4096})
+    w16 = plain.derived["decode_weight_share"].value
+    assert isinstance(w16, float)
+    assert plain.derived["quantization_bytes_ratio"].value == pytest.approx(1 / (w16 / 4.0 + (1 - w16) / 2.0))
 
 
 @pytest.mark.parametrize(("link", "bandwidth", "ratio"), [

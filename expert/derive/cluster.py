@@ -240,6 +240,11 @@ CLUSTER: tuple[Derivation, ...] = (
     Derivation("checkpoint_interval_ratio", ("checkpoint_interval_s", "daly_interval_s"),
                "checkpoint_interval_s / daly_interval_s", _DALY,
                lambda f, kb: Result(num(f, "checkpoint_interval_s") / num(f, "daly_interval_s"))),
+    Derivation("checkpoint_write_frac", ("checkpoint_write_s", "checkpoint_interval_s"),
+               "δ / (τ + δ) (failures not counted: rework and restarts lengthen the run, so the share is at most this)",
+               f"{_YOUNG} (δ: the time a checkpoint blocks training, τ: the training time between two)",
+               lambda f, kb: Result(num(f, "checkpoint_write_s")
+                                    / (num(f, "checkpoint_interval_s") + num(f, "checkpoint_write_s")))),
     Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h", "restart_time_s"),
                "x / (1 + x), x = δ/τ + τ/2M + R/M", f"{_YOUNG}; {_DALY}", _coordination("checkpoint_interval_s", True)),
     Derivation("coordination_overhead", ("checkpoint_write_s", "checkpoint_interval_s", "mtbf_h"),

@@ -9,10 +9,12 @@
   dtype over today's.
 - `faster_memory_ratio`: the device-memory bandwidth of the part's successor (the same `upgrades`) over today's,
   where the successor's memory is faster (else the declared bound of more_memory_bandwidth applies).
-- `quantization_bytes_ratio`: the bytes of a value in today's dtype over half a byte (4-bit weights, the narrowest
-  format quantization names), or for a training job over one byte (fp8 values and 8-bit optimizer states, the
-  narrowest its training form names): the most quantization can shrink the bytes it acts on.
-- `tensor_core_peak_ratio`: the tensor-core peak of today's dtype (tf32 for an fp32 job) over the CUDA-core fp32 peak.
+- `quantization_bytes_ratio`: how much fewer bytes quantization leaves. Serving: the weights to 4 bits (bytes per
+  weight over half a byte) and the KV cache to fp8 (dtype bytes over one), mixed by the weights' share of a decode
+  step's bytes where known, else the larger of the two; so weights already 4-bit still leave the KV cache's 2x (bf16).
+  Training: dtype bytes over one byte (fp8 values and 8-bit optimizer states, the narrowest its training form names).
+- `tensor_core_peak_ratio`: the tensor-core peak of today's dtype over the CUDA-core fp32 peak; for an fp32 job tf32's
+  peak, or on a part without tf32 (Volta, Turing) that of bf16/fp16, the only way its matmuls reach tensor cores.
 - `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
   cores (rules/precision.yaml).
 - `pcie_link_speedup`: 1 / pcie_link_frac, how much faster host-device copies run on a link trained to what the
@@ -39,8 +41,9 @@ _UPGRADE_MEMORY = ("knowledge_base/hardware.yaml (memory bandwidth per part) and
                    "part of each line)")
 _CUDA_CORES = ("NVIDIA tensor-core docs: the fp32 peak of the catalog is the CUDA-core (non-tensor) rate; tf32, "
                "bf16, fp16 and fp8 peaks are tensor-core rates")
-# the formats whose dense peak is a tensor-core rate (fp32 itself is the CUDA-core rate; tf32 is its tensor-core mode)
-_TENSOR_CORE = {"fp32": "tf32"}
+# the tensor-core formats an fp32 job moves to, in order: tf32 (Ampere and later) keeps fp32 storage; a part without
+# it (Volta, Turing) multiplies on tensor cores only in 16 bits: its fp32 matmuls reach them through bf16/fp16 autocast
+_TENSOR_CORE = {"fp32": ("tf32", "bf16", "fp16")}
 
 
 def _dtypes(kb: KnowledgeBase) -> list[str]:
@@ -140,22 +143,45 @@ def _training_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
                                            "bytes of a value in fp8 (8-bit states)": quantized})
 
 
+_QUANTIZED_SERVING = ("knowledge_base/units.yaml dtypes `bytes`, `quantized_weight_bytes` and "
+                      "`quantized_kv_cache_bytes`; 4-bit weight quantization (AWQ, GPTQ); fp8 KV cache (vLLM "
+                      "kv_cache_dtype=fp8, TensorRT-LLM)")
+
+
 def _weight_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     quantized = kb.units.quantized_weight_bytes
     return Result(num(f, "bytes_per_weight") / quantized, {"bytes of a quantized weight": quantized})
 
 
-def _tensor_core_dtype(dtype: str) -> str:
-    return _TENSOR_CORE.get(dtype, dtype)
+def _serving_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    """Weights to 4 bits and the KV cache (stored in dtype) to fp8: mixed by the weights' share of the decode bytes
+    where it is known, else the larger of the two (an upper bound whatever the mix)."""
+    dtype = str(f["dtype"])
+    spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
+    weights = num(f, "bytes_per_weight") / kb.units.quantized_weight_bytes
+    kv = spec.bytes / kb.units.quantized_kv_cache_bytes
+    constants = {"bytes of a quantized weight": kb.units.quantized_weight_bytes,
+                 f"bytes of a {dtype} value": spec.bytes,
+                 "bytes of a quantized KV-cache value": kb.units.quantized_kv_cache_bytes}
+    share = f.get("decode_weight_share")
+    if isinstance(share, (int, float)) and not isinstance(share, bool):
+        return Result(1.0 / (share / weights + (1.0 - share) / kv), constants)
+    return Result(max(weights, kv), constants)
+
+
+def _tensor_core_dtype(hw: HardwareSpec, dtype: str) -> str:
+    """The tensor-core format a `dtype` job runs its matmuls in on `hw` (the first of its formats the part has)."""
+    formats = _TENSOR_CORE.get(dtype, (dtype,))
+    return next((d for d in formats if hw.peak(d) is not None), formats[0])
 
 
 def _tensor_known(hw: HardwareSpec, dtype: str) -> bool:
-    return hw.peak("fp32") is not None and hw.peak(_tensor_core_dtype(dtype)) is not None
+    return hw.peak("fp32") is not None and hw.peak(_tensor_core_dtype(hw, dtype)) is not None
 
 
 def _tensor_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     hw, dtype = hardware_of(f, kb), str(f["dtype"])
-    core = _tensor_core_dtype(dtype)
+    core = _tensor_core_dtype(hw, dtype)
     cuda = required(hw.peak("fp32"), f"an fp32 peak of {hw.id}")
     tensor = required(hw.peak(core), f"a {core} peak of {hw.id}")
     return Result(tensor / cuda, {f"{hw.id} dense {core} peak (TFLOP/s)": tensor,
@@ -215,11 +241,17 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
                "`quantized_training_bytes`; NVIDIA Transformer Engine (fp8 training); Dettmers et al. 2022, 8-bit "
                "Optimizers via Block-wise Quantization, arXiv:2110.02861", _training_quantization_ratio,
                gate=TRAINING_JOB),
+    # serving quantizes the weights (to 4 bits) and the KV cache (to fp8): weights already 4-bit leave the KV cache
+    Derivation("quantization_bytes_ratio", ("bytes_per_weight", "dtype"),
+               "1 / (w / r_w + (1 − w) / r_kv), w = decode_weight_share, r_w = bytes per weight / "
+               "quantized_weight_bytes (4-bit weights), r_kv = dtype bytes / quantized_kv_cache_bytes (fp8 KV cache); "
+               "max(r_w, r_kv) where w is unknown", _QUANTIZED_SERVING,
+               _serving_quantization_ratio, optional=("decode_weight_share",)),
     Derivation("quantization_bytes_ratio", ("bytes_per_weight",), "bytes per weight / quantized_weight_bytes (4-bit "
-               "weights)", "knowledge_base/units.yaml dtypes `bytes` and `quantized_weight_bytes`; 4-bit weight "
-               "quantization (AWQ, GPTQ)", _weight_quantization_ratio),
+               "weights)", _QUANTIZED_SERVING, _weight_quantization_ratio),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
-               "tensor-core dense peak of dtype (tf32 for fp32) / fp32 CUDA-core peak", f"{_CATALOG}; {_CUDA_CORES}",
+               "tensor-core dense peak of dtype (for fp32: tf32, else bf16 or fp16) / fp32 CUDA-core peak",
+               f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),
     Derivation("achieved_to_fp32_peak", ("achieved_tflops", "hardware"), "achieved_tflops / fp32 CUDA-core peak",
                f"{_CATALOG}; {_CUDA_CORES}", _over_cuda_cores, gate=FP32_PUBLISHED),
