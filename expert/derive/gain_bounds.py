@@ -160,9 +160,9 @@ def _serving_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
     weights = num(f, "bytes_per_weight") / kb.units.quantized_weight_bytes
     kv = spec.bytes / kb.units.quantized_kv_cache_bytes
-    constants = {"bytes of a quantized weight": kb.units.quantized_weight_bytes,
-                 f"bytes of a {dtype} value": spec.bytes,
-                 "bytes of a quantized KV-cache value": kb.units.quantized_kv_cache_bytes}
+    constants: dict[str, Value] = {"bytes of a quantized weight": kb.units.quantized_weight_bytes,
+                                   f"bytes of a {dtype} value": spec.bytes,
+                                   "bytes of a quantized KV-cache value": kb.units.quantized_kv_cache_bytes}
     share = f.get("decode_weight_share")
     if isinstance(share, (int, float)) and not isinstance(share, bool):
         return Result(1.0 / (share / weights + (1.0 - share) / kv), constants)
