@@ -13,6 +13,8 @@
   weight over half a byte) and the KV cache to fp8 (dtype bytes over one), mixed by the weights' share of a decode
   step's bytes where known, else the larger of the two; so weights already 4-bit still leave the KV cache's 2x (bf16).
   Training: dtype bytes over one byte (fp8 values and 8-bit optimizer states, the narrowest its training form names).
+- `offloaded_copy_frac`: the host-to-device copies' share of the step where the weights do not fit (an LLM service,
+  weights_to_hbm above 1), so the copies bring in offloaded weights; quantization that makes them fit removes it.
 - `tensor_core_peak_ratio`: the tensor-core peak of today's dtype over the CUDA-core fp32 peak; for an fp32 job tf32's
   peak, or on a part without tf32 (Volta, Turing) that of bf16/fp16, the only way its matmuls reach tensor cores.
 - `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
@@ -222,6 +224,13 @@ _PACKING = ("Krell et al. 2021, Efficient Sequence Packing without Cross-contami
             "Packing with FlashAttention-2 (DataCollatorWithFlattening)")
 FP32_PUBLISHED = Gate("the catalog gives this part's fp32 CUDA-core peak", _fp32_published)
 
+OFFLOADED_WEIGHTS = Gate("an LLM service whose weights alone need more than the GPUs' memory (weights_to_hbm above 1): "
+                         "what does not fit is kept in host memory and copied in every step",
+                         all_of([fact_test("workload", eq="inference"), fact_test("phase", known=True),
+                                 fact_test("weights_to_hbm", gt=1.0)]))
+_OFFLOAD = ("Hugging Face Accelerate big-model inference docs (device_map='auto' keeps what does not fit in CPU RAM "
+            "and moves it to the GPU for every forward pass)")
+
 TRAINING_JOB = Gate("a training job (it quantizes to fp8 values and 8-bit optimizer states, not 4-bit weights)",
                     fact_test("workload", eq="training"))
 
@@ -249,6 +258,9 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
                _serving_quantization_ratio, optional=("decode_weight_share",)),
     Derivation("quantization_bytes_ratio", ("bytes_per_weight",), "bytes per weight / quantized_weight_bytes (4-bit "
                "weights)", _QUANTIZED_SERVING, _weight_quantization_ratio),
+    Derivation("offloaded_copy_frac", ("h2d_copy_frac", "weights_to_hbm"),
+               "h2d_copy_frac (the weights do not fit: the host-to-device copies bring in the offloaded weights)",
+               _OFFLOAD, lambda f, kb: Result(num(f, "h2d_copy_frac")), gate=OFFLOADED_WEIGHTS),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
                "tensor-core dense peak of dtype (for fp32: tf32, else bf16 or fp16) / fp32 CUDA-core peak",
                f"{_CATALOG}; {_CUDA_CORES}",

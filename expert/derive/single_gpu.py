@@ -329,6 +329,10 @@ IRON_LAW: tuple[Derivation, ...] = (
                "min(data_wait_s, gpu_util · step_time_s) / step_time_s", "seed Table 2 (overlap turns sum into max)",
                lambda f, kb: Result(min(num(f, "data_wait_s"), num(f, "gpu_util") * num(f, "step_time_s"))
                                     / num(f, "step_time_s"))),
+    Derivation("copy_overlap_frac", ("h2d_copy_frac",), "min(h2d_copy_frac, 1 − h2d_copy_frac)",
+               "seed Table 2 (overlap turns the sum into the max: T ≥ max(copy, the rest)); the copies are serialised "
+               "on the link, so a step is never shorter than they are",
+               lambda f, kb: Result(min(num(f, "h2d_copy_frac"), 1.0 - num(f, "h2d_copy_frac")))),
     # iron-law terms
     Derivation("t_input_s", ("data_wait_s",), "data_wait_s", _SEED_IRON, lambda f, kb: Result(num(f, "data_wait_s"))),
     Derivation("t_data_s", ("bytes_moved", "peak_bandwidth"), "bytes_moved / BW", _SEED_IRON,

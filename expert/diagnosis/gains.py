@@ -23,14 +23,25 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     term = ctx.kb.regimes.terms.get(shrinks)
     acted_on = _acted_on(ctx, opt)
     if acted_on:
-        share = min(1.0, sum(v for _, v in acted_on))  # all it can save: hidden or removed entirely (Amdahl)
+        removed = _removed(ctx, opt)
+        acted = min(1.0, sum(v for _, v in acted_on))
+        share = min(1.0, acted + sum(v for _, v in removed))  # all it can save: hidden or removed entirely (Amdahl)
         cap = ctx.kb.regimes.max_reported_speedup
         capped = share >= 1 - 1 / cap
         what = " + ".join(f"{name} {v:.0%}" for name, v in acted_on)
         bound = _term_bound(ctx, opt)
-        if bound is not None:  # what it acts on shrinks, at best, by its bound
+        if bound is not None:  # what it acts on shrinks, at best, by its bound; what it removes goes
             s, where = bound
-            return _sped_up(shrinks, share, share / s, cap, f"what {opt.id} acts on, {what}", s, where)
+            if not removed:
+                return _sped_up(shrinks, share, share / s, cap, f"what {opt.id} acts on, {what}", s, where)
+            rest = min(acted, share) / s
+            gone = " + ".join(f"{name} {v:.0%}" for name, v in removed)
+            return ExpectedGain(
+                term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
+                assumptions=f"upper bound: what {opt.id} acts on, {what} of the step, runs at most {s:.3g}x faster "
+                f"({where}), and {gone} is removed entirely; 1 / (1 − {share:.3g} + {rest:.3g}); other terms "
+                "unchanged")
+        what = " + ".join(f"{name} {v:.0%}" for name, v in (*acted_on, *removed))
         return ExpectedGain(
             term=shrinks, term_share=round(share, 4),
             max_speedup=round(cap if capped else amdahl_max_speedup(share), 3),
@@ -75,6 +86,12 @@ def _sped_up(shrinks: str, share: float, rest: float, cap: float, subject: str, 
         term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
         assumptions=f"upper bound: {subject} of the step, runs at most {s:.3g}x faster ({where}); "
         f"1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
+
+
+def _removed(ctx: Basis, opt: Optimization) -> list[tuple[str, float]]:
+    """The known shares the optimization takes away entirely (`removes`)."""
+    return [(name, float(v)) for name in opt.removes
+            if isinstance(v := ctx.facts.get(name), (int, float)) and not isinstance(v, bool)]
 
 
 def _acted_on(ctx: Basis, opt: Optimization) -> list[tuple[str, float]]:

@@ -224,6 +224,9 @@ class Optimization(_Strict):
     # the shares of the step (facts, summed) the optimization can act on at most, where narrower than its term
     # (optimizations.yaml header); the first must be known, the others add where known
     acts_on: list[str] = []
+    # shares of the step (facts) it can take away entirely where known, beside what it acts on (optimizations.yaml
+    # header); they count only where the first of acts_on is known
+    removes: list[str] = []
     # facts that applying it settles (an enum fact and its value): listed in applied_optimizations, it gives them
     # where they are not given (expert.observations.normalise)
     implies: dict[str, str] = {}
@@ -239,6 +242,8 @@ class Optimization(_Strict):
     def _bound_sourced(self) -> Optimization:
         if self.max_term_speedup is not None and not self.bound_source:
             raise ValueError("max_term_speedup needs bound_source (where the bound comes from)")
+        if self.removes and not self.acts_on:
+            raise ValueError("removes needs acts_on (the shares it takes away add to what it acts on)")
         return self
 
 

@@ -48,10 +48,11 @@ def check_references(kb: KnowledgeBase) -> None:
                                     f"shrinks {opt.shrinks!r}, which regimes.yaml `terms` does not define"))
         if opt.floor is not None and opt.floor not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}", f"floor: unknown fact {opt.floor!r}"))
-        for fact_name in opt.acts_on:
-            if fact_name not in kb.facts:
-                problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
-                                        f"acts_on: unknown fact {fact_name!r}"))
+        for field_name, names in (("acts_on", opt.acts_on), ("removes", opt.removes)):
+            for fact_name in names:
+                if fact_name not in kb.facts:
+                    problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
+                                            f"{field_name}: unknown fact {fact_name!r}"))
         if opt.term_speedup is not None and opt.term_speedup not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
                                     f"term_speedup: unknown fact {opt.term_speedup!r}"))
