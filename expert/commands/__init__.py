@@ -118,6 +118,11 @@ def _main(argv: Sequence[str] | None) -> int:
         except Exception:
             if not watch.seen:  # a Ctrl-C that came back wrapped (pydantic-core's serializer) is still the user's
                 raise
+        except BaseException as exc:
+            # a Ctrl-C while a Rust extension initialises can come back as its panic (pyo3's PanicException, a
+            # BaseException: pydantic-core's `import datetime` interrupted); an exit stays an exit
+            if isinstance(exc, (SystemExit, GeneratorExit)) or not watch.seen:
+                raise
     print("interrupted", file=sys.stderr)
     return 130
 
