@@ -6,7 +6,7 @@
 
 Covered: the report JSON of every bundled example and every rule-test case (rules/tests/*.test.yaml) with both
 engines, their Markdown rendering, and consultation transcripts under bench/bench_consult.py's three protocols (all
-three for each example; one for every second rule-test case, the three in turn).
+three for each example; one for half of the rule-test cases, the three in turn: see consult_protocols).
 tests/test_golden.py fails when any digest differs.
 """
 
