@@ -160,7 +160,7 @@ def _serving_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     where it is known, else the larger of the two (an upper bound whatever the mix)."""
     dtype = str(f["dtype"])
     spec = required(kb.units.dtypes.get(dtype), f"the bytes of a {dtype} value")
-    weights = num(f, "bytes_per_weight") / kb.units.quantized_weight_bytes
+    weights = _weight_quantization_ratio(f, kb).value
     kv = spec.bytes / kb.units.quantized_kv_cache_bytes
     constants: dict[str, Value] = {"bytes of a quantized weight": kb.units.quantized_weight_bytes,
                                    f"bytes of a {dtype} value": spec.bytes,

@@ -32,15 +32,8 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
         bound = _term_bound(ctx, opt)
         if bound is not None:  # what it acts on shrinks, at best, by its bound; what it removes goes
             s, where = bound
-            if not removed:
-                return _sped_up(shrinks, share, share / s, cap, f"what {opt.id} acts on, {what}", s, where)
-            rest = min(acted, share) / s
             gone = " + ".join(f"{name} {v:.0%}" for name, v in removed)
-            return ExpectedGain(
-                term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
-                assumptions=f"upper bound: what {opt.id} acts on, {what} of the step, runs at most {s:.3g}x faster "
-                f"({where}), and {gone} is removed entirely; 1 / (1 − {share:.3g} + {rest:.3g}); other terms "
-                "unchanged")
+            return _sped_up(shrinks, share, acted / s, cap, f"what {opt.id} acts on, {what}", s, where, gone)
         what = " + ".join(f"{name} {v:.0%}" for name, v in (*acted_on, *removed))
         return ExpectedGain(
             term=shrinks, term_share=round(share, 4),
@@ -80,24 +73,31 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     )
 
 
-def _sped_up(shrinks: str, share: float, rest: float, cap: float, subject: str, s: float, where: str) -> ExpectedGain:
-    """The gain when `subject` (a share of the step) runs at most `s` times faster, keeping `rest` of the step."""
+def _sped_up(shrinks: str, share: float, rest: float, cap: float, subject: str, s: float, where: str,
+             gone: str = "") -> ExpectedGain:
+    """The gain when `subject` (a share of the step) runs at most `s` times faster, keeping `rest` of the step; `gone`
+    names what is removed entirely beside it (its part of `share`), if anything."""
+    removed = f", and {gone} is removed entirely" if gone else ""
     return ExpectedGain(
         term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
-        assumptions=f"upper bound: {subject} of the step, runs at most {s:.3g}x faster ({where}); "
+        assumptions=f"upper bound: {subject} of the step, runs at most {s:.3g}x faster ({where}){removed}; "
         f"1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
+
+
+def _known_shares(ctx: Basis, names: list[str]) -> list[tuple[str, float]]:
+    """The facts of `names` that are known numbers, in order."""
+    return [(name, float(v)) for name in names
+            if isinstance(v := ctx.facts.get(name), (int, float)) and not isinstance(v, bool)]
 
 
 def _removed(ctx: Basis, opt: Optimization) -> list[tuple[str, float]]:
     """The known shares the optimization takes away entirely (`removes`)."""
-    return [(name, float(v)) for name in opt.removes
-            if isinstance(v := ctx.facts.get(name), (int, float)) and not isinstance(v, bool)]
+    return _known_shares(ctx, opt.removes)
 
 
 def _acted_on(ctx: Basis, opt: Optimization) -> list[tuple[str, float]]:
     """The known shares of what the optimization acts on (`acts_on`), or none when the first is unknown."""
-    known = [(name, float(v)) for name in opt.acts_on
-             if isinstance(v := ctx.facts.get(name), (int, float)) and not isinstance(v, bool)]
+    known = _known_shares(ctx, opt.acts_on)
     return known if known and known[0][0] == opt.acts_on[0] else []
 
 
