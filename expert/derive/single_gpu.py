@@ -316,10 +316,30 @@ _DECODE_FUSIBLE: tuple[Derivation, ...] = (
 )
 
 
+_KERNEL_TIME = ("Holistic Trace Analysis docs, temporal breakdown (idle time: the part of the step no kernel runs); "
+                "seed screening signal 1 (confirm launch starvation through timeline gaps)")
+# Kernels that add up to more than the step overlap on several streams: their sum then says nothing about the gaps.
+_KERNELS_FIT = Gate("the kernels add up to no more than the step (they do not overlap on several streams)",
+                    fact_test("kernel_time_frac", le=1.0))
+
+
+def _idle_from_kernels(f: Facts, kb: KnowledgeBase) -> Result:
+    """The share of the step with neither a kernel nor a host-to-device copy running, both run one at a time."""
+    copies = num(f, "h2d_copy_frac") if "h2d_copy_frac" in f else 0.0
+    return Result(max(0.0, 1.0 - num(f, "kernel_time_frac") - copies))
+
+
 # the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
 IRON_LAW: tuple[Derivation, ...] = (
     _weights_only_decode("bandwidth_to_peak", "; unclamped", "LLM decode bytes per step; " + _KIPPLY,
                          _decode_bw_ratio),
+    Derivation("kernel_time_frac", ("kernels_per_step", "mean_kernel_us", "step_time_s"),
+               "kernels_per_step · mean_kernel_us / step_time_s", _KERNEL_TIME,
+               lambda f, kb: Result(num(f, "kernels_per_step") * num(f, "mean_kernel_us") * 1e-6
+                                    / num(f, "step_time_s"))),
+    Derivation("gpu_idle_gap_frac", ("kernel_time_frac",),
+               "1 − kernel_time_frac − h2d_copy_frac (the step less its kernels and copies, run one at a time)",
+               _KERNEL_TIME, _idle_from_kernels, gate=_KERNELS_FIT, optional=("h2d_copy_frac",)),
     Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
                "seed screening signals (timeline gaps not explained by data wait)",
                lambda f, kb: Result(max(0.0, num(f, "gpu_idle_gap_frac") - num(f, "io_overhead")))),
