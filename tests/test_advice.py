@@ -648,6 +648,46 @@ def test_a_decode_without_a_kernel_mix_fuses_only_what_streaming_the_weights_lea
     assert measured.derived["fusible_frac"].value == pytest.approx(measured.derived["share_overhead"].value)
 
 
+def test_a_decode_on_a_part_without_a_bandwidth_figure_quantizes_within_the_busy_time() -> None:
+    """No bandwidth figure for the part (A10G), so no D/BW share: a decode's kernels stream the weights and the KV
+    cache, so quantization reaches at most the share of the step some kernel runs, as pruning does, and leads with
+    the larger bound (fp16 weights to 4 bits: 4x the bytes) instead of trailing as an unknown gain."""
+    report = expert.diagnose({"hardware": "a10g", "dtype": "fp16", "gpu_util": 0.98, "model_params": "6.7B",
+                              "tokens_per_s": 25, **DECODE})
+    assert "share_data" not in report.derived
+    reach = report.derived["quantizable_frac"]
+    assert reach.value == pytest.approx(0.98) and reach.formula.startswith("gpu_util (LLM decode")
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    quantization, pruning = gains["quantization"], gains["pruning"]
+    assert quantization is not None and quantization.max_speedup == pytest.approx(1 / (0.02 + 0.98 / 4), abs=1e-3)
+    assert pruning is not None and pruning.max_speedup < quantization.max_speedup
+    assert report.recommended[0].id == "quantization"
+    # outside a decode the busy time says nothing of the bytes: no reach, as before
+    training = expert.diagnose({"hardware": "a10g", "dtype": "fp16", "gpu_util": 0.98, "workload": "training"})
+    assert "quantizable_frac" not in training.derived
+
+
+def test_a_known_mfu_bounds_every_gain_that_keeps_the_roof_and_the_flops() -> None:
+    """At 50 % MFU the step runs its model FLOPs at half the dense peak: nothing that keeps the peak and the FLOPs
+    makes it more than 2x faster, though DRAM at 90 % reads as a D/BW term of 90 % (the terms overlap). What raises
+    the roof or cuts the FLOPs (`beyond_mfu`) keeps its own bound."""
+    report = expert.diagnose({"workload": "training", "hardware": "h100-sxm", "dtype": "bf16", "mfu": 0.5,
+                              "mem_bw_util": 0.9, "gpu_util": 0.99})
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    fusion = gains["kernel_fusion"]
+    assert fusion is not None and fusion.max_speedup == pytest.approx(2.0)
+    assert "at most 1 / mfu" in fusion.assumptions
+    pruning = gains["pruning"]  # fewer parameters, fewer model FLOPs: its own bound (at most halved)
+    assert pruning is not None and "1 / mfu" not in pruning.assumptions
+    catalog = expert.Expert().kb.optimizations
+    assert catalog["pruning"].beyond_mfu and not catalog["kernel_fusion"].beyond_mfu
+    # without the MFU the D/BW share alone bounds fusion
+    unbounded = expert.diagnose({"workload": "training", "hardware": "h100-sxm", "dtype": "bf16", "mem_bw_util": 0.9,
+                                 "gpu_util": 0.99})
+    alone = {r.id: r.expected_gain for r in unbounded.recommended}["kernel_fusion"]
+    assert alone is not None and alone.max_speedup == pytest.approx(10.0)
+
+
 def test_a_decode_whose_dram_activity_was_measured_bounds_the_launch_term_by_the_rest() -> None:
     """Measured DRAM activity counts every byte, the KV cache's too: what it leaves of the step bounds the launch term,
     which CUDA graphs, asynchronous scheduling and fusion act on alike."""

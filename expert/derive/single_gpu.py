@@ -418,6 +418,11 @@ IRON_LAW: tuple[Derivation, ...] = (
     *_reach("quantizable_frac", "weight_kernel_frac",
             "the share of the window in kernels that may read the weights or the KV cache",
             "the whole D/BW term taken as weight and KV-cache bytes"),
+    # an LLM decode whose D/BW term is not known (no bandwidth figure for the part): its kernels stream the weights
+    # and the KV cache, so they reach at most the time some kernel runs (as pruning's last way below)
+    Derivation("quantizable_frac", ("gpu_util",), "gpu_util (LLM decode, the D/BW term not known: its kernels stream "
+               "the weights and the KV cache, so at most the share of the step some kernel runs)", _REACH,
+               lambda f, kb: Result(num(f, "gpu_util")), gate=LLM_DECODE),
     # batching amortises the launches over more work, and in serving the weight reads too (seed Table 3,
     # memory-bound and latency-bound rows): per unit of work it can save at most those terms
     # an LLM decode whose KV cache is counted: a larger batch amortises the weights it reads, not the KV cache (each

@@ -9,6 +9,20 @@ from .provenance import Basis
 
 
 def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
+    """`_term_gain`, at most 1 / mfu where the MFU is known (below 1) and the optimization does not go beyond it
+    (`beyond_mfu`, optimizations.yaml): no change makes the step faster than its model FLOPs at the dense peak, so
+    terms whose shares add up past the step (they overlap) bound nothing tighter."""
+    gain = _term_gain(ctx, opt)
+    mfu = ctx.facts.get("mfu")
+    if (gain is None or opt.beyond_mfu or not isinstance(mfu, (int, float)) or isinstance(mfu, bool)
+            or not 0 < mfu < 1 or gain.max_speedup <= 1 / mfu):
+        return gain
+    return ExpectedGain(term=gain.term, term_share=gain.term_share, max_speedup=round(1 / mfu, 3),
+                        assumptions=f"{gain.assumptions}; at most 1 / mfu = 1 / {mfu:.3g} (the step's model FLOPs at "
+                        "the dense peak, which no change of this kind lowers)")
+
+
+def _term_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     """The expected gain from the report's own terms: the Amdahl bound 1 / (1 - share) of removing the term, or,
     for an optimization with a `floor` (optimizations.yaml) that is known, the term falling to the floor, not to
     zero: 1 / (1 - share + floor) for a share of today's step (better kernels reach η = 1), (1 - floor) / (1 - share)

@@ -230,6 +230,9 @@ class Optimization(_Strict):
     # facts that applying it settles (an enum fact and its value): listed in applied_optimizations, it gives them
     # where they are not given (expert.observations.normalise)
     implies: dict[str, str] = {}
+    # True where a known MFU does not bound its gain (optimizations.yaml header): it raises the roof MFU is taken
+    # against, cuts the model FLOPs per unit of work, or saves time outside the measured step
+    beyond_mfu: bool = False
 
     def worded(self, workload: object) -> tuple[str, str]:
         """(title, how) for this workload (a `workload` fact value, or None when unknown)."""
