@@ -261,6 +261,12 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("offloaded_copy_frac", ("h2d_copy_frac", "weights_to_hbm"),
                "h2d_copy_frac (the weights do not fit: the host-to-device copies bring in the offloaded weights)",
                _OFFLOAD, lambda f, kb: Result(num(f, "h2d_copy_frac")), gate=OFFLOADED_WEIGHTS),
+    # the copies not measured: at most all of the step that is not reading device memory (an upper bound, as the gain
+    # it feeds is: a model that fits once quantized stops copying at all)
+    Derivation("offloaded_copy_frac", ("weights_to_hbm", "share_data"),
+               "1 − share_data (the weights do not fit and the copies are not measured: at most the part of the step "
+               "not reading device memory)", _OFFLOAD, lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))),
+               gate=OFFLOADED_WEIGHTS),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
                "tensor-core dense peak of dtype (for fp32: tf32, else bf16 or fp16) / fp32 CUDA-core peak",
                f"{_CATALOG}; {_CUDA_CORES}",
