@@ -7,13 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import expert
 from expert import KnowledgeBaseError, ObservationError, Observations
 from expert._resources import data_dir
 from expert.kb.knowledge import KnowledgeBase
+from expert.observations.normalise import convert, is_unknown, normalise
 
 EXPERT = expert.default_expert()
+KB = EXPERT.kb
 
 
 def _one(name: str, raw: Any) -> Any:
@@ -242,3 +246,41 @@ def test_yes_no_facts_take_yaml_booleans(raw: object, value: str) -> None:
 def test_a_boolean_is_no_answer_to_other_choices() -> None:
     with pytest.raises(ObservationError, match="workload"):
         expert.diagnose({"workload": True})
+
+
+_QUICK_FACTS = [name for name, spec in KB.facts.items()
+                if spec.kind != "derived" and spec.type in ("fraction", "number", "integer", "enum")]
+# each fact's bounds and their neighbours, and the values either side of a fraction's [0, 1]
+_EDGES: list[object] = [
+    *sorted({v for spec in KB.facts.values() for bound in (spec.min, spec.max) if bound is not None
+             for v in (bound, bound - 1e-9, bound + 1e-9, int(bound))}),
+    0, 1, 2, -1, 0.0, 1.0, -0.0, 0.5, 1.5, 1.0000001, 100.0, 1e-300, 1e308, 2**53 + 1]  # ints and floats alike
+_SPELLINGS = [*sorted({c for s in KB.facts.values() for c in s.choices or ()}),
+              "Yes", " no", "y", "on", "true", "unknown", "?"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(name=st.sampled_from(_QUICK_FACTS),
+       raw=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(min_value=-2.0, max_value=2.0),
+                     st.integers(min_value=-10**400, max_value=10**400), st.integers(min_value=-3, max_value=3),
+                     st.booleans(), st.sampled_from(_EDGES),
+                     st.text(max_size=6), st.sampled_from(_SPELLINGS)))
+def test_plain_values_take_the_same_value_or_error_as_the_general_conversion(name: str, raw: object) -> None:
+    """`normalise` checks plain numbers and an enum's own spelling inline (its quick path): every value it keeps is
+    the one `convert` gives, of the same type, and every value `convert` refuses is refused, with the same message."""
+    spec = KB.facts[name]
+    try:
+        expected: object = convert(spec, raw, KB)
+    except ValueError as exc:
+        expected = exc
+    if is_unknown(raw):
+        assert name not in normalise(KB, {name: raw}).facts
+        return
+    try:
+        got: object = normalise(KB, {name: raw}).facts[name].value
+    except ObservationError as exc:
+        assert isinstance(expected, ValueError)
+        assert str(expected) in str(exc)
+        return
+    assert not isinstance(expected, ValueError), f"{raw!r} kept as {got!r}, convert says {expected}"
+    assert got == expected and type(got) is type(expected)

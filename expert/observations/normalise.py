@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Union
@@ -313,7 +314,10 @@ def _raw_items(raw: Mapping[str, Any] | Observations) -> list[tuple[str, object,
         return list(items.values())
     for key, value in raw.items():
         name = key if type(key) is str else str(key)
-        if isinstance(value, Observation):
+        kind = type(value)
+        if kind is float or kind is int or kind is str:  # a plain value: no ABC check of Mapping
+            items[name] = (name, value, "user", {})
+        elif isinstance(value, Observation):
             items[name] = (name, value.value, value.source, dict(value.detail))
         elif isinstance(value, Mapping) and "value" in value:
             items[name] = _entry(name, value)
@@ -349,6 +353,56 @@ def _hardware_choice(kb: KnowledgeBase, raw: str) -> dict[str, str]:
     return {"resolved_from": raw.strip(), "note": found.note}
 
 
+# Plain values that `convert` would accept unchanged, checked inline (the common case: a number for a number, an
+# enum's own spelling): fact -> (kind, lowest, highest, lowest excluded, enum choices). Kinds: 0 a fraction, 1 a
+# number, 2 an integer, 3 an enum. Anything else, or anything these checks refuse, takes `convert`'s path, which
+# gives the same value or the error.
+_Quick = tuple[int, float | None, float | None, bool, frozenset[str]]
+_QUICK: weakref.WeakKeyDictionary[KnowledgeBase, dict[str, _Quick]] = weakref.WeakKeyDictionary()
+_QUICK_KINDS = {"fraction": 0, "number": 1, "integer": 2, "enum": 3}
+
+
+def _quick_checks(kb: KnowledgeBase) -> dict[str, _Quick]:
+    found = _QUICK.get(kb)
+    if found is None:
+        found = {}
+        for name, spec in kb.facts.items():
+            kind = _QUICK_KINDS.get(spec.type)
+            choices = frozenset(spec.choices or ())
+            if spec.kind == "derived" or kind is None or (kind == 3 and not choices.isdisjoint(_UNKNOWN_WORDS)):
+                continue
+            found[name] = (kind, spec.min, spec.max, spec.exclusive_min, choices)
+        _QUICK[kb] = found  # built twice by two threads at once: the same table
+    return found
+
+
+_SLOW = object()  # `_quick_value`: the value needs `convert`
+
+
+def _quick_value(quick: _Quick, raw: object) -> object:
+    """The value `convert` gives for `raw` when it is a plain in-range number or an enum's own spelling; else _SLOW."""
+    kind, low, high, exclusive_min, choices = quick
+    if kind == 3:
+        return raw if type(raw) is str and raw in choices else _SLOW
+    if type(raw) is not float and type(raw) is not int:
+        return _SLOW
+    try:
+        value = float(raw)
+    except OverflowError:
+        return _SLOW
+    if kind == 0:
+        return value if 0.0 <= value <= 1.0 else _SLOW
+    if value - value != 0.0:  # NaN or infinity
+        return _SLOW
+    if low is not None and (value < low or (exclusive_min and value == low)):
+        return _SLOW
+    if high is not None and value > high:
+        return _SLOW
+    if kind == 2:
+        return int(value) if value == int(value) else _SLOW
+    return value
+
+
 def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Observations:
     """Validate observations against the vocabulary; collect every problem before raising ObservationError.
 
@@ -356,7 +410,14 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
     """
     problems: list[Problem] = []
     clean: dict[str, Observation] = {}
+    quick_checks = _quick_checks(kb)
     for name, value_in, source, detail in _raw_items(raw):
+        quick = quick_checks.get(name)
+        if quick is not None and (value := _quick_value(quick, value_in)) is not _SLOW:
+            clean[name] = _observation(value, source, {  # type: ignore[arg-type]  # a Value, as convert gives
+                k: v for k, v in detail.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+                if detail else {})
+            continue
         spec = kb.facts.get(name)
         if spec is None:
             close = _close_matches(name, list(kb.facts), n=3, cutoff=0.6)
