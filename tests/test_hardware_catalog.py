@@ -41,6 +41,7 @@ UNPUBLISHED = {"h800", "h20"}  # no public vendor datasheet: every figure null, 
     ("NVIDIA L40S", "l40s"), ("NVIDIA L40", "l40"), ("NVIDIA L4", "l4"),
     ("Tesla V100-SXM2-32GB", "v100-sxm2"),
     ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("rtx4090", "rtx-4090"),
+    ("NVIDIA GeForce RTX 3090", "rtx-3090"), ("RTX 3090", "rtx-3090"), ("NVIDIA A40", "a40"),
     ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
     ("NVIDIA H800", "h800"), ("NVIDIA H20", "h20"), ("NVIDIA GH200 480GB", "gh200-96gb"),
     ("NVIDIA GH200 144G HBM3e", "gh200-144gb"), ("NVIDIA B200", "b200"), ("NVIDIA B300", "b300"),
@@ -144,6 +145,9 @@ def test_dense_peaks_are_half_the_sparse_headlines() -> None:
     assert KB.hardware["b300"].peak("fp8") == pytest.approx(72_000 / 8 / 2)  # HGX B300: 72 PF for 8 GPUs, sparse
     assert KB.hardware["gb200"].peak("bf16") == pytest.approx(10_000 / 2 / 2)  # superchip: 10 PF, 2 GPUs, sparse
     assert KB.hardware["rtx-4090"].peak("bf16") == 165.2  # fp32 accumulate, as frameworks multiply
+    assert KB.hardware["rtx-3090"].peak("bf16") == 71.0  # GeForce: fp32 accumulate at half the fp16-accumulate rate
+    assert KB.hardware["a40"].peak("bf16") == 149.7  # a data-center part: fp32 accumulate at the full rate
+    assert KB.hardware["rtx-3090"].peak("fp8") is None and KB.hardware["a40"].peak("fp8") is None  # Ampere
 
 
 def test_mi250x_gcd_is_half_the_package() -> None:
