@@ -297,13 +297,15 @@ def test_the_declared_bound_applies_where_the_catalog_has_no_ratio() -> None:
 
 
 def test_cuda_cores_reach_at_most_half_of_every_16_bit_peak() -> None:
-    """What rules/precision.yaml precision-tensor-cores-in-use relies on for MFU > 50 % in bf16/fp16/fp8."""
+    """What rules/precision.yaml precision-tensor-cores-in-use relies on for MFU > 50 % in bf16/fp16/fp8. Within the
+    rounding of the published figures: the RTX 3090's 35.6 and 71 are both rounded from one clock (82 SMs at
+    1.695 GHz), at exactly 1:2."""
     for hw in KB.hardware.values():
         cuda = hw.peak("fp32")
         for dtype in ("bf16", "fp16", "fp8"):
             peak = hw.peak(dtype)
             if cuda and peak:
-                assert cuda <= 0.5 * peak + 1e-9, (hw.id, dtype)
+                assert cuda <= 0.5 * peak * 1.005, (hw.id, dtype)
 
 
 # ---- the capacity regime ---------------------------------------------------------------------------------------
