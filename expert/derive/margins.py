@@ -1,6 +1,6 @@
 """Consistency margins: derived readings of pairs of facts that physically must agree (MFU and achieved FLOP/s,
-DRAM utilization and bytes per step, busy and idle shares, tensor and SM activity); rules/conflicts.yaml judges them,
-`expert.derive.consistency` holds the arithmetic."""
+DRAM utilization and bytes per step, DRAM and kernel time, busy and idle shares, tensor and SM activity);
+rules/conflicts.yaml and rules/contradictions.yaml judge them, `expert.derive.consistency` holds the arithmetic."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ _CONFLICT_IDLE = ("NVML utilization.gpu (a kernel was running) and the trace's i
                   "exclude each other")
 _CONFLICT_PIPES = ("DCGM profiling metrics: PIPE_TENSOR_ACTIVE counts cycles of resident warps, "
                    "so it cannot exceed SM_ACTIVE")
+_CONFLICT_DRAM_BUSY = ("DCGM profiling metrics (DRAM_ACTIVE: cycles the device memory interface sends or receives) and "
+                      "NVML utilization.gpu (a kernel was running): without a kernel only the copy engines move device "
+                      "memory, at the host link's or NVLink's speed")
 _CONFLICT_WAIT = "seed Table 5 (I/O overhead) and screening signal 1: an exposed data wait leaves the GPU idle"
 _CONFLICT_NODES = "every node of a GPU job holds at least one GPU"
 
@@ -38,6 +41,8 @@ CONSISTENCY_MARGINS: tuple[Derivation, ...] = (
                    num(f, "gpu_util"), num(f, "gpu_idle_gap_frac")))),
     Derivation("tensor_over_sm", ("tensor_active", "sm_active"), "tensor_active − sm_active", _CONFLICT_PIPES,
                lambda f, kb: Result(consistency.excess(num(f, "tensor_active"), num(f, "sm_active")))),
+    Derivation("dram_over_busy", ("mem_bw_util", "gpu_util"), "mem_bw_util − gpu_util", _CONFLICT_DRAM_BUSY,
+               lambda f, kb: Result(consistency.excess(num(f, "mem_bw_util"), num(f, "gpu_util")))),
     Derivation("wait_over_idle", ("io_overhead", "gpu_idle_gap_frac"), "io_overhead − gpu_idle_gap_frac",
                _CONFLICT_WAIT, lambda f, kb: Result(consistency.excess(
                    num(f, "io_overhead"), num(f, "gpu_idle_gap_frac")))),
