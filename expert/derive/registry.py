@@ -46,6 +46,7 @@ from .single_gpu import (
     DECODE_WEIGHT_STREAMING,
     FP8_PEAK,
     IRON_LAW,
+    KERNEL_TIMELINE,
     PEAKS_AND_ROOFLINE,
     PUBLISHED_BANDWIDTH,
     PUBLISHED_PEAK,
@@ -53,6 +54,7 @@ from .single_gpu import (
 )
 
 DERIVATIONS: tuple[Derivation, ...] = (
+    *KERNEL_TIMELINE,  # the idle share where no trace measures it, before everything that reads it
     *PEAKS_AND_ROOFLINE,
     *LLM_RATES,  # the tokens/s ways to achieved_tflops, before mfu reads it
     *SCORECARD,

@@ -329,10 +329,9 @@ def _idle_from_kernels(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(max(0.0, 1.0 - num(f, "kernel_time_frac") - copies))
 
 
-# the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
-IRON_LAW: tuple[Derivation, ...] = (
-    _weights_only_decode("bandwidth_to_peak", "; unclamped", "LLM decode bytes per step; " + _KIPPLY,
-                         _decode_bw_ratio),
+# the GPU's idle share from the kernels of a step where no trace measures it: first in the walk, since what reads the
+# idle share (the scorecard's wait_share_of_idle, the launch gaps) comes after it, and it reads observed facts only
+KERNEL_TIMELINE: tuple[Derivation, ...] = (
     Derivation("kernel_time_frac", ("kernels_per_step", "mean_kernel_us", "step_time_s"),
                "kernels_per_step · mean_kernel_us / step_time_s", _KERNEL_TIME,
                lambda f, kb: Result(num(f, "kernels_per_step") * num(f, "mean_kernel_us") * 1e-6
@@ -340,6 +339,13 @@ IRON_LAW: tuple[Derivation, ...] = (
     Derivation("gpu_idle_gap_frac", ("kernel_time_frac",),
                "1 − kernel_time_frac − h2d_copy_frac (the step less its kernels and copies, run one at a time)",
                _KERNEL_TIME, _idle_from_kernels, gate=_KERNELS_FIT, optional=("h2d_copy_frac",)),
+)
+
+
+# the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
+IRON_LAW: tuple[Derivation, ...] = (
+    _weights_only_decode("bandwidth_to_peak", "; unclamped", "LLM decode bytes per step; " + _KIPPLY,
+                         _decode_bw_ratio),
     Derivation("launch_gap_frac", ("gpu_idle_gap_frac", "io_overhead"), "max(0, gpu_idle_gap_frac − io_overhead)",
                "seed screening signals (timeline gaps not explained by data wait)",
                lambda f, kb: Result(max(0.0, num(f, "gpu_idle_gap_frac") - num(f, "io_overhead")))),
