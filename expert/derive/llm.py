@@ -202,6 +202,13 @@ def _weights_to_hbm(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(weights / gpus / hbm, figures)
 
 
+def _weights_to_one_gpu(f: Facts, kb: KnowledgeBase) -> Result:
+    hbm, figures = _hbm_bytes(f, kb)
+    weights = num(f, "model_params") * num(f, "bytes_per_weight")
+    figures.update({"weight bytes": weights, "bytes per weight": num(f, "bytes_per_weight")})
+    return Result(weights / hbm, figures)
+
+
 def _memory_model(kb: KnowledgeBase) -> MemoryModel:
     return required(kb.memory, "memory model (knowledge_base/memory.yaml)")
 
@@ -326,6 +333,10 @@ LLM_RATES: tuple[Derivation, ...] = (
                "definition (every weight is resident for the step: params x bytes per element); Pope et al. 2022, "
                "arXiv:2211.05102 §2 (weights are sharded at best evenly over the chips)",
                _weights_to_hbm, gate=SERVING_MEMORY, optional=("num_gpus",)),
+    Derivation("weights_to_one_gpu", ("model_params", "bytes_per_weight", "hardware"),
+               "model_params · bytes per weight / HBM of one GPU (the whole model on one GPU, however many serve it)",
+               "definition (every weight is resident for the step: params x bytes per element)",
+               _weights_to_one_gpu, gate=SERVING_MEMORY),
 )
 
 
