@@ -530,6 +530,43 @@ def test_memory_bound_advice_is_worded_for_the_workload(workload: str, says: lis
     assert not any(word in text for word in never), text
 
 
+LAUNCH_BOUND = {"workload": "inference", "dtype": "bf16", "batch_size": 1, "gpu_util": 0.3, "gpu_idle_gap_frac": 0.6,
+                "mean_kernel_us": 5}
+
+
+@pytest.mark.parametrize(("hardware", "says", "never"), [
+    ("tpu-v5e", ["XLA", "jax.jit", "static shapes"], ["CUDA", "reduce-overhead"]),
+    ("trainium2", ["Neuron", "static shapes"], ["CUDA Graphs"]),
+    ("gaudi2", ["HPU", "wrap_in_hpu_graph"], ["CUDA Graphs"]),
+    ("mi300x", ["HIP", "ROCm"], []),
+    ("h100-sxm", ["CUDA Graphs", "reduce-overhead"], ["XLA", "HPU", "HIP"]),
+])
+def test_launch_advice_is_worded_for_the_vendor_of_the_part(hardware: str, says: list[str], never: list[str]) -> None:
+    """A launch-bound step gets the graph replay its platform has: XLA compiles the whole step on a TPU, Neuron on
+    Trainium, HPU Graphs on Gaudi, HIP graphs on ROCm; CUDA Graphs on NVIDIA parts and where the hardware is unknown."""
+    report = expert.diagnose({**LAUNCH_BOUND, "hardware": hardware})
+    graphs = next(r for r in report.recommended if r.id == "cuda_graphs")
+    text = f"{graphs.title} {graphs.how}"
+    assert all(word in text for word in says), text
+    assert not any(word in text for word in never), text
+    unknown = next(r for r in expert.diagnose(LAUNCH_BOUND).recommended if r.id == "cuda_graphs")
+    assert unknown.title == "CUDA Graphs"
+
+
+def test_a_vendor_wording_must_name_a_vendor_of_the_hardware_catalog(tmp_path: Path) -> None:
+    from expert import KnowledgeBaseError
+    from expert._resources import data_dir
+    from expert.kb.knowledge import KnowledgeBase
+
+    kb_dir = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), kb_dir)
+    path = kb_dir / "optimizations.yaml"
+    title = "        title: Compile the whole step into one XLA program"
+    path.write_text(path.read_text().replace(f"      google:\n{title}", f"      gogle:\n{title}"))
+    with pytest.raises(KnowledgeBaseError, match="for_vendor: unknown vendor 'gogle'"):
+        KnowledgeBase.load(kb_dir)
+
+
 def test_advice_of_an_unknown_workload_keeps_the_general_wording() -> None:
     report = expert.diagnose(MEMORY_BOUND)
     opt = expert.default_expert().kb.optimizations["quantization"]

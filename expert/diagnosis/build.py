@@ -451,6 +451,8 @@ def _optimizations(
 
     applied_ids = applied_optimizations(ctx.facts.get("applied_optimizations"))
     workload = ctx.facts.get("workload")
+    part = kb.hardware.get(str(ctx.facts.get("hardware")))
+    vendor = part.vendor if part is not None else None
     recommended: list[tuple[tuple[float, int, int, int, int], Recommendation]] = []
     for index, (opt_id, rules) in enumerate(decision.proposed.items()):
         if opt_id in wasted or opt_id in applied_ids:
@@ -467,7 +469,7 @@ def _optimizations(
         spec = 1 if rules[0] == table_rule else 0  # the regime table alone proposes it: less specific than a rule
         opt = kb.optimizations[opt_id]
         gain = expected_gain(ctx, opt)
-        title, how = opt.worded(workload)
+        title, how = opt.worded(workload, vendor)
         recommendation = Recommendation(id=opt_id, title=title, why="; ".join(whys), how=how, axis=opt.axis,
                                         shrinks=opt.shrinks, source=opt.source, rules=list(rules),
                                         expected_gain=gain)
@@ -481,15 +483,15 @@ def _optimizations(
 
     wasted_out: list[Wasted] = []
     for opt_id, (reason, rules) in sorted(wasted.items()):
-        wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].worded(workload)[0], reason=reason,
+        wasted_out.append(Wasted(id=opt_id, title=kb.optimizations[opt_id].worded(workload, vendor)[0], reason=reason,
                                  rules=list(rules)))
     applied_out: list[Applied] = []
     if applied_ids:
         source = ctx.observations.facts["applied_optimizations"].source
         for opt_id in applied_ids:
             rules = list(decision.proposed.get(opt_id, []))
-            applied_out.append(Applied(id=opt_id, title=kb.optimizations[opt_id].worded(workload)[0], source=source,
-                                       rules=rules))
+            applied_out.append(Applied(id=opt_id, title=kb.optimizations[opt_id].worded(workload, vendor)[0],
+                                       source=source, rules=rules))
     return Optimizations([rec for _, rec in recommended], wasted_out, applied_out, proposed)
 
 

@@ -213,6 +213,9 @@ class Optimization(_Strict):
     # the title and how for a training job or an inference service, where the general wording names techniques of
     # the other (post-training weight quantization and a KV cache are not what a training job applies)
     for_workload: dict[Literal["training", "inference"], OptimizationWording] = {}
+    # the title and how on one vendor's parts (hardware.yaml `vendor`), where the general wording names a CUDA
+    # mechanism that part does its own way (a TPU compiles the whole step with XLA; Gaudi captures HPU graphs)
+    for_vendor: dict[str, OptimizationWording] = {}
     effort: int | None = Field(default=None, ge=1, le=5)  # optimizations.yaml header: the declared effort order
     floor: str | None = None  # a derived share its term keeps at best (optimizations.yaml header); None: zero
     floor_of: Literal["step", "own"] = "step"  # the floor is a share of today's step, or of the run at the floor
@@ -234,12 +237,17 @@ class Optimization(_Strict):
     # against, cuts the model FLOPs per unit of work, or saves time outside the measured step
     beyond_mfu: bool = False
 
-    def worded(self, workload: object) -> tuple[str, str]:
-        """(title, how) for this workload (a `workload` fact value, or None when unknown)."""
+    def worded(self, workload: object, vendor: str | None = None) -> tuple[str, str]:
+        """(title, how) for this workload (a `workload` fact value, or None when unknown) on this vendor's parts (None
+        when the hardware is unknown): the vendor's wording first, then the workload's, then the general one."""
+        title, how = self.title, self.how
         wording = next((w for kind, w in self.for_workload.items() if kind == workload), None)
-        if wording is None:
-            return self.title, self.how
-        return wording.title or self.title, wording.how or self.how
+        if wording is not None:
+            title, how = wording.title or title, wording.how or how
+        on_vendor = self.for_vendor.get(vendor) if vendor is not None else None
+        if on_vendor is not None:
+            title, how = on_vendor.title or title, on_vendor.how or how
+        return title, how
 
     @model_validator(mode="after")
     def _bound_sourced(self) -> Optimization:

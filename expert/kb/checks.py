@@ -42,6 +42,7 @@ def check_references(kb: KnowledgeBase) -> None:
         for fact_name in filter(None, (term_spec.share, term_spec.seconds)):
             if fact_name not in kb.facts:
                 problems.append(Problem(f"{where}/regimes.yaml: terms.{term}", f"unknown fact {fact_name!r}"))
+    vendors = {hw.vendor for hw in kb.hardware.values()}
     for opt in kb.optimizations.values():
         if opt.shrinks not in kb.regimes.terms:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
@@ -56,6 +57,11 @@ def check_references(kb: KnowledgeBase) -> None:
         if opt.term_speedup is not None and opt.term_speedup not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
                                     f"term_speedup: unknown fact {opt.term_speedup!r}"))
+        for vendor in opt.for_vendor:
+            if vendor not in vendors:
+                problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
+                                        f"for_vendor: unknown vendor {vendor!r}",
+                                        f"the vendors of hardware.yaml: {', '.join(sorted(vendors))}"))
         for fact_name, value in opt.implies.items():
             implied = kb.facts.get(fact_name)
             if implied is None or not implied.askable or implied.type != "enum" or value not in (implied.choices or []):
