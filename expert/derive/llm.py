@@ -192,20 +192,24 @@ def _serving_memory(f: Facts, kb: KnowledgeBase) -> Result:
     return Result((weights + num(f, "kv_cache_bytes")) / (gpus * hbm), figures)
 
 
-def _weights_to_hbm(f: Facts, kb: KnowledgeBase) -> Result:
+def _weight_bytes(f: Facts, kb: KnowledgeBase) -> tuple[float, float, dict[str, Value]]:
+    """The model's weight bytes, one GPU's memory in bytes, and the figures both used."""
     hbm, figures = _hbm_bytes(f, kb)
-    gpus = decode_gpus(f)
     weights = num(f, "model_params") * num(f, "bytes_per_weight")
     figures.update({"weight bytes": weights, "bytes per weight": num(f, "bytes_per_weight")})
+    return weights, hbm, figures
+
+
+def _weights_to_hbm(f: Facts, kb: KnowledgeBase) -> Result:
+    weights, hbm, figures = _weight_bytes(f, kb)
+    gpus = decode_gpus(f)
     if gpus != 1:
         figures["GPUs sharing the weights (at best)"] = gpus
     return Result(weights / gpus / hbm, figures)
 
 
 def _weights_to_one_gpu(f: Facts, kb: KnowledgeBase) -> Result:
-    hbm, figures = _hbm_bytes(f, kb)
-    weights = num(f, "model_params") * num(f, "bytes_per_weight")
-    figures.update({"weight bytes": weights, "bytes per weight": num(f, "bytes_per_weight")})
+    weights, hbm, figures = _weight_bytes(f, kb)
     return Result(weights / hbm, figures)
 
 

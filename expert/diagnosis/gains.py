@@ -13,9 +13,9 @@ def expected_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     (`beyond_mfu`, optimizations.yaml): no change makes the step faster than its model FLOPs at the dense peak, so
     terms whose shares add up past the step (they overlap) bound nothing tighter."""
     gain = _term_gain(ctx, opt)
-    mfu = ctx.facts.get("mfu")
-    if (gain is None or opt.beyond_mfu or not isinstance(mfu, (int, float)) or isinstance(mfu, bool)
-            or not 0 < mfu < 1 or gain.max_speedup <= 1 / mfu):
+    known = _known_shares(ctx, ["mfu"])
+    mfu = known[0][1] if known else 0.0
+    if gain is None or opt.beyond_mfu or not 0 < mfu < 1 or gain.max_speedup <= 1 / mfu:
         return gain
     return ExpectedGain(term=gain.term, term_share=gain.term_share, max_speedup=round(1 / mfu, 3),
                         assumptions=f"{gain.assumptions}; at most 1 / mfu = 1 / {mfu:.3g} (the step's model FLOPs at "

@@ -403,6 +403,12 @@ def _quick_value(quick: _Quick, raw: object) -> object:
     return value
 
 
+def _scalar_detail(detail: dict[str, Any]) -> dict[str, Any]:
+    """The entries of an observation's detail that are numbers or text (what `Observation.detail` holds)."""
+    return {k: v for k, v in detail.items()
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool)} if detail else {}
+
+
 def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Observations:
     """Validate observations against the vocabulary; collect every problem before raising ObservationError.
 
@@ -414,9 +420,7 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
     for name, value_in, source, detail in _raw_items(raw):
         quick = quick_checks.get(name)
         if quick is not None and (value := _quick_value(quick, value_in)) is not _SLOW:
-            clean[name] = _observation(value, source, {  # type: ignore[arg-type]  # a Value, as convert gives
-                k: v for k, v in detail.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-                if detail else {})
+            clean[name] = _observation(value, source, _scalar_detail(detail))  # type: ignore[arg-type]  # a Value
             continue
         spec = kb.facts.get(name)
         if spec is None:
@@ -434,8 +438,7 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
         except ValueError as exc:
             problems.append(Problem(name, str(exc), accepted_hint(spec, str(exc))))
             continue
-        clean_detail = {k: v for k, v in detail.items()
-                        if isinstance(v, (int, float, str)) and not isinstance(v, bool)} if detail else {}
+        clean_detail = _scalar_detail(detail)
         if spec.type == "hardware" and isinstance(value_in, str):
             clean_detail.update(_hardware_choice(kb, value_in))
         # value and detail were just checked and converted above, so the model is built without validating again
