@@ -275,10 +275,25 @@ _TENSOR_SPAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Tra
                 "Megatron-LM, arXiv:2104.04473, §3.3 (takeaway #1: tensor model parallelism up to the GPUs of one "
                 "server, pipeline parallelism across servers)")
 
+_SHARDING_SPAN = ("Zhao et al. 2023, PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel, "
+                  "arXiv:2304.11277 (hybrid sharding: shard within a node, replicate across nodes); Wang et al. 2023, "
+                  "ZeRO++, arXiv:2306.10209 (hpZ: a secondary copy of the weights sharded within each node, so the "
+                  "all-gathers stay inside it)")
+
 # after gpus_per_node, which margins.CONSISTENCY_MARGINS derives from num_gpus and num_nodes
 TOPOLOGY: tuple[Derivation, ...] = (
     Derivation("tensor_parallel_span", ("tensor_parallel_size", "gpus_per_node"),
                "tensor_parallel_size / gpus_per_node", _TENSOR_SPAN,
                lambda f, kb: Result(num(f, "tensor_parallel_size") / num(f, "gpus_per_node")),
                gate=Gate("every node holds a GPU (gpus_per_node at least 1)", fact_test("gpus_per_node", ge=1))),
+    Derivation("sharding_span", ("sharding_degree", "gpus_per_node"), "sharding_degree / gpus_per_node",
+               _SHARDING_SPAN, lambda f, kb: Result(num(f, "sharding_degree") / num(f, "gpus_per_node")),
+               gate=Gate("every node holds a GPU (gpus_per_node at least 1)", fact_test("gpus_per_node", ge=1))),
+    # the model states per GPU were they sharded over one node's GPUs only (hybrid sharding): model_state_to_hbm
+    # counts them over sharding_degree GPUs, sharding_span times as many as one node holds
+    Derivation("node_sharded_state_to_hbm", ("model_state_to_hbm", "sharding_span"),
+               "model_state_to_hbm · sharding_span (the states sharded over one node's GPUs)", _SHARDING_SPAN,
+               lambda f, kb: Result(num(f, "model_state_to_hbm") * num(f, "sharding_span")),
+               gate=Gate("the states are sharded over more than one node (sharding_span above 1)",
+                         fact_test("sharding_span", gt=1))),
 )

@@ -16,7 +16,8 @@
 - `offloaded_copy_frac`: the host-to-device copies' share of the step where the weights do not fit (an LLM service,
   weights_to_hbm above 1), so the copies bring in offloaded weights; quantization that makes them fit removes it.
 - `tensor_core_peak_ratio`: the tensor-core peak of today's dtype over the CUDA-core fp32 peak; for an fp32 job tf32's
-  peak, or on a part without tf32 (Volta, Turing) that of bf16/fp16, the only way its matmuls reach tensor cores.
+  peak, or on a part without tf32 (Volta, Turing) that of bf16/fp16, the only way its matmuls reach tensor cores; for a
+  bf16 job on a part without bf16 (Volta, Turing: emulated on the CUDA cores) that of fp16.
 - `achieved_to_fp32_peak`: achieved FLOP/s over the CUDA-core fp32 peak; above 1 the matmuls already run on tensor
   cores (rules/precision.yaml).
 - `pcie_link_speedup`: 1 / pcie_link_frac, how much faster host-device copies run on a link trained to what the
@@ -43,9 +44,10 @@ _UPGRADE_MEMORY = ("knowledge_base/hardware.yaml (memory bandwidth per part) and
                    "part of each line)")
 _CUDA_CORES = ("NVIDIA tensor-core docs: the fp32 peak of the catalog is the CUDA-core (non-tensor) rate; tf32, "
                "bf16, fp16 and fp8 peaks are tensor-core rates")
-# the tensor-core formats an fp32 job moves to, in order: tf32 (Ampere and later) keeps fp32 storage; a part without
-# it (Volta, Turing) multiplies on tensor cores only in 16 bits: its fp32 matmuls reach them through bf16/fp16 autocast
-_TENSOR_CORE = {"fp32": ("tf32", "bf16", "fp16")}
+# the tensor-core formats a job's matmuls move to, in order, the first the part has: tf32 (Ampere and later) keeps
+# fp32 storage; a part without it (Volta, Turing) multiplies on tensor cores only in 16 bits: its fp32 matmuls reach
+# them through bf16/fp16 autocast, and its bf16 ones (no bf16 tensor cores: emulated on the CUDA cores) through fp16
+_TENSOR_CORE = {"fp32": ("tf32", "bf16", "fp16"), "bf16": ("bf16", "fp16")}
 
 
 def _dtypes(kb: KnowledgeBase) -> list[str]:
@@ -172,9 +174,10 @@ def _serving_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
 
 
 def _tensor_core_dtype(hw: HardwareSpec, dtype: str) -> str:
-    """The tensor-core format a `dtype` job runs its matmuls in on `hw` (the first of its formats the part has)."""
+    """The tensor-core format a `dtype` job runs its matmuls in on `hw`: the first of its formats the part has at all
+    (a null peak counts: the format exists, its figure is unpublished), else the dtype itself."""
     formats = _TENSOR_CORE.get(dtype, (dtype,))
-    return next((d for d in formats if hw.peak(d) is not None), formats[0])
+    return next((d for d in formats if d in hw.peak_tflops), formats[0])
 
 
 def _tensor_known(hw: HardwareSpec, dtype: str) -> bool:
@@ -268,7 +271,8 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
                "not reading device memory)", _OFFLOAD, lambda f, kb: Result(max(0.0, 1.0 - num(f, "share_data"))),
                gate=OFFLOADED_WEIGHTS),
     Derivation("tensor_core_peak_ratio", ("hardware", "dtype"),
-               "tensor-core dense peak of dtype (for fp32: tf32, else bf16 or fp16) / fp32 CUDA-core peak",
+               "tensor-core dense peak of dtype (for fp32: tf32, else bf16 or fp16; for bf16 on a part without it: "
+               "fp16) / fp32 CUDA-core peak",
                f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),
     Derivation("achieved_to_fp32_peak", ("achieved_tflops", "hardware"), "achieved_tflops / fp32 CUDA-core peak",

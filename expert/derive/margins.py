@@ -5,7 +5,7 @@ rules/conflicts.yaml and rules/contradictions.yaml judge them, `expert.derive.co
 from __future__ import annotations
 
 from . import consistency
-from .derivation import Derivation, Gate, Result, fact_test, num
+from .derivation import Derivation, Gate, Result, all_of, fact_test, num
 
 SOME_ACHIEVED = Gate("some achieved FLOP/s to compare the MFU with", fact_test("flops_to_peak", gt=0))
 _CONFLICT_MFU = ("seed Table 5 (MFU = achieved FLOP/s over the dense peak); "
@@ -20,6 +20,11 @@ _CONFLICT_DRAM_BUSY = ("DCGM profiling metrics (DRAM_ACTIVE: cycles the device m
                       "memory, at the host link's or NVLink's speed")
 _CONFLICT_WAIT = "seed Table 5 (I/O overhead) and screening signal 1: an exposed data wait leaves the GPU idle"
 _CONFLICT_NODES = "every node of a GPU job holds at least one GPU"
+_PER_GPU_RATE = ("definition of tokens_per_s (the whole job's tokens per second; MFU divides it by num_gpus): a rate "
+                 "read off one GPU's log makes the MFU num_gpus times too small")
+# tokens_per_s given, not computed from the global batch and the step time (then it is the whole job's by definition)
+GIVEN_TOKEN_RATE = Gate("several GPUs, and tokens_per_s given rather than derived from tokens_per_step",
+                        all_of([fact_test("num_gpus", ge=2), fact_test("tokens_per_step", known=False)]))
 
 # ---- consistency margins: pairs of facts that physically must agree (rules/conflicts.yaml judges them) ----------
 CONSISTENCY_MARGINS: tuple[Derivation, ...] = (
@@ -48,4 +53,7 @@ CONSISTENCY_MARGINS: tuple[Derivation, ...] = (
                    num(f, "io_overhead"), num(f, "gpu_idle_gap_frac")))),
     Derivation("gpus_per_node", ("num_gpus", "num_nodes"), "num_gpus / num_nodes", _CONFLICT_NODES,
                lambda f, kb: Result(consistency.per_node(num(f, "num_gpus"), num(f, "num_nodes")))),
+    Derivation("mfu_if_tokens_per_gpu", ("mfu", "tokens_per_s", "num_gpus"),
+               "mfu · num_gpus (the MFU were tokens_per_s one GPU's rate, not the whole job's)", _PER_GPU_RATE,
+               lambda f, kb: Result(num(f, "mfu") * num(f, "num_gpus")), gate=GIVEN_TOKEN_RATE),
 )

@@ -184,26 +184,38 @@ _EFFICIENCY = tuple(
                        ("tensor_active", "the tensor pipe is active")))
 
 
-def _fp8_known(hw: HardwareSpec) -> bool:
-    """The catalog says whether the part computes in fp8: a published peak, or fp8 left out (no such format); a
-    null figure (unpublished) says neither."""
-    return "fp8" not in hw.peak_tflops or hw.peak("fp8") is not None
+def _format_known(fmt: str) -> Callable[[HardwareSpec], bool]:
+    def known(hw: HardwareSpec) -> bool:
+        """The catalog says whether the part computes in `fmt`: a published peak, or the format left out (no such
+        format); a null figure (unpublished) says neither."""
+        return fmt not in hw.peak_tflops or hw.peak(fmt) is not None
+
+    return known
 
 
-def _fp8_peaks(kb: KnowledgeBase) -> Condition:
-    """hardware is one whose catalog entry publishes a dense fp8 peak or leaves fp8 out (the part has none)."""
-    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if _fp8_known(hw)]})
+def _format_peaks(fmt: str) -> Callable[[KnowledgeBase], Condition]:
+    def condition(kb: KnowledgeBase) -> Condition:
+        """hardware is one whose catalog entry publishes a dense `fmt` peak or leaves `fmt` out (the part has none)."""
+        known = _format_known(fmt)
+        return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if known(hw)]})
+
+    return condition
 
 
 FP8_PEAK = Gate("the hardware catalog publishes this hardware's fp8 peak, or leaves fp8 out (no fp8 format)",
-                _fp8_peaks)
+                _format_peaks("fp8"))
+BF16_PEAK = Gate("the hardware catalog publishes this hardware's bf16 peak, or leaves bf16 out (no bf16 format)",
+                 _format_peaks("bf16"))
 
 
-def _fp8_peak(f: Facts, kb: KnowledgeBase) -> Result:
-    hw = hardware_of(f, kb)
-    peak = hw.peak("fp8") or 0.0
-    note = None if peak else f"{hw.id} has no fp8 format (knowledge_base/hardware.yaml leaves fp8 out)"
-    return Result(peak, {f"{hw.id} dense fp8 peak (TFLOP/s)": peak, "source": hw.source}, note)
+def _format_peak(fmt: str) -> Callable[[Facts, KnowledgeBase], Result]:
+    def peak_of(f: Facts, kb: KnowledgeBase) -> Result:
+        hw = hardware_of(f, kb)
+        peak = hw.peak(fmt) or 0.0
+        note = None if peak else f"{hw.id} has no {fmt} format (knowledge_base/hardware.yaml leaves {fmt} out)"
+        return Result(peak, {f"{hw.id} dense {fmt} peak (TFLOP/s)": peak, "source": hw.source}, note)
+
+    return peak_of
 
 
 # ---- the derivations, in the chunks the registry interleaves with the LLM ones ------------------------------------
@@ -221,7 +233,9 @@ PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
     Derivation("peak_tflops", ("hardware", "dtype"), "catalog dense peak for (hardware, dtype)",
                "knowledge_base/hardware.yaml", _peak, gate=PUBLISHED_PEAK),
     Derivation("fp8_peak_tflops", ("hardware",), "catalog dense fp8 peak of the hardware (0: no fp8 format)",
-               "knowledge_base/hardware.yaml", _fp8_peak, gate=FP8_PEAK),
+               "knowledge_base/hardware.yaml", _format_peak("fp8"), gate=FP8_PEAK),
+    Derivation("bf16_peak_tflops", ("hardware",), "catalog dense bf16 peak of the hardware (0: no bf16 format)",
+               "knowledge_base/hardware.yaml", _format_peak("bf16"), gate=BF16_PEAK),
     Derivation("peak_bandwidth", ("hardware",), "catalog peak memory bandwidth",
                "knowledge_base/hardware.yaml", _bandwidth, gate=PUBLISHED_BANDWIDTH),
     Derivation("ridge_point", ("peak_tflops", "peak_bandwidth"), "R_peak / BW", _ROOFLINE,
