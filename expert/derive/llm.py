@@ -372,6 +372,10 @@ LLM_DECODE_RATIO = (
 LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
     Derivation("ttft_over_target", ("ttft_ms", "ttft_target_ms"), "ttft_ms / ttft_target_ms", _SLO,
                lambda f, kb: Result(num(f, "ttft_ms") / num(f, "ttft_target_ms"))),
+    Derivation("ttft_queue_share", ("ttft_queue_ms", "ttft_ms"), "ttft_queue_ms / ttft_ms (at most 1)",
+               "vLLM metrics (vllm:request_queue_time_seconds: time in the WAITING phase, part of the time to first "
+               "token with the prefill)",
+               lambda f, kb: clamp_fraction(num(f, "ttft_queue_ms") / num(f, "ttft_ms"), "queue share of TTFT")),
     Derivation("tpot_over_target", ("tpot_ms", "tpot_target_ms"), "tpot_ms / tpot_target_ms", _SLO,
                lambda f, kb: Result(num(f, "tpot_ms") / num(f, "tpot_target_ms"))),
     Derivation("itl_tail_ratio", ("itl_p99_ms", "itl_median_ms"), "itl_p99_ms / itl_median_ms",
