@@ -20,6 +20,8 @@ inputs (--format auto tells them apart):
   dcgmi            dcgmi dmon -e 203,1002,1004,1005
   prometheus       dcgm-exporter text (curl -s localhost:9400/metrics)
   nccl-tests       all_reduce_perf -b 8 -e 8G -f 2 (and the other nccl-tests): the size/algbw/busbw table
+  serving-metrics  vLLM or SGLang /metrics (curl -s localhost:8000/metrics >> serve.prom, twice a minute apart
+                   under load): requests running and waiting, KV-cache usage, median TTFT, TPOT and queue time
 
 examples:
   dam ingest trace.json.gz                         a table of the facts, their sources, and what is missing
@@ -32,6 +34,7 @@ examples:
   dam ingest 'run/rank*.json' --workers 4          a glob; 4 processes read the ranks in parallel
   dam ingest big_trace.json --workers 1            read a large trace in this process only
   dam diagnose --from traces/ allreduce_perf.txt   a job's ranks and an nccl-tests run of its GPUs
+  dam diagnose --from serve.prom --set hardware=h100-sxm --set ttft_target_ms=1000   a vLLM server
 
 A directory or glob of PyTorch profiler traces (one per rank, e.g. tensorboard_trace_handler's output) is grouped
 into jobs by each trace's distributedInfo (or a rank in the file name: rank3.json): the job's facts come from the

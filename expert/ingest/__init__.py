@@ -102,8 +102,9 @@ APPLIES: dict[str, _Applies] = {
                           "select ProfilerStep numbers of a trace with --steps A:B, or seconds with --window A:B"),
     "--columns": _Applies(("nvidia-smi",), "nvidia-smi --query-gpu CSV logs",
                           "--columns names the fields of an nvidia-smi CSV written with noheader"),
-    "--window": _Applies(tuple(f for f in FORMATS if f != "nccl-tests"), "traces and timestamped telemetry logs",
-                         "nccl-tests output has no time axis"),
+    "--window": _Applies(tuple(f for f in FORMATS if f not in ("nccl-tests", "serving-metrics")),
+                         "traces and timestamped telemetry logs",
+                         "nccl-tests output and serving metrics have no time axis"),
 }
 """The input formats each selection option applies to, their description, and what to use where none of the inputs
 takes it. An option none of the inputs takes is an error (it would select nothing: the result would not be what was
@@ -175,6 +176,10 @@ def _parse(src: Source, fmt: str, kb: KnowledgeBase, *, steps: tuple[float | Non
         return dcgm.parse_dmon(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
     if fmt == "nccl-tests":
         return nccl_tests.parse(src, kb, progress=progress)
+    if fmt == "serving-metrics":
+        from . import serving_metrics
+
+        return serving_metrics.parse(src, kb, progress=progress)
     return dcgm.parse_prometheus(src, kb, window=window, samples=samples, gpus=gpus, progress=progress)
 
 

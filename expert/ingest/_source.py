@@ -19,8 +19,10 @@ CANNOT_READ = "cannot read the traces or telemetry"  # the title of every ingest
 if TYPE_CHECKING:
     from ..kb.knowledge import KernelCatalog, KnowledgeBase
 
-Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests"]
-FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests")
+Format = Literal["kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests",
+                 "serving-metrics"]
+FORMATS: tuple[Format, ...] = ("kineto", "nvidia-smi", "nvidia-smi-dmon", "dcgmi", "prometheus", "nsys", "nccl-tests",
+                               "serving-metrics")
 FORMAT_TITLES: dict[str, str] = {
     "kineto": "PyTorch profiler / Kineto trace (JSON, .json.gz)",
     "nsys": "Nsight Systems export (nsys export --type sqlite; .nsys-rep with nsys on PATH)",
@@ -29,6 +31,7 @@ FORMAT_TITLES: dict[str, str] = {
     "dcgmi": "dcgmi dmon -e ...",
     "prometheus": "dcgm-exporter Prometheus text",
     "nccl-tests": "nccl-tests output (all_reduce_perf and friends: size, algbw, busbw)",
+    "serving-metrics": "vLLM or SGLang Prometheus /metrics text (requests, KV cache, TTFT, TPOT, queue time)",
 }
 
 Progress = Callable[[int, int | None], None]
@@ -267,6 +270,8 @@ class _Counting(io.RawIOBase):
 
 _DCGMI_HEADER = re.compile(r"^#\s*Entity\b", re.IGNORECASE)
 _DMON_HEADER = re.compile(r"^#\s*(?:Date\s+Time\s+)?(?:gpu|Idx)\b", re.IGNORECASE)
+# a serving engine's own metric (vLLM's vllm:..., SGLang's sglang:...) at the start of a line
+ENGINE_METRIC = re.compile(r"^(?:vllm|sglang):[a-zA-Z0-9_:]", re.MULTILINE | re.ASCII)
 _PROM_SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+\S+")
 _SMI_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*(?:\s*\[[^\]]*\])?$")
 
@@ -313,6 +318,9 @@ def sniff(src: Source) -> Format:
         return "dcgmi"
     if _DMON_HEADER.match(first):
         return "nvidia-smi-dmon"
+    dcgm = "DCGM_FI_" in stripped
+    if not dcgm and ENGINE_METRIC.search(stripped):  # a vLLM or SGLang /metrics scrape
+        return "serving-metrics"
     if first.startswith(("# HELP", "# TYPE")) or any(ln.startswith("DCGM_FI_") for ln in lines):
         return "prometheus"
     cells = [c.strip() for c in first.split(",")]
@@ -331,6 +339,25 @@ def is_header_cell(cell: str) -> bool:
 
 _ASCII_INDEX = re.compile(r"[0-9]{1,9}", re.ASCII)
 _ASCII_FLOAT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?", re.ASCII)
+
+
+# one sample line of the Prometheus text exposition format: METRIC{label="value",...} VALUE [TIMESTAMP]
+PROM_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
+_PROM_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def prom_labels(src: Source, line: int, text: str) -> dict[str, str]:
+    """The labels of a Prometheus sample (the text between its braces); malformed ones are a located error."""
+    labels: dict[str, str] = {}
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        match = _PROM_LABEL.match(text, pos)
+        if not match or match.end() == pos:
+            raise src.problem(f"malformed labels {{{text[:60]}}}", line=line, hint='expected name="value", ...')
+        labels[match.group(1)] = match.group(2).replace('\\"', '"').replace("\\\\", "\\")
+        pos = match.end()
+    return labels
 
 
 def ascii_index(text: str) -> int | None:

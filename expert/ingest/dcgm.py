@@ -13,14 +13,13 @@ clock_slowdown_frac: the share of samples not marked idle (bit 0x1) with a therm
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
-from ._source import Progress, Source, ascii_float, ascii_index
+from ._source import PROM_SAMPLE, Progress, Source, ascii_float, ascii_index, prom_labels
 from .nvidia_smi import IDLE_REASON, SLOWDOWN_MASK, peak_memory
 
 
@@ -265,23 +264,6 @@ def _dmon_row(src: Source, number: int, kind: str, index: int, values: list[str]
         fields.add(f, value, entity, selector.number)
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-
-
-def _labels(src: Source, line: int, text: str) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        match = _LABEL.match(text, pos)
-        if not match or match.end() == pos:
-            raise src.problem(f"malformed labels {{{text[:60]}}}", line=line, hint='expected name="value", ...')
-        labels[match.group(1)] = match.group(2).replace('\\"', '"').replace("\\\\", "\\")
-        pos = match.end()
-    return labels
-
-
 def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | None, float | None] | None = None,
                      samples: tuple[float | None, float | None] | None = None, gpus: Sequence[int] | None = None,
                      progress: Progress | None = None) -> FileResult:
@@ -298,7 +280,7 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
         stripped = text.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        match = _SAMPLE.match(stripped)
+        match = PROM_SAMPLE.match(stripped)
         if not match:
             raise src.problem(f"not a Prometheus sample line: {stripped[:60]!r}", line=number,
                               hint='expected METRIC{label="value",...} VALUE [TIMESTAMP]')
@@ -310,7 +292,7 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
             continue
         dcgm_lines += 1
         seen.add(f.id)
-        labels = _labels(src, number, label_text) if label_text else {}
+        labels = prom_labels(src, number, label_text) if label_text else {}
         parsed = ascii_float(value_text)
         if parsed is None:
             raise src.problem(f"{metric}: {value_text!r} is not a number", line=number,
@@ -344,6 +326,9 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
     result.stats.update(samples=dcgm_lines)
     if other_metrics:
         result.stats["other_metrics"] = len(other_metrics)
+        if any(m.startswith(("vllm:", "sglang:")) for m in other_metrics):
+            result.notes.append("the file holds a serving engine's metrics too (vllm:, sglang:), which this DCGM "
+                                "reading leaves out: save the engine's /metrics as a file of its own and give both")
     _finish(result, fields, seen, selector, "exporter's metrics (enable it in dcp-metrics-included.csv)")
     if models:
         result.add_hardware(models, kb, what="modelName", metric="modelName",

@@ -7,7 +7,8 @@ from typing import Any
 
 from ._result import FileResult, Measured
 
-PRECEDENCE = {"kineto": 0, "nsys": 0, "dcgmi": 1, "prometheus": 1, "nvidia-smi": 2, "nvidia-smi-dmon": 2}
+PRECEDENCE = {"kineto": 0, "nsys": 0, "dcgmi": 1, "prometheus": 1, "serving-metrics": 1, "nvidia-smi": 2,
+              "nvidia-smi-dmon": 2}
 """Lower wins when two files measure the same fact: a trace measures the profiled steps themselves, DCGM samples the
 device's counters, nvidia-smi only the coarse duty cycle. Between equals, the first file given wins."""
 
