@@ -1,5 +1,5 @@
-"""Facts from real telemetry: PyTorch profiler (Kineto) traces, Nsight Systems exports, nvidia-smi, dcgmi dmon and
-dcgm-exporter text.
+"""Facts from real telemetry: PyTorch profiler (Kineto) traces, Nsight Systems exports, nvidia-smi, dcgmi dmon,
+dcgm-exporter text and a vLLM or SGLang server's /metrics (`serving_metrics`).
 
 >>> import expert
 >>> obs = expert.ingest("trace.json.gz")                      # doctest: +SKIP

@@ -346,6 +346,25 @@ PROM_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s
 _PROM_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 
 
+PromSample = tuple[int, str, str | None, str, str | None]
+"""(line number, metric, label text or None, value text, timestamp text or None)"""
+
+
+def prom_samples(src: Source, progress: Progress | None = None) -> Iterator[PromSample]:
+    """(line number, metric, label text or None, value text, timestamp text or None) of each sample line of a
+    Prometheus text file, comments and blank lines skipped; a line that is not a sample is a located error."""
+    for number, text in src.lines(progress):
+        stripped = text.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = PROM_SAMPLE.match(stripped)
+        if not match:
+            raise src.problem(f"not a Prometheus sample line: {stripped[:60]!r}", line=number,
+                              hint='expected METRIC{label="value",...} VALUE [TIMESTAMP]')
+        metric, label_text, value_text, stamp = match.groups()
+        yield number, metric, label_text, value_text, stamp
+
+
 def prom_labels(src: Source, line: int, text: str) -> dict[str, str]:
     """The labels of a Prometheus sample (the text between its braces); malformed ones are a located error."""
     labels: dict[str, str] = {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
 from ._samples import Selector, Stat, add_fact
-from ._source import PROM_SAMPLE, Progress, Source, ascii_float, ascii_index, prom_labels
+from ._source import Progress, Source, ascii_float, ascii_index, prom_labels, prom_samples
 from .nvidia_smi import IDLE_REASON, SLOWDOWN_MASK, peak_memory
 
 
@@ -276,15 +276,7 @@ def parse_prometheus(src: Source, kb: KnowledgeBase, *, window: tuple[float | No
     other_metrics: set[str] = set()
     lines = dcgm_lines = 0
     timestamps = False
-    for number, text in src.lines(progress):
-        stripped = text.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        match = PROM_SAMPLE.match(stripped)
-        if not match:
-            raise src.problem(f"not a Prometheus sample line: {stripped[:60]!r}", line=number,
-                              hint='expected METRIC{label="value",...} VALUE [TIMESTAMP]')
-        metric, label_text, value_text, stamp = match.groups()
+    for number, metric, label_text, value_text, stamp in prom_samples(src, progress):
         lines += 1
         f = BY_NAME.get(metric[len("DCGM_FI_"):]) if metric.startswith("DCGM_FI_") else None
         if f is None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
-from ._source import ENGINE_METRIC, PROM_SAMPLE, Progress, Source, ascii_float, prom_labels
+from ._source import ENGINE_METRIC, Progress, Source, ascii_float, prom_labels, prom_samples
 
 _HINT = "curl -s localhost:8000/metrics > serve.prom (vLLM or SGLang, while it serves under load)"
 
@@ -133,15 +133,7 @@ def parse(src: Source, kb: KnowledgeBase, *, progress: Progress | None = None) -
     result = FileResult(path=src.label, name=src.name, format="serving-metrics")
     scrapes = _Scrapes()
     engines: set[str] = set()
-    for number, text in src.lines(progress):
-        stripped = text.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        match = PROM_SAMPLE.match(stripped)
-        if not match:
-            raise src.problem(f"not a Prometheus sample line: {stripped[:60]!r}", line=number,
-                              hint='expected METRIC{label="value",...} VALUE [TIMESTAMP]')
-        metric, label_text, value_text, _stamp = match.groups()
+    for number, metric, label_text, value_text, _stamp in prom_samples(src, progress):
         if not metric.startswith(("vllm:", "sglang:")):
             continue  # the process and Python collectors' metrics, and any other exporter's
         engines.add(metric.split(":", 1)[0])
