@@ -567,6 +567,19 @@ def test_a_vendor_wording_must_name_a_vendor_of_the_hardware_catalog(tmp_path: P
         KnowledgeBase.load(kb_dir)
 
 
+def test_a_tensor_core_format_must_be_a_dtype_of_units(tmp_path: Path) -> None:
+    from expert import KnowledgeBaseError
+    from expert._resources import data_dir
+    from expert.kb.knowledge import KnowledgeBase
+
+    kb_dir = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), kb_dir)
+    path = kb_dir / "units.yaml"
+    path.write_text(path.read_text().replace("tensor_cores: [bf16, fp16]", "tensor_cores: [bf16, fp61]"))
+    with pytest.raises(KnowledgeBaseError, match="dtypes.bf16.tensor_cores.*unknown dtype 'fp61'"):
+        KnowledgeBase.load(kb_dir)
+
+
 def test_advice_of_an_unknown_workload_keeps_the_general_wording() -> None:
     report = expert.diagnose(MEMORY_BOUND)
     opt = expert.default_expert().kb.optimizations["quantization"]

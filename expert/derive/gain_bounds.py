@@ -44,10 +44,6 @@ _UPGRADE_MEMORY = ("knowledge_base/hardware.yaml (memory bandwidth per part) and
                    "part of each line)")
 _CUDA_CORES = ("NVIDIA tensor-core docs: the fp32 peak of the catalog is the CUDA-core (non-tensor) rate; tf32, "
                "bf16, fp16 and fp8 peaks are tensor-core rates")
-# the tensor-core formats a job's matmuls move to, in order, the first the part has: tf32 (Ampere and later) keeps
-# fp32 storage; a part without it (Volta, Turing) multiplies on tensor cores only in 16 bits: its fp32 matmuls reach
-# them through bf16/fp16 autocast, and its bf16 ones (no bf16 tensor cores: emulated on the CUDA cores) through fp16
-_TENSOR_CORE = {"fp32": ("tf32", "bf16", "fp16"), "bf16": ("bf16", "fp16")}
 
 
 def _dtypes(kb: KnowledgeBase) -> list[str]:
@@ -173,20 +169,16 @@ def _serving_quantization_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(max(weights, kv), constants)
 
 
-def _tensor_core_dtype(hw: HardwareSpec, dtype: str) -> str:
-    """The tensor-core format a `dtype` job runs its matmuls in on `hw`: the first of its formats the part has at all
-    (a null peak counts: the format exists, its figure is unpublished), else the dtype itself."""
-    formats = _TENSOR_CORE.get(dtype, (dtype,))
-    return next((d for d in formats if d in hw.peak_tflops), formats[0])
+def _tensor_known(kb: KnowledgeBase) -> Callable[[HardwareSpec, str], bool]:
+    def known(hw: HardwareSpec, dtype: str) -> bool:
+        return hw.peak("fp32") is not None and hw.peak(kb.units.tensor_core_format(dtype, hw)) is not None
 
-
-def _tensor_known(hw: HardwareSpec, dtype: str) -> bool:
-    return hw.peak("fp32") is not None and hw.peak(_tensor_core_dtype(hw, dtype)) is not None
+    return known
 
 
 def _tensor_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     hw, dtype = hardware_of(f, kb), str(f["dtype"])
-    core = _tensor_core_dtype(hw, dtype)
+    core = kb.units.tensor_core_format(dtype, hw)
     cuda = required(hw.peak("fp32"), f"an fp32 peak of {hw.id}")
     tensor = required(hw.peak(core), f"a {core} peak of {hw.id}")
     return Result(tensor / cuda, {f"{hw.id} dense {core} peak (TFLOP/s)": tensor,
@@ -218,7 +210,7 @@ UPGRADE_KNOWN = Gate("the catalog lists a successor of this part and both dense 
 FASTER_MEMORY_KNOWN = Gate("the catalog lists a successor of this part with faster device memory (both bandwidths "
                            "known)", _faster_memory)
 TENSOR_CORE_KNOWN = Gate("the catalog gives this part's fp32 CUDA-core peak and its tensor-core peak in this dtype",
-                         lambda kb: _by_dtype(kb, _tensor_known))
+                         lambda kb: _by_dtype(kb, _tensor_known(kb)))
 SOME_LINK = Gate("the link carries a measurable share of its bandwidth (pcie_link_frac at least 0.1 %: Gen1 x1 of a "
                  "Gen5 x16 link is 0.4 %)", fact_test("pcie_link_frac", ge=0.001))
 SOME_REAL_TOKENS = Gate("some positions hold real tokens (padding_frac below 1)", fact_test("padding_frac", lt=1))

@@ -22,6 +22,7 @@ from .derivation import (
     fact_test,
     hardware_of,
     num,
+    num_or,
     params_streamed,
     required,
 )
@@ -339,8 +340,7 @@ _KERNELS_FIT = Gate("the kernels add up to no more than the step (they do not ov
 
 def _idle_from_kernels(f: Facts, kb: KnowledgeBase) -> Result:
     """The share of the step with neither a kernel nor a host-to-device copy running, both run one at a time."""
-    copies = num(f, "h2d_copy_frac") if "h2d_copy_frac" in f else 0.0
-    return Result(max(0.0, 1.0 - num(f, "kernel_time_frac") - copies))
+    return Result(max(0.0, 1.0 - num(f, "kernel_time_frac") - num_or(f, "h2d_copy_frac", 0.0)))
 
 
 # the GPU's idle share from the kernels of a step where no trace measures it: first in the walk, since what reads the

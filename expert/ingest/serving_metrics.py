@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..kb.knowledge import KnowledgeBase
 from ._result import FileResult
@@ -35,7 +36,7 @@ class Gauge:
 
     fact: str
     names: tuple[str, ...]
-    combine: str  # "sum" (requests over engines and models) or "mean" (a usage fraction per engine)
+    combine: Literal["sum", "mean"]  # requests add up over engines and models; a usage fraction is averaged
 
 
 @dataclass(frozen=True)
@@ -78,16 +79,15 @@ class _Scrapes:
     scrapes: int = 0
 
     def add(self, metric: str, labels: dict[str, str], value: float) -> None:
+        """One sample; a series seen again starts the next scrape."""
         if metric.endswith("_bucket") and "le" in labels:
             bound = _bound(labels.pop("le"))
             if bound is None:
                 return
             per_bound = self.buckets.setdefault((metric[: -len("_bucket")], tuple(sorted(labels.items()))), {})
             seen = per_bound.setdefault(bound, [])
-            seen.append(value)
-            self.scrapes = max(self.scrapes, len(seen))
-            return
-        seen = self.values.setdefault((metric, tuple(sorted(labels.items()))), [])
+        else:
+            seen = self.values.setdefault((metric, tuple(sorted(labels.items()))), [])
         seen.append(value)
         self.scrapes = max(self.scrapes, len(seen))
 

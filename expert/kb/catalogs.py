@@ -606,6 +606,7 @@ class DtypeSpec(_Strict):
 
     bytes: int | float = Field(gt=0)  # fractional for sub-byte formats (fp4: 0.5)
     lower: list[str] = []  # the narrower formats lower precision moves to, preferred first (units.yaml header)
+    tensor_cores: list[str] = []  # the formats its matmuls reach tensor cores in, preferred first (units.yaml header)
     torch_types: list[str] = []  # the profiler's `Input type` spellings of tensors in this format (units.yaml header)
 
 
@@ -649,6 +650,12 @@ class UnitTable(_Strict):
         part has at all (a null peak counts: the format exists, its figure is unpublished); None when it has none."""
         spec = self.dtypes.get(dtype)
         return next((d for d in (spec.lower if spec else []) if d in hw.peak_tflops), None)
+
+    def tensor_core_format(self, dtype: str, hw: HardwareSpec) -> str:
+        """The tensor-core format a `dtype` job runs its matmuls in on `hw`: the first of the dtype's `tensor_cores`
+        the part has at all (a null peak counts: the format exists, its figure is unpublished), else the dtype."""
+        spec = self.dtypes.get(dtype)
+        return next((d for d in (spec.tensor_cores if spec else []) if d in hw.peak_tflops), dtype)
 
     def torch_types(self) -> TorchTypes:
         """Every profiler `Input type` spelling of a tensor element type: (its dtype or element type, bytes)."""

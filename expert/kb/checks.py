@@ -77,6 +77,10 @@ def check_references(kb: KnowledgeBase) -> None:
             if lower not in kb.units.dtypes or kb.units.dtypes[lower].bytes >= dtype_spec.bytes:
                 problems.append(Problem(f"{where}/units.yaml: dtypes.{dtype_id}.lower", f"{lower!r} is not a narrower "
                                         "dtype", "a dtype of units.yaml `dtypes` with fewer bytes per element"))
+        for fmt in dtype_spec.tensor_cores:
+            if fmt not in kb.units.dtypes:
+                problems.append(Problem(f"{where}/units.yaml: dtypes.{dtype_id}.tensor_cores", f"unknown dtype {fmt!r}",
+                                        "a dtype of units.yaml `dtypes`"))
     low = kb.kernels.low_precision_gemm if kb.kernels is not None else None
     for fmt in (low.formats if low is not None else {}):
         if fmt not in kb.units.dtypes:
