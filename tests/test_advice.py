@@ -576,7 +576,7 @@ def test_a_tensor_core_format_must_be_a_dtype_of_units(tmp_path: Path) -> None:
     shutil.copytree(data_dir("knowledge_base"), kb_dir)
     path = kb_dir / "units.yaml"
     path.write_text(path.read_text().replace("tensor_cores: [bf16, fp16]", "tensor_cores: [bf16, fp61]"))
-    with pytest.raises(KnowledgeBaseError, match="dtypes.bf16.tensor_cores.*unknown dtype 'fp61'"):
+    with pytest.raises(KnowledgeBaseError, match=r"dtypes\.bf16\.tensor_cores.*unknown dtype 'fp61'"):
         KnowledgeBase.load(kb_dir)
 
 
