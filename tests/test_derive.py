@@ -128,7 +128,7 @@ def test_launch_gap_is_idle_time_beyond_the_data_wait() -> None:
 def test_impossible_decode_rate_is_clamped_with_a_note() -> None:
     normalised = expert.default_expert().observations(
         {"hardware": "l4", "dtype": "bf16", "phase": "decode", "batch_size": 1, "model_params": "70B",
-         "tokens_per_s": 100})
+         "tokens_per_s": 100, "num_gpus": 8})  # 8 L4s: 140 GB x 100 / 8 = 1.75 TB/s each, 5.8x the 300 GB/s peak
     d = derive(normalised.values(), KB)
     assert d["mem_bw_util"].value == 1.0
     assert d["mem_bw_util"].note and "clamped" in d["mem_bw_util"].note

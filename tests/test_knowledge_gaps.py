@@ -611,7 +611,7 @@ def test_offloaded_weights_are_made_to_fit_not_pinned() -> None:
     most 1 / (0.2 / 4) = 20x (it read 1.18x, from the 20 % alone). Pinning is wasted, and a copy stream hides at most
     the other 20 % (1.25x, it read 5x)."""
     facts = {"workload": "inference", "phase": "decode", "hardware": "a10", "dtype": "fp16", "model_params": 30e9,
-             "batch_size": 1, "gpu_util": 0.15, "h2d_copy_frac": 0.8, "tokens_per_s": 2}
+             "batch_size": 1, "gpu_util": 0.15, "h2d_copy_frac": 0.8, "tokens_per_s": 2, "num_gpus": 1}
     report = _diagnose(facts)
     assert report.bottleneck == "capacity"
     assert report.derived["offloaded_copy_frac"].value == pytest.approx(0.8)
@@ -630,6 +630,11 @@ def test_offloaded_weights_are_made_to_fit_not_pinned() -> None:
     fits = _diagnose({**facts, "model_params": 7e9})
     assert "offloaded_copy_frac" not in fits.derived
     assert "pin_memory" not in {w.id for w in fits.wasted}
+    # no GPU count: sharded weights would stay resident, so the copies still say offloaded (and bound quantization)
+    unsaid = _diagnose({k: v for k, v in facts.items() if k != "num_gpus"})
+    assert unsaid.bottleneck == "capacity" and unsaid.recommended[0].id == "quantization"
+    assert unsaid.derived["offloaded_copy_frac"].value == pytest.approx(0.8)
+    assert "pin_memory" in {w.id for w in unsaid.wasted}
 
 
 def test_offloaded_weights_whose_copies_are_not_measured_are_bounded_by_the_rest_of_the_step() -> None:
@@ -637,7 +642,7 @@ def test_offloaded_weights_whose_copies_are_not_measured_are_bounded_by_the_rest
     memory bounds them (1 − share_data). Quantization that makes the weights fit then reaches nearly the whole step,
     not the HBM term alone (it read 1.07x; 4-bit weights fit in 15 GB and decode at the memory's speed)."""
     facts = {"workload": "inference", "phase": "decode", "hardware": "rtx-4090", "dtype": "fp16", "model_params": 30e9,
-             "batch_size": 1, "gpu_util": 0.15, "tokens_per_s": 1.5}
+             "batch_size": 1, "gpu_util": 0.15, "tokens_per_s": 1.5, "num_gpus": 1}
     report = _diagnose(facts)
     share = report.derived["share_data"].value
     assert isinstance(share, float) and share < 0.2
@@ -649,6 +654,13 @@ def test_offloaded_weights_whose_copies_are_not_measured_are_bounded_by_the_rest
     # measured copies win over the estimate
     measured = _diagnose({**facts, "h2d_copy_frac": 0.5})
     assert measured.derived["offloaded_copy_frac"].value == pytest.approx(0.5)
+    # no GPU count and no copies measured: three 4090s could hold the 60 GB sharded, so offloading stays a suspicion
+    # (capacity, suspect) beside the question of the count, and nothing per GPU is derived
+    unsaid = _diagnose({k: v for k, v in facts.items() if k != "num_gpus"})
+    assert "gpu_count_needed" in {f.id for f in unsaid.findings}
+    assert [(c.regime, c.strength) for c in unsaid.candidates if c.regime == "capacity"] == [("capacity", "suspect")]
+    assert not {"offloaded_copy_frac", "mem_bw_util", "weights_to_hbm"} & set(unsaid.derived)
+    assert "quantization" in {r.id for r in unsaid.recommended}
 
 
 def test_removes_needs_acts_on() -> None:

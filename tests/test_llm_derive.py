@@ -160,7 +160,15 @@ def test_decode_bandwidth_is_per_gpu() -> None:
     four = _derived(**facts, num_gpus=4)
     assert four["mem_bw_util"] == approx(140e9 * 35 / 4 / 3.35e12)
     assert four["bandwidth_to_peak"] == approx(four["mem_bw_util"])
-    assert _derived(**facts)["bandwidth_to_peak"] == approx(140e9 * 35 / 3.35e12)  # no num_gpus: one GPU
+    # no num_gpus: one GPU is taken only where it can hold the weights (an 8B model); 140 GB cannot be on one H100, so
+    # nothing per GPU is derived until the count is given (rule capacity-weights-need-the-gpu-count asks for it)
+    unsaid = _derived(**facts)
+    assert not {"mem_bw_util", "bandwidth_to_peak", "weights_to_hbm"} & set(unsaid)
+    assert unsaid["weights_to_one_gpu"] == approx(140e9 / 80e9)
+    small = _derived(**{**facts, "model_params": "8B"})
+    assert small["bandwidth_to_peak"] == approx(16e9 * 35 / 3.35e12)
+    assert small["weights_to_hbm"] == approx(16e9 / 80e9)
+    assert "gpu_count_needed" in {f.id for f in EXPERT.diagnose(facts).findings}
     with_kv = _derived(**facts, num_gpus=4, num_layers=80, num_kv_heads=8, head_dim=128, context_len=4096)
     kv = 2 * 80 * 8 * 128 * 4096 * 2  # 1,342,177,280 B for one sequence
     assert with_kv["mem_bw_util"] == approx((140e9 + kv) * 35 / 4 / 3.35e12)

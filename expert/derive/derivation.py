@@ -123,6 +123,15 @@ MBU_SOURCE = ("Databricks, LLM inference performance engineering: MBU "
 LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", all_of([
     fact_test("phase", eq="decode"),
     either([fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))
+GPU_COUNT_POSSIBLE = either([*(fact_test(name, known=True) for name in ("num_gpus", "tensor_parallel_size",
+                                                                          "pipeline_parallel_size")),
+                             fact_test("weights_to_one_gpu", le=1.0), fact_test("weights_to_one_gpu", known=False)])
+"""The GPUs known (num_gpus, or the tensor or pipeline parallel size), or one GPU can hold the weights (or their size
+or the GPU's memory is not known): where they cannot fit one GPU and no count is given, the job runs sharded over
+several or keeps weights in host memory, and a figure per GPU that takes one GPU would be taken on a GPU the job
+cannot be on."""
+LLM_DECODE_PER_GPU = Gate(f"{LLM_DECODE.description}, whose GPUs are known (num_gpus or the parallel sizes "
+                          "given, or the weights fit one GPU)", all_of([LLM_DECODE.on_static(), GPU_COUNT_POSSIBLE]))
 
 
 def hardware_of(f: Facts, kb: KnowledgeBase) -> HardwareSpec:
@@ -141,9 +150,16 @@ def num_or(f: Facts, name: str, default: _T) -> float | _T:
     return float(value) if isinstance(value, (int, float)) else default
 
 
+DECODE_GPU_FACTS = ("num_gpus", "tensor_parallel_size", "pipeline_parallel_size")
+"""What `decode_gpus` reads (the optional inputs of the derivations that call it)."""
+
+
 def decode_gpus(f: Facts) -> int:
-    """The GPUs a decode job's tokens_per_s is spread over (1 when num_gpus is not given)."""
-    return int(num_or(f, "num_gpus", 1))
+    """The GPUs a decode job's tokens_per_s is spread over: num_gpus; where it is not given, the GPUs one replica
+    spans (tensor x pipeline parallel size, each 1 when not given); 1 when neither is given."""
+    if "num_gpus" in f:
+        return int(num(f, "num_gpus"))
+    return int(num_or(f, "tensor_parallel_size", 1) * num_or(f, "pipeline_parallel_size", 1))
 
 
 def clamp_fraction(value: float, what: str) -> Result:

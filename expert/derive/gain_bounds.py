@@ -34,7 +34,19 @@ from collections.abc import Callable
 
 from ..kb.knowledge import HardwareSpec, KnowledgeBase
 from ..rules.model import Condition
-from .derivation import Derivation, Gate, Result, all_of, any_of, fact_test, hardware_of, num, num_or, required
+from .derivation import (
+    DECODE_GPU_FACTS,
+    Derivation,
+    Gate,
+    Result,
+    all_of,
+    any_of,
+    fact_test,
+    hardware_of,
+    num,
+    num_or,
+    required,
+)
 from .formulas import Facts, Value
 
 _CATALOG = "knowledge_base/hardware.yaml (dense peaks per dtype)"
@@ -223,6 +235,16 @@ OFFLOADED_WEIGHTS = Gate("an LLM service whose weights alone need more than the 
                          "what does not fit is kept in host memory and copied in every step",
                          all_of([fact_test("workload", eq="inference"), fact_test("phase", known=True),
                                  fact_test("weights_to_hbm", gt=1.0)]))
+# no GPU count given: weights too large for one GPU may be sharded (resident, nothing copied in) or kept in host
+# memory; copies over a tenth of the step (rule input-h2d-copies-exposed's threshold) say the latter, as rule
+# capacity-weights-offloaded-count-unsaid reads them
+OFFLOADED_WEIGHTS_COUNT_UNSAID = Gate(
+    "an LLM service with no GPU count given (num_gpus, tensor or pipeline parallel size) whose weights alone need "
+    "more than one GPU's memory (weights_to_one_gpu above 1) and whose host-to-device copies take over a tenth of the "
+    "step: sharded weights would stay resident, so the copies bring in weights kept in host memory",
+    all_of([fact_test("workload", eq="inference"), fact_test("phase", known=True),
+            *(fact_test(name, known=False) for name in DECODE_GPU_FACTS),
+            fact_test("weights_to_one_gpu", gt=1.0), fact_test("h2d_copy_frac", gt=0.10)]))
 _OFFLOAD = ("Hugging Face Accelerate big-model inference docs (device_map='auto' keeps what does not fit in CPU RAM "
             "and moves it to the GPU for every forward pass)")
 
@@ -256,6 +278,10 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("offloaded_copy_frac", ("h2d_copy_frac", "weights_to_hbm"),
                "h2d_copy_frac (the weights do not fit: the host-to-device copies bring in the offloaded weights)",
                _OFFLOAD, lambda f, kb: Result(num(f, "h2d_copy_frac")), gate=OFFLOADED_WEIGHTS),
+    Derivation("offloaded_copy_frac", ("h2d_copy_frac", "weights_to_one_gpu"),
+               "h2d_copy_frac (no GPU count given, the weights need more than one GPU and the copies take over a "
+               "tenth of the step: they bring in weights kept in host memory)",
+               _OFFLOAD, lambda f, kb: Result(num(f, "h2d_copy_frac")), gate=OFFLOADED_WEIGHTS_COUNT_UNSAID),
     # the copies not measured: at most all of the step that is not reading device memory (an upper bound, as the gain
     # it feeds is: a model that fits once quantized stops copying at all)
     Derivation("offloaded_copy_frac", ("weights_to_hbm", "share_data"),

@@ -10,7 +10,10 @@ from ..kb.knowledge import KnowledgeBase, MemoryModel
 from ..rules.model import Condition
 from .derivation import (
     ACTIVE_PARAMS,
+    DECODE_GPU_FACTS,
+    GPU_COUNT_POSSIBLE,
     LLM_DECODE,
+    LLM_DECODE_PER_GPU,
     MBU_SOURCE,
     Derivation,
     Gate,
@@ -86,6 +89,10 @@ SYNCS_EVERY_MICRO_BATCH = Gate("the job all-reduces after every micro-batch (gra
 PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
 SERVING_MEMORY = Gate(f"{SERVING.description}, on hardware whose memory capacity the catalog gives",
                       lambda kb: all_of([SERVING.on_static(), _published_memory(kb)]))
+
+SERVING_MEMORY_PER_GPU = Gate(f"{SERVING_MEMORY.description}, whose GPUs are known (num_gpus or the parallel sizes "
+                              "given, or the weights fit one GPU)",
+                              lambda kb: all_of([SERVING_MEMORY.on(kb), GPU_COUNT_POSSIBLE]))
 
 _FROZEN = ("Narayanan et al. 2021, arXiv:2104.04473, §5.1 (the backward pass doubles the forward: gradients with "
            "respect to both inputs and weights); Hu et al. 2021, LoRA, arXiv:2106.09685 §4 (no gradients for the "
@@ -299,7 +306,7 @@ LLM_RATES: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "tokens_per_step") / num(f, "step_time_s"))),
     Derivation("tokens_per_s", ("phase", "tpot_ms", "batch_size"),
                "batch_size · 1000 / tpot_ms (a decode step gives each of its batch_size sequences one token)",
-               f"{_DECODE_STEP}; {_SLO}", _decode_rate, gate=LLM_DECODE, optional=("num_gpus",)),
+               f"{_DECODE_STEP}; {_SLO}", _decode_rate, gate=LLM_DECODE, optional=DECODE_GPU_FACTS),
     Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus", "num_layers",
                                    "hidden_size", "seq_len"),
                "(6·N + 12·L·H·Q·T) · tokens_per_s / num_gpus / 1e12 (N: active parameters when given; 4·N + "
@@ -331,16 +338,17 @@ LLM_RATES: tuple[Derivation, ...] = (
                                          "num_gpus"),
                "(model_params · bytes per weight + kv_cache_bytes) / (num_gpus · HBM per GPU)", _KV, _serving_memory,
                gate=PUBLISHED_MEMORY),
-    Derivation("weights_to_hbm", ("model_params", "bytes_per_weight", "hardware"),
-               "model_params · bytes per weight / num_gpus / HBM per GPU (num_gpus: 1 unless given; every GPU "
-               "holding an equal shard, the least any layout puts on one)",
-               "definition (every weight is resident for the step: params x bytes per element); Pope et al. 2022, "
-               "arXiv:2211.05102 §2 (weights are sharded at best evenly over the chips)",
-               _weights_to_hbm, gate=SERVING_MEMORY, optional=("num_gpus",)),
     Derivation("weights_to_one_gpu", ("model_params", "bytes_per_weight", "hardware"),
                "model_params · bytes per weight / HBM of one GPU (the whole model on one GPU, however many serve it)",
                "definition (every weight is resident for the step: params x bytes per element)",
                _weights_to_one_gpu, gate=SERVING_MEMORY),
+    Derivation("weights_to_hbm", ("model_params", "bytes_per_weight", "hardware"),
+               "model_params · bytes per weight / num_gpus / HBM per GPU (num_gpus, else tensor × pipeline "
+               "parallel size, else 1 where the weights fit one GPU; every GPU holding an equal shard, the least any "
+               "layout puts on one)",
+               "definition (every weight is resident for the step: params x bytes per element); Pope et al. 2022, "
+               "arXiv:2211.05102 §2 (weights are sharded at best evenly over the chips)",
+               _weights_to_hbm, gate=SERVING_MEMORY_PER_GPU, optional=DECODE_GPU_FACTS),
 )
 
 
@@ -358,16 +366,17 @@ MODEL_SHAPE: tuple[Derivation, ...] = (
 LLM_DECODE_UTIL = (
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
                "tokens_per_s · decode_bytes_per_token / num_gpus / peak_bandwidth "
-               "(weights + KV cache; num_gpus: 1 unless given)",
-               f"{_KV}; " + MBU_SOURCE, _decode_kv_bandwidth(True), gate=LLM_DECODE,
-               optional=("num_gpus",)),
+               "(weights + KV cache; num_gpus, else tensor × pipeline parallel size, else 1)",
+               f"{_KV}; " + MBU_SOURCE, _decode_kv_bandwidth(True), gate=LLM_DECODE_PER_GPU,
+               optional=DECODE_GPU_FACTS),
 )
 LLM_DECODE_RATIO = (
     Derivation("bandwidth_to_peak", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
                "tokens_per_s · decode_bytes_per_token / num_gpus / peak_bandwidth "
-               "(weights + KV cache; num_gpus: 1 unless given; unclamped)",
-               _KV, _decode_kv_bandwidth(False), gate=LLM_DECODE,
-               optional=("num_gpus",)),
+               "(weights + KV cache; num_gpus, else tensor × pipeline parallel size, else 1; "
+               "unclamped)",
+               _KV, _decode_kv_bandwidth(False), gate=LLM_DECODE_PER_GPU,
+               optional=DECODE_GPU_FACTS),
 )
 LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
     Derivation("ttft_over_target", ("ttft_ms", "ttft_target_ms"), "ttft_ms / ttft_target_ms", _SLO,

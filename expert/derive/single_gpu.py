@@ -9,7 +9,9 @@ from ..kb.knowledge import HardwareSpec, KnowledgeBase
 from ..rules.model import Condition
 from .derivation import (
     ACTIVE_PARAMS,
+    DECODE_GPU_FACTS,
     LLM_DECODE,
+    LLM_DECODE_PER_GPU,
     MBU_SOURCE,
     Derivation,
     Gate,
@@ -289,8 +291,9 @@ def _weights_only_decode(name: str, note: str, source: str, fn: Callable[[Facts,
     return Derivation(name, ("phase", "tokens_per_s", "batch_size", "model_params", "bytes_per_weight",
                              "peak_bandwidth"),
                       "(tokens_per_s / batch_size) · params · bytes_per_weight / num_gpus / peak_bandwidth "
-                      f"(num_gpus: 1 unless given{note})", source, fn, gate=LLM_DECODE, substitutes=ACTIVE_PARAMS,
-                      optional=("num_gpus",))
+                      f"(num_gpus, else tensor × pipeline parallel size, else 1{note})", source, fn,
+                      gate=LLM_DECODE_PER_GPU, substitutes=ACTIVE_PARAMS,
+                      optional=DECODE_GPU_FACTS)
 
 
 # weight-streaming decode bandwidth (after the KV-cache-aware one, which wins when its inputs are known)
