@@ -70,7 +70,11 @@ def script_for(facts: dict[str, Any], consultation: Consultation | None = None, 
 
 def test_answers_file_runs_to_the_report(tmp_path: Path, env: dict[str, str]) -> None:
     session = tmp_path / "s.json"
-    result = dam("consult", "--answers", str(EXAMPLE), "--save", str(session), env=env)
+    # the example and a fact no question of this session asks for (a CNN's depth: only LLM rules read num_layers)
+    answers = tmp_path / "answers.yaml"
+    answers.write_text(EXAMPLE.read_text() + "  num_layers: 50\n")
+    facts = {**FACTS, "num_layers": 50}
+    result = dam("consult", "--answers", str(answers), "--save", str(session), env=env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "Q1. What kind of job is slow?" in out and "> training" in out
@@ -79,15 +83,15 @@ def test_answers_file_runs_to_the_report(tmp_path: Path, env: dict[str, str]) ->
     assert "Consultation finished after" in out and "Verdict: input" in out
     saved = Consultation.from_json(session.read_text())
     assert saved.finished and saved.answers["data_wait_s"] == pytest.approx(0.12)
-    # the facts no question asked for (batch_size here) are the user's evidence all the same: recorded, shown in the
+    # the facts no question asked for (num_layers here) are the user's evidence all the same: recorded, shown in the
     # report and never asked for again, so the report is the one `dam diagnose` gives on the same file
-    assert "not asked, taken from" in out and "batch_size = 256" in out
-    assert saved.answers == expert.Expert().observations(FACTS).values()
-    consulted, diagnosed = saved.report(), expert.diagnose(FACTS)
+    assert "not asked, taken from" in out and "num_layers = 50" in out
+    assert saved.answers == expert.Expert().observations(facts).values()
+    consulted, diagnosed = saved.report(), expert.diagnose(facts)
     assert consulted.bottleneck == diagnosed.bottleneck
     assert [f.id for f in consulted.findings] == [f.id for f in diagnosed.findings]
-    assert not {m.fact for m in consulted.missing} & set(FACTS)
-    diagnose_out = dam("diagnose", str(EXAMPLE), env=env).stdout
+    assert not {m.fact for m in consulted.missing} & set(facts)
+    diagnose_out = dam("diagnose", str(answers), env=env).stdout
     start = "─ Verdict: input ─"
     assert out[out.index(start):].split("session saved to")[0] == diagnose_out[diagnose_out.index(start):]
 

@@ -120,6 +120,12 @@ def _coordination(interval: str, with_restart: bool) -> Callable[[Facts, Knowled
     return overhead
 
 
+def _restart_share(f: Facts, kb: KnowledgeBase) -> Result:
+    restart = num(f, "restart_time_s")
+    loss = coordination_loss(num(f, "checkpoint_write_s"), num(f, "checkpoint_interval_s"), _mtbf_s(f), restart)
+    return Result(restart / _mtbf_s(f) / (1.0 + loss), {"time lost per unit of useful time (x)": round(loss, 6)})
+
+
 _C3_SCALING = "seed C³ (C1 computation adds scaling-efficiency loss); scaling efficiency = per-GPU throughput N vs 1"
 _C3_COMM = "seed Table 6 and C³ (C2 communication: the communication wall)"
 _C3_COORD = "seed Table 6 (reliability wall, cluster MTBF) and C³ (C3 coordination)"
@@ -256,6 +262,16 @@ CLUSTER: tuple[Derivation, ...] = (
     Derivation("optimal_coordination_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h"),
                "x / (1 + x), x = δ/τ* + τ*/2M at Daly's τ* (restart time unknown)", f"{_YOUNG}; {_DALY}",
                _coordination("daly_interval_s", False)),
+    Derivation("optimal_checkpoint_overhead", ("checkpoint_write_s", "daly_interval_s", "mtbf_h"),
+               "x / (1 + x), x = δ/τ* + τ*/2M at Daly's τ* (writes and rework only: restarts left out)",
+               f"{_YOUNG}; {_DALY}", _coordination("daly_interval_s", False)),
+    Derivation("restart_frac", ("restart_time_s", "mtbf_h", "checkpoint_write_s", "checkpoint_interval_s"),
+               "(R/M) / (1 + x), x = δ/τ + τ/2M + R/M (the restarts' part of the wall time coordination loses)",
+               f"{_YOUNG}; {_DALY}", _restart_share),
+    Derivation("restart_frac", ("restart_time_s", "mtbf_h"),
+               "R / (M + R) (every M hours of work, one restart of R; checkpoint figures unknown, so their rework is "
+               "not counted)", f"{_YOUNG}; {_DALY}",
+               lambda f, kb: Result(num(f, "restart_time_s") / (_mtbf_s(f) + num(f, "restart_time_s")))),
     Derivation("coordination_frac", ("coordination_overhead", "sync_wait_frac"),
                "coordination_overhead + sync_wait_frac (checkpoints and rework, plus straggler waits)", _C3_COORD,
                lambda f, kb: clamp_fraction(num(f, "coordination_overhead") + num(f, "sync_wait_frac"),
