@@ -126,6 +126,11 @@ def _restart_share(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(restart / _mtbf_s(f) / (1.0 + loss), {"time lost per unit of useful time (x)": round(loss, 6)})
 
 
+_ZERO_STAGES = ("Rajbhandari et al. 2020, ZeRO, arXiv:1910.02054, §5 and §7 (stage 3 partitions the parameters too "
+                "and all-gathers them in forward and backward: 1.5x the communication of data parallelism, which "
+                "stages 1 and 2 keep)")
+
+
 _C3_SCALING = "seed C³ (C1 computation adds scaling-efficiency loss); scaling efficiency = per-GPU throughput N vs 1"
 _C3_COMM = "seed Table 6 and C³ (C2 communication: the communication wall)"
 _C3_COORD = "seed Table 6 (reliability wall, cluster MTBF) and C³ (C3 coordination)"
@@ -305,6 +310,11 @@ TOPOLOGY: tuple[Derivation, ...] = (
     Derivation("sharding_span", ("sharding_degree", "gpus_per_node"), "sharding_degree / gpus_per_node",
                _SHARDING_SPAN, lambda f, kb: Result(num(f, "sharding_degree") / num(f, "gpus_per_node")),
                gate=Gate("every node holds a GPU (gpus_per_node at least 1)", fact_test("gpus_per_node", ge=1))),
+    # the model states per GPU were they not sharded at all (every GPU a full copy, as DDP keeps them)
+    Derivation("replicated_state_to_hbm", ("model_state_to_hbm", "sharding_degree"),
+               "model_state_to_hbm · sharding_degree (the states unsharded: a full copy on every GPU)", _ZERO_STAGES,
+               lambda f, kb: Result(num(f, "model_state_to_hbm") * num(f, "sharding_degree")),
+               gate=Gate("the states are sharded (sharding_degree above 1)", fact_test("sharding_degree", gt=1))),
     # the model states per GPU were they sharded over one node's GPUs only (hybrid sharding): model_state_to_hbm
     # counts them over sharding_degree GPUs, sharding_span times as many as one node holds
     Derivation("node_sharded_state_to_hbm", ("model_state_to_hbm", "sharding_span"),
