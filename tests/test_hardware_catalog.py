@@ -39,7 +39,10 @@ UNPUBLISHED = {"h800", "h20"}  # no public vendor datasheet: every figure null, 
     ("a10g", "a10g"), ("A10G", "a10g"), ("NVIDIA A10G", "a10g"), ("NVIDIA A10", "a10"),
     ("Tesla T4", "t4"), ("T4", "t4"), ("tesla-t4", "t4"),
     ("NVIDIA L40S", "l40s"), ("NVIDIA L40", "l40"), ("NVIDIA L4", "l4"),
-    ("Tesla V100-SXM2-32GB", "v100-sxm2"),
+    ("Tesla V100-SXM2-32GB", "v100-sxm2"), ("Tesla V100-PCIE-32GB", "v100-pcie"),
+    ("Tesla V100S-PCIE-32GB", "v100s-pcie"), ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("NVIDIA A800-SXM4-80GB", "a800-sxm-80gb"), ("NVIDIA A30", "a30"),
+    ("NVIDIA RTX A5000", "rtx-a5000"),
     ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("rtx4090", "rtx-4090"),
     ("NVIDIA GeForce RTX 3090", "rtx-3090"), ("RTX 3090", "rtx-3090"), ("NVIDIA A40", "a40"),
     ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada"),
@@ -65,12 +68,13 @@ def test_ids_aliases_and_device_names_resolve(name: str, expected: str) -> None:
     ("h100", "h100-sxm", ["h100-pcie", "h100-nvl"]),
     ("H100", "h100-sxm", ["h100-pcie"]),
     ("NVIDIA H100", "h100-sxm", ["h100-pcie"]),  # no longer a silent alias: the H100 comes in three variants
-    ("a100", "a100-sxm-80gb", ["a100-40gb"]),
+    ("a100", "a100-sxm-80gb", ["a100-40gb", "a100-pcie-80gb"]),
+    ("A100 PCIe", "a100-pcie-80gb", ["a100-40gb"]),
     ("A100 SXM", "a100-sxm-80gb", ["a100-40gb"]),
     ("mi250x", "mi250x-gcd", ["mi250x-oam"]),  # the device PyTorch sees is one GCD
     ("gh200", "gh200-96gb", ["gh200-144gb"]),
     ("h200", "h200-sxm", []),
-    ("v100", "v100-sxm2", []),
+    ("v100", "v100-sxm2", ["v100-pcie", "v100s-pcie"]),
 ])
 def test_a_family_name_resolves_to_its_declared_default_and_says_so(name: str, expected: str,
                                                                      others: list[str]) -> None:
@@ -81,7 +85,7 @@ def test_a_family_name_resolves_to_its_declared_default_and_says_so(name: str, e
         assert other in found.note
 
 
-@pytest.mark.parametrize("name", ["h1000", "nvidia", "", "   ", "A100 80GB PCIe", "H100 SXM 94GB", "gaudi"])
+@pytest.mark.parametrize("name", ["h1000", "nvidia", "", "   ", "RTX 2080 Ti", "H100 SXM 94GB", "gaudi"])
 def test_names_the_catalog_lacks_do_not_resolve(name: str) -> None:
     assert KB.hardware_resolution(name) is None  # never the nearest-looking entry
 
