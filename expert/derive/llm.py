@@ -154,7 +154,8 @@ def _decode_rate(f: Facts, kb: KnowledgeBase) -> Result:
     note = ("a TPOT at a tail percentile (p90, p99) is longer than the typical decode step, so the rate is then a "
             "lower bound")
     if decode_gpus(f) != 1:
-        note += ("; the num_gpus GPUs taken as one model sharded across them (tensor or pipeline parallel): "
+        note += ("; the GPUs (num_gpus, else the tensor × pipeline parallel size) taken as one model sharded across "
+                 "them (tensor or pipeline parallel): "
                  "data-parallel replicas would each add this rate")
     return Result(value, {"decode steps per second": round(1000.0 / num(f, "tpot_ms"), 3)}, note)
 
