@@ -1,4 +1,5 @@
-"""Session-wide fixtures: multi-rank traces generated once per test session into a temporary directory."""
+"""Session-wide fixtures: multi-rank traces generated once per test session into a temporary directory, and a copy of
+the bundled knowledge base for a test to edit (`kb_copy`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ def pytest_configure(config: pytest.Config) -> None:
     made = tempfile.mkdtemp(prefix="dam-test-cache-")
     _OLD_XDG_CACHE_HOME.append((os.environ.get("XDG_CACHE_HOME"), made))
     os.environ["XDG_CACHE_HOME"] = made
+
+
+@pytest.fixture
+def kb_copy(tmp_path: Path) -> Path:
+    """A copy of the bundled knowledge base in a temporary directory, for a test to edit before loading it."""
+    from expert._resources import data_dir
+
+    target = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), target)
+    return target
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

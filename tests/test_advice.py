@@ -553,31 +553,25 @@ def test_launch_advice_is_worded_for_the_vendor_of_the_part(hardware: str, says:
     assert unknown.title == "CUDA Graphs"
 
 
-def test_a_vendor_wording_must_name_a_vendor_of_the_hardware_catalog(tmp_path: Path) -> None:
+def test_a_vendor_wording_must_name_a_vendor_of_the_hardware_catalog(kb_copy: Path) -> None:
     from expert import KnowledgeBaseError
-    from expert._resources import data_dir
     from expert.kb.knowledge import KnowledgeBase
 
-    kb_dir = tmp_path / "knowledge_base"
-    shutil.copytree(data_dir("knowledge_base"), kb_dir)
-    path = kb_dir / "optimizations.yaml"
+    path = kb_copy / "optimizations.yaml"
     title = "        title: Compile the whole step into one XLA program"
     path.write_text(path.read_text().replace(f"      google:\n{title}", f"      gogle:\n{title}"))
     with pytest.raises(KnowledgeBaseError, match="for_vendor: unknown vendor 'gogle'"):
-        KnowledgeBase.load(kb_dir)
+        KnowledgeBase.load(kb_copy)
 
 
-def test_a_tensor_core_format_must_be_a_dtype_of_units(tmp_path: Path) -> None:
+def test_a_tensor_core_format_must_be_a_dtype_of_units(kb_copy: Path) -> None:
     from expert import KnowledgeBaseError
-    from expert._resources import data_dir
     from expert.kb.knowledge import KnowledgeBase
 
-    kb_dir = tmp_path / "knowledge_base"
-    shutil.copytree(data_dir("knowledge_base"), kb_dir)
-    path = kb_dir / "units.yaml"
+    path = kb_copy / "units.yaml"
     path.write_text(path.read_text().replace("tensor_cores: [bf16, fp16]", "tensor_cores: [bf16, fp61]"))
     with pytest.raises(KnowledgeBaseError, match=r"dtypes\.bf16\.tensor_cores.*unknown dtype 'fp61'"):
-        KnowledgeBase.load(kb_dir)
+        KnowledgeBase.load(kb_copy)
 
 
 def test_advice_of_an_unknown_workload_keeps_the_general_wording() -> None:
@@ -846,15 +840,12 @@ def test_an_implied_fact_given_otherwise_is_an_input_error() -> None:
     assert "contradicts applied_optimizations" in err.value.problems[0].message
 
 
-def test_an_implication_on_a_fact_that_cannot_hold_it_is_refused(tmp_path: Path) -> None:
+def test_an_implication_on_a_fact_that_cannot_hold_it_is_refused(kb_copy: Path) -> None:
     from expert import KnowledgeBaseError
-    from expert._resources import data_dir
     from expert.kb.knowledge import KnowledgeBase
 
-    kb_dir = tmp_path / "knowledge_base"
-    shutil.copytree(data_dir("knowledge_base"), kb_dir)
-    path = kb_dir / "optimizations.yaml"
+    path = kb_copy / "optimizations.yaml"
     path.write_text(path.read_text().replace('implies: {activation_recompute: "yes"}',
                                              'implies: {activation_recompute: "sometimes"}', 1))
     with pytest.raises(KnowledgeBaseError, match="implies: activation_recompute = 'sometimes'"):
-        KnowledgeBase.load(kb_dir)
+        KnowledgeBase.load(kb_copy)

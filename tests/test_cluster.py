@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from pytest import approx
 
 import expert
 from expert import Expert, KnowledgeBaseError, Report
-from expert._resources import data_dir, examples_dir
+from expert._resources import examples_dir
 from expert.derive.formulas import (
     comm_term,
     coordination_loss,
@@ -205,13 +204,11 @@ def test_each_link_kind_has_one_default_with_a_source() -> None:
         assert link is not None and link.source and link.per_direction_gbs > 0
 
 
-def test_a_catalog_link_of_an_unknown_kind_is_refused(tmp_path: Path) -> None:
-    kb_dir = tmp_path / "knowledge_base"
-    shutil.copytree(data_dir("knowledge_base"), kb_dir)
-    path = kb_dir / "interconnects.yaml"
+def test_a_catalog_link_of_an_unknown_kind_is_refused(kb_copy: Path) -> None:
+    path = kb_copy / "interconnects.yaml"
     path.write_text(path.read_text().replace("kind: ethernet", "kind: token-ring", 1))
     with pytest.raises(KnowledgeBaseError, match="token-ring"):
-        KnowledgeBase.load(kb_dir)
+        KnowledgeBase.load(kb_copy)
 
 
 def test_cluster_regimes_come_after_the_single_node_ones() -> None:
@@ -344,10 +341,8 @@ def test_capacity_and_host_verdicts_are_confirmed_where_they_show(name: str, ver
     assert "Nsight Compute" not in confirm.tool and "Batch load" not in confirm.how
 
 
-def test_a_regime_confirmed_with_an_unknown_tool_does_not_load(tmp_path: Path) -> None:
-    kb = tmp_path / "kb"
-    shutil.copytree(data_dir("knowledge_base"), kb)
-    path = kb / "regimes.yaml"
+def test_a_regime_confirmed_with_an_unknown_tool_does_not_load(kb_copy: Path) -> None:
+    path = kb_copy / "regimes.yaml"
     path.write_text(path.read_text().replace("tool: nsight_systems\n", "tool: nsight_sistems\n", 1))
     with pytest.raises(KnowledgeBaseError, match="unknown tool 'nsight_sistems'"):
-        KnowledgeBase.load(kb)
+        KnowledgeBase.load(kb_copy)

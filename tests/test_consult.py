@@ -4,6 +4,7 @@ property of issue 4 (answering only the questions asked reaches the verdict and 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -724,18 +725,14 @@ def test_combined_answers_read_back_what_they_say(question_id: str, data: st.Dat
     assert combined.parse(question, {k: v for k, v in values.items() if v is not None}, KB) == values
 
 
-def test_the_tools_question_waits_only_for_known_facts(tmp_path: Any) -> None:
-    import shutil
-
+def test_the_tools_question_waits_only_for_known_facts(kb_copy: Path) -> None:
     from expert import KnowledgeBaseError
     from expert.kb.knowledge import KnowledgeBase
 
-    target = tmp_path / "kb"
-    shutil.copytree(data_dir("knowledge_base"), target)
-    tools = target / "tools.yaml"
+    tools = kb_copy / "tools.yaml"
     tools.write_text(tools.read_text().replace("after: [workload, phase]", "after: [workload, fase]"))
     with pytest.raises(KnowledgeBaseError, match=r"consultation\.available_tools\.after.*unknown fact 'fase'"):
-        KnowledgeBase.load(target)
+        KnowledgeBase.load(kb_copy)
 
 
 # ---- the optimizations already applied: asked last, only while something is recommended --------------------------

@@ -5,14 +5,12 @@ picked, the new entries and the corrected ones, the missing-peak finding, and ha
 from __future__ import annotations
 
 import io
-import shutil
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from expert import Expert
-from expert._resources import data_dir
 from expert.errors import KnowledgeBaseError, ObservationError
 from expert.ingest import ingest
 from expert.kb.knowledge import HardwareSpec, KnowledgeBase, hardware_key
@@ -103,13 +101,6 @@ def test_every_family_maps_to_catalog_entries() -> None:
         assert family.default in KB.hardware, name
         assert set(family.variants) <= set(KB.hardware), name
         assert family.default not in family.variants, name
-
-
-@pytest.fixture
-def kb_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "knowledge_base"
-    shutil.copytree(data_dir("knowledge_base"), target)
-    return target
 
 
 @pytest.mark.parametrize(("old", "new", "needle"), [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ from hypothesis import strategies as st
 
 import expert
 from expert import KnowledgeBaseError, ObservationError, Observations
-from expert._resources import data_dir
 from expert.kb.knowledge import KnowledgeBase
 from expert.observations.normalise import convert, is_unknown, normalise
 
@@ -180,13 +178,6 @@ def test_catalogs_have_the_required_ids() -> None:
         assert hw.source and (hw.memory_bandwidth_gbs is None or hw.memory_bandwidth_gbs > 0)
     # dense, never the 2:4-sparse headline: NVIDIA's H100 sheet says 1979 TFLOP/s bf16 "with sparsity"
     assert EXPERT.kb.hardware["h100-sxm"].peak("bf16") == 989.4
-
-
-@pytest.fixture
-def kb_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "knowledge_base"
-    shutil.copytree(data_dir("knowledge_base"), target)
-    return target
 
 
 def test_a_bad_knowledge_base_file_names_file_entry_and_field(kb_copy: Path) -> None:
