@@ -198,6 +198,9 @@ CLUSTER: tuple[Derivation, ...] = (
     Derivation("comm_frac", ("exposed_comm_s", "step_time_s"), "exposed_comm_s / step_time_s", _C3_COMM,
                lambda f, kb: clamp_fraction(num(f, "exposed_comm_s") / num(f, "step_time_s"),
                                              "exposed communication share")),
+    Derivation("comm_kernel_frac", ("comm_time_s", "step_time_s"), "comm_time_s / step_time_s", _C3_COMM,
+               lambda f, kb: clamp_fraction(num(f, "comm_time_s") / num(f, "step_time_s"),
+                                            "communication kernels' share of the step")),
     Derivation("exposed_allreduce_frac", ("comm_frac", "allreduce_comm_share"), "comm_frac × allreduce_comm_share",
                _C3_KINDS, lambda f, kb: Result(num(f, "comm_frac") * num(f, "allreduce_comm_share"))),
     # without a trace's collective mix the exposed communication is taken as data-parallel collectives (what a
