@@ -11,6 +11,8 @@ SOME_ACHIEVED = Gate("some achieved FLOP/s to compare the MFU with", fact_test("
 _CONFLICT_MFU = ("seed Table 5 (MFU = achieved FLOP/s over the dense peak); "
                  "PaLM, Chowdhery et al. 2022, App. B (MFU vs HFU)")
 _CONFLICT_BW = "DCGM DRAM_ACTIVE definition (achieved / peak DRAM bandwidth); Nsight Compute dram__bytes per step"
+_CONFLICT_ROOF = ("roofline (Williams, Waterman, Patterson 2009): FLOP/s = intensity × bytes/s, and neither exceeds "
+                  "its peak; DCGM DRAM_ACTIVE (achieved over peak DRAM bandwidth)")
 _CONFLICT_IDLE = ("NVML utilization.gpu (a kernel was running) and the trace's idle share (nothing running) "
                   "exclude each other")
 _CONFLICT_PIPES = ("DCGM profiling metrics: PIPE_TENSOR_ACTIVE counts cycles of resident warps, "
@@ -41,6 +43,9 @@ CONSISTENCY_MARGINS: tuple[Derivation, ...] = (
     Derivation("mem_bw_to_bytes", ("mem_bw_util", "bytes_bw_util"), "mem_bw_util / bytes_bw_util",
                _CONFLICT_BW, lambda f, kb: Result(consistency.ratio_of_readings(
                    num(f, "mem_bw_util"), num(f, "bytes_bw_util")))),
+    Derivation("dram_implied_flops_to_peak", ("intensity_to_ridge", "mem_bw_util"),
+               "intensity_to_ridge × mem_bw_util (the FLOP rate that intensity at that DRAM rate needs, over the peak)",
+               _CONFLICT_ROOF, lambda f, kb: Result(num(f, "intensity_to_ridge") * num(f, "mem_bw_util"))),
     Derivation("busy_idle_excess", ("gpu_util", "gpu_idle_gap_frac"), "gpu_util + gpu_idle_gap_frac − 1",
                _CONFLICT_IDLE, lambda f, kb: Result(consistency.busy_idle_excess(
                    num(f, "gpu_util"), num(f, "gpu_idle_gap_frac")))),
