@@ -236,15 +236,23 @@ OFFLOADED_WEIGHTS = Gate("an LLM service whose weights alone need more than the 
                          all_of([fact_test("workload", eq="inference"), fact_test("phase", known=True),
                                  fact_test("weights_to_hbm", gt=1.0)]))
 # no GPU count given: weights too large for one GPU may be sharded (resident, nothing copied in) or kept in host
-# memory; copies over a tenth of the step (rule input-h2d-copies-exposed's threshold) say the latter, as rule
-# capacity-weights-offloaded-count-unsaid reads them
+# memory; copies past the I/O-overhead fail band (the threshold of rule input-h2d-copies-exposed, whose finding rule
+# capacity-weights-offloaded-count-unsaid reads) say the latter
+_COPIES_EXPOSED = "scorecard.io_overhead.fail_above"
+
+
+def _offloaded_count_unsaid(kb: KnowledgeBase) -> Condition:
+    exposed = required(kb.scorecard.bound(_COPIES_EXPOSED), f"the scorecard's {_COPIES_EXPOSED}")
+    return all_of([fact_test("workload", eq="inference"), fact_test("phase", known=True),
+                   *(fact_test(name, known=False) for name in DECODE_GPU_FACTS),
+                   fact_test("weights_to_one_gpu", gt=1.0), fact_test("h2d_copy_frac", gt=exposed)])
+
+
 OFFLOADED_WEIGHTS_COUNT_UNSAID = Gate(
     "an LLM service with no GPU count given (num_gpus, tensor or pipeline parallel size) whose weights alone need "
-    "more than one GPU's memory (weights_to_one_gpu above 1) and whose host-to-device copies take over a tenth of the "
-    "step: sharded weights would stay resident, so the copies bring in weights kept in host memory",
-    all_of([fact_test("workload", eq="inference"), fact_test("phase", known=True),
-            *(fact_test(name, known=False) for name in DECODE_GPU_FACTS),
-            fact_test("weights_to_one_gpu", gt=1.0), fact_test("h2d_copy_frac", gt=0.10)]))
+    "more than one GPU's memory (weights_to_one_gpu above 1) and whose host-to-device copies take more of the step "
+    "than the I/O-overhead fail band: sharded weights would stay resident, so the copies bring in weights kept in "
+    "host memory", _offloaded_count_unsaid)
 _OFFLOAD = ("Hugging Face Accelerate big-model inference docs (device_map='auto' keeps what does not fit in CPU RAM "
             "and moves it to the GPU for every forward pass)")
 
