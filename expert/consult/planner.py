@@ -91,9 +91,11 @@ class State:
 
     def askable_open(self, name: str) -> bool:
         """The user could still be asked for it: askable, not answered, not unknown. A fact the expert derived
-        (kind `both`) stays askable: a measured value overrides the estimate and may differ from it."""
+        (kind `both`) stays askable: a measured value overrides the estimate and may differ from it. A fact the
+        job's workload does not have (the optimizer step of a service) is not."""
         spec = self.ix.kb.facts.get(name)
-        return spec is not None and spec.askable and name not in self.answers and name not in self.unknowns
+        return (spec is not None and spec.askable and name not in self.answers and name not in self.unknowns
+                and (spec.workloads is None or spec.applies_to(self.answers.get("workload"))))
 
     def _derivation_state(self, d: Derivation) -> Literal["fixed", "open", "impossible"]:
         """Whether a derivation is settled ("fixed": it produced the value and nothing it reads can change), could

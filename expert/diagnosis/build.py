@@ -538,9 +538,12 @@ def _missing(ctx: Basis, outcomes: Mapping[str, str], parts: _RuleSetParts) -> l
         else:
             rules_for[fact] = sorted({r for n in via for r in rules_by_name[n]}, key=position.__getitem__)
     specs = kb.facts
+    workload = facts.get("workload")
     out: list[MissingFact] = []
     for fact in sorted(weight, key=lambda f: (-weight[f], specs[f].cost, f)):
         spec = specs[fact]
+        if not spec.applies_to(workload):
+            continue
         settles = rules_for[fact]
         out.append(MissingFact(fact=fact, question=spec.question or spec.description, why=parts.would_settle(settles),
                                rules=settles))
@@ -594,9 +597,10 @@ def _measurements(
 ) -> list[NextMeasurement]:
     out: dict[str, NextMeasurement] = {}
     notes = ctx.measurements  # where each measurement joins the graph (expert/diagnosis/provenance.py)
+    workload = ctx.facts.get("workload")
     for lr in fired:
         for fact in lr.rule.then.measure:
-            if fact in ctx.facts or fact in out:
+            if fact in ctx.facts or fact in out or ((spec := ctx.kb.facts.get(fact)) and not spec.applies_to(workload)):
                 continue
             found = _measurement_for(ctx, fact)
             if found is None:

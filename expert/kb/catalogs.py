@@ -41,6 +41,7 @@ class FactSpec(_Strict):
     ask_first: bool = False
     cost: int = Field(default=3, ge=1, le=5)
     measure: str | None = None
+    workloads: list[Literal["training", "inference"]] | None = None  # None: a fact of either workload
 
     @model_validator(mode="after")
     def _consistent(self) -> FactSpec:
@@ -53,6 +54,11 @@ class FactSpec(_Strict):
     @property
     def askable(self) -> bool:
         return self.kind in ("observed", "both")
+
+    def applies_to(self, workload: object) -> bool:
+        """Whether a job of this workload (a `workload` value, or None when unsaid) has this fact: a training-only
+        fact (the optimizer step, the gradients) is neither asked of nor suggested to an inference service."""
+        return self.workloads is None or workload is None or workload in self.workloads
 
     def range_text(self) -> str:
         """Human description of the accepted values."""
