@@ -22,7 +22,7 @@ KB = EXPERT.kb
 
 NEW_ENTRIES = ["t4", "a10g", "a10", "l40", "rtx-4090", "rtx-6000-ada", "h100-nvl", "h800", "h20", "gh200-96gb",
                "gh200-144gb", "b300", "gb200", "mi250x-gcd", "mi250x-oam", "mi325x", "mi355x", "tpu-v6e", "trainium2",
-               "gaudi2"]
+               "gaudi2", "h200-nvl"]
 UNPUBLISHED = {"h800", "h20"}  # no public vendor datasheet: every figure null, the source says so
 
 
@@ -31,7 +31,8 @@ UNPUBLISHED = {"h800", "h20"}  # no public vendor datasheet: every figure null, 
 @pytest.mark.parametrize(("name", "expected"), [
     ("h100-sxm", "h100-sxm"), ("H100 SXM", "h100-sxm"), ("h100_sxm", "h100-sxm"), ("NVIDIA H100-SXM5", "h100-sxm"),
     ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("nvidia h100 80gb hbm3", "h100-sxm"), ("  H100 SXM  ", "h100-sxm"),
-    ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 NVL", "h100-nvl"),
+    ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 NVL", "h100-nvl"), ("NVIDIA H200 NVL", "h200-nvl"),
+    ("NVIDIA H200", "h200-sxm"),
     ("A100 80GB", "a100-sxm-80gb"), ("a100-80gb", "a100-sxm-80gb"), ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
     ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("A100 40GB", "a100-40gb"),
     ("a10g", "a10g"), ("A10G", "a10g"), ("NVIDIA A10G", "a10g"), ("NVIDIA A10", "a10"),
@@ -71,7 +72,7 @@ def test_ids_aliases_and_device_names_resolve(name: str, expected: str) -> None:
     ("A100 SXM", "a100-sxm-80gb", ["a100-40gb"]),
     ("mi250x", "mi250x-gcd", ["mi250x-oam"]),  # the device PyTorch sees is one GCD
     ("gh200", "gh200-96gb", ["gh200-144gb"]),
-    ("h200", "h200-sxm", []),
+    ("h200", "h200-sxm", ["h200-nvl"]),
     ("v100", "v100-sxm2", ["v100-pcie", "v100s-pcie"]),
 ])
 def test_a_family_name_resolves_to_its_declared_default_and_says_so(name: str, expected: str,
@@ -134,6 +135,7 @@ def test_every_new_entry_loads_with_a_source_and_dense_peaks(hw_id: str) -> None
 
 def test_dense_peaks_are_half_the_sparse_headlines() -> None:
     assert KB.hardware["h100-nvl"].peak("bf16") == pytest.approx(1671 / 2, abs=0.5)  # "1,671*" on the datasheet
+    assert KB.hardware["h200-nvl"].peak("fp8") == pytest.approx(3341 / 2, abs=0.5)  # "3,341*" on the datasheet
     assert KB.hardware["l40"].peak("fp8") == pytest.approx(724 / 2, abs=1)
     assert KB.hardware["a10"].peak("bf16") == 125.0  # "125 | 250*"
     assert KB.hardware["rtx-6000-ada"].peak("fp8") == pytest.approx(1457 / 2)
