@@ -38,6 +38,10 @@ def _one(name: str, raw: Any) -> Any:
     ("achieved_bandwidth", "3.35 TB/s", 3350.0),
     ("model_params", "7B", 7e9),
     ("model_params", "70M", 7e7),
+    ("tokens_per_s", "2.5k tokens/s", 2500.0),  # as training logs print rates
+    ("tokens_per_s", "2.5k", 2500.0),
+    ("tokens_per_s", "1.2M tok/s", 1.2e6),
+    ("tokens_per_s", "2500 tok/s", 2500.0),
     ("flops", "3.2 TFLOP", 3.2e12),
     ("bytes_moved", "40 GB", 4e10),
     ("bytes_moved", "1 GiB", 2**30),
