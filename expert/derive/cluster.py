@@ -162,6 +162,29 @@ GRADIENT_TRAFFIC = Gate("the collectives took some time and some gradient is all
                         all_of([fact_test("comm_time_s", gt=0), fact_test("allreduce_bytes", gt=0)]))
 
 
+# a floor for the gradient all-reduce from the model's size, where the gradient bytes are not given: dense parameters
+# (an expert's gradients are reduced among its own replicas only), a training job, more than one GPU
+PARAM_GRADIENTS = Gate("a training job on several GPUs, its gradient bytes not given, every parameter dense (an "
+                       "expert's gradients are all-reduced among its own replicas only)",
+                       all_of([fact_test("workload", eq="training"), fact_test("num_gpus", ge=2),
+                               fact_test("gradient_bytes", known=False),
+                               any_of([fact_test("active_params", known=False),
+                                       fact_test("compression_ratio", ge=1)])]))
+
+
+def _param_allreduce_floor_share(f: Facts, kb: KnowledgeBase) -> Result:
+    """The ring all-reduce of 2 bytes per trained parameter (each model-parallel rank holds 1/(TP·PP) of them) over
+    the data-parallel ranks, at full link speed, over the step time."""
+    model_parallel = num_or(f, "tensor_parallel_size", 1.0) * num_or(f, "pipeline_parallel_size", 1.0)
+    ranks = int(num_or(f, "data_parallel_size", num(f, "num_gpus") / model_parallel))
+    if ranks < 2:
+        return Result(0.0)
+    trained = min(num_or(f, "trainable_params", num(f, "model_params")), num(f, "model_params"))
+    grad_bytes = trained * 2.0 / model_parallel  # bf16 gradients; fp32 ones (AMP master weights) move twice this
+    return Result(comm_term(ring_allreduce_bytes(grad_bytes, ranks), num(f, "interconnect_bandwidth"))
+                  / num(f, "step_time_s"))
+
+
 def _allreduce_bytes(f: Facts, kb: KnowledgeBase) -> Result:
     ranks = num_or(f, "data_parallel_size", num(f, "num_gpus"))
     return Result(ring_allreduce_bytes(num(f, "gradient_bytes"), int(ranks)))
@@ -226,6 +249,12 @@ CLUSTER: tuple[Derivation, ...] = (
                lambda f, kb: Result(comm_term(num(f, "allreduce_bytes"), num(f, "interconnect_bandwidth")))),
     Derivation("comm_term_share", ("t_comm_s", "step_time_s"), "t_comm_s / step_time_s", _C3_COMM,
                lambda f, kb: Result(num(f, "t_comm_s") / num(f, "step_time_s"))),
+    Derivation("param_allreduce_floor_share", ("model_params", "num_gpus", "interconnect_bandwidth", "step_time_s"),
+               "2(N − 1)/N × 2 B × trained parameters (trainable_params, else model_params) / (TP × PP) / "
+               "interconnect_bandwidth / step_time_s, N = data_parallel_size (num_gpus / (TP × PP) when not given)",
+               f"{_NCCL}; seed Table 6 (communication wall)", _param_allreduce_floor_share,
+               optional=("trainable_params", "data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size"),
+               gate=PARAM_GRADIENTS),
     Derivation("bus_bandwidth", ("allreduce_bytes", "comm_time_s"), "allreduce_bytes / comm_time_s", _NCCL,
                lambda f, kb: Result(num(f, "allreduce_bytes") / num(f, "comm_time_s") / 1e9), gate=GRADIENT_TRAFFIC),
     Derivation("bus_bw_util", ("bus_bandwidth", "interconnect_bandwidth"), "bus_bandwidth / interconnect_bandwidth",
