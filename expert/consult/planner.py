@@ -73,6 +73,11 @@ class State:
         self.answers = dict(answers)
         self.unknowns = set(unknowns)
         self.items = frozenset((name, type(value), value) for name, value in self.answers.items())  # 1 != 1.0
+        workload = self.answers.get("workload")
+        self._askable = frozenset(  # `askable_open`, worked out once: a state asks it a few hundred times
+            name for name, spec in ix.kb.facts.items()
+            if spec.askable and name not in self.answers and name not in self.unknowns
+            and (spec.workloads is None or spec.applies_to(workload)))
         self.derived: dict[str, DerivedValue] = derive(self.answers, ix.kb)
         self.facts: dict[str, Value] = {**self.answers, **{n: d.value for n, d in self.derived.items()}}
         self.now = decision_on(ix, self.facts)
@@ -93,9 +98,7 @@ class State:
         """The user could still be asked for it: askable, not answered, not unknown. A fact the expert derived
         (kind `both`) stays askable: a measured value overrides the estimate and may differ from it. A fact the
         job's workload does not have (the optimizer step of a service) is not."""
-        spec = self.ix.kb.facts.get(name)
-        return (spec is not None and spec.askable and name not in self.answers and name not in self.unknowns
-                and (spec.workloads is None or spec.applies_to(self.answers.get("workload"))))
+        return name in self._askable
 
     def _derivation_state(self, d: Derivation) -> Literal["fixed", "open", "impossible"]:
         """Whether a derivation is settled ("fixed": it produced the value and nothing it reads can change), could
