@@ -77,7 +77,7 @@ class State:
         self._askable = frozenset(  # `askable_open`, worked out once: a state asks it a few hundred times
             name for name, spec in ix.kb.facts.items()
             if spec.askable and name not in self.answers and name not in self.unknowns
-            and (spec.workloads is None or spec.applies_to(workload)))
+            and spec.applies_to(workload))
         self.derived: dict[str, DerivedValue] = derive(self.answers, ix.kb)
         self.facts: dict[str, Value] = {**self.answers, **{n: d.value for n, d in self.derived.items()}}
         self.now = decision_on(ix, self.facts)

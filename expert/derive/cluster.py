@@ -173,14 +173,14 @@ PARAM_GRADIENTS = Gate("a training job on several GPUs, its gradient bytes not g
 
 
 def _param_allreduce_floor_share(f: Facts, kb: KnowledgeBase) -> Result:
-    """The ring all-reduce of 2 bytes per trained parameter (each model-parallel rank holds 1/(TP·PP) of them) over
-    the data-parallel ranks, at full link speed, over the step time."""
-    model_parallel = num_or(f, "tensor_parallel_size", 1.0) * num_or(f, "pipeline_parallel_size", 1.0)
+    """The ring all-reduce of units.yaml `gradient_allreduce_bytes` per trained parameter (each model-parallel rank
+    holds 1/(TP·PP) of them) over the data-parallel ranks, at full link speed, over the step time."""
+    model_parallel = num_or(f, "model_parallel_to_gpus", 1.0 / num(f, "num_gpus")) * num(f, "num_gpus")  # TP · PP
     ranks = int(num_or(f, "data_parallel_size", num(f, "num_gpus") / model_parallel))
     if ranks < 2:
         return Result(0.0)
     trained = min(num_or(f, "trainable_params", num(f, "model_params")), num(f, "model_params"))
-    grad_bytes = trained * 2.0 / model_parallel  # bf16 gradients; fp32 ones (AMP master weights) move twice this
+    grad_bytes = trained * kb.units.gradient_allreduce_bytes / model_parallel
     return Result(comm_term(ring_allreduce_bytes(grad_bytes, ranks), num(f, "interconnect_bandwidth"))
                   / num(f, "step_time_s"))
 
@@ -253,7 +253,7 @@ CLUSTER: tuple[Derivation, ...] = (
                "2(N − 1)/N × 2 B × trained parameters (trainable_params, else model_params) / (TP × PP) / "
                "interconnect_bandwidth / step_time_s, N = data_parallel_size (num_gpus / (TP × PP) when not given)",
                f"{_NCCL}; seed Table 6 (communication wall)", _param_allreduce_floor_share,
-               optional=("trainable_params", "data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size"),
+               optional=("trainable_params", "data_parallel_size", "model_parallel_to_gpus"),
                gate=PARAM_GRADIENTS),
     Derivation("bus_bandwidth", ("allreduce_bytes", "comm_time_s"), "allreduce_bytes / comm_time_s", _NCCL,
                lambda f, kb: Result(num(f, "allreduce_bytes") / num(f, "comm_time_s") / 1e9), gate=GRADIENT_TRAFFIC),

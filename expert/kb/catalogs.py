@@ -635,6 +635,7 @@ class UnitTable(_Strict):
     quantized_weight_bytes: float = Field(0.5, gt=0)  # bytes per weight after the narrowest weight quantization
     quantized_training_bytes: float = Field(1.0, gt=0)  # bytes per value after the narrowest training format (fp8)
     quantized_kv_cache_bytes: float = Field(1.0, gt=0)  # bytes per KV-cache value after quantization (fp8)
+    gradient_allreduce_bytes: float = Field(2.0, gt=0)  # the least bytes a data-parallel job all-reduces per gradient
 
     @model_validator(mode="after")
     def _types_distinct(self) -> UnitTable:
