@@ -61,7 +61,7 @@ def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
             choices += [True, False]
         return {"description": described, "enum": choices}
     if spec.type == "hardware":
-        return {"description": described, "type": "string", "examples": sorted(kb.hardware)}
+        return {"description": described, "type": "string", "examples": kb.part_ids()}
     if spec.type == "text":
         return {"description": described, "type": "string", **({"examples": [spec.example]} if spec.example else {})}
     if spec.type == "optimizations":

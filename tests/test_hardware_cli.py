@@ -110,9 +110,16 @@ def test_a_missing_hardware_file_exits_2(tmp_path: Path) -> None:
 def test_hardware_list_shows_every_entry_and_show_works_for_each() -> None:
     listing = dam("hardware", "list")
     assert listing.returncode == 0
-    ids = list(Expert(engine="pure").kb.hardware)
-    for hw_id in ids:
+    kb = Expert(engine="pure").kb
+    for hw_id in kb.part_ids():
         assert hw_id in listing.stdout
+    slices = dam("hardware", "list", "--mig")  # each MIG slice as its part and profile
+    assert slices.returncode == 0
+    for hw in kb.hardware.values():
+        if hw.mig_of is not None:
+            assert f"{hw.mig_of} " in slices.stdout and hw.name.rsplit(" MIG ", 1)[1] in slices.stdout
+    mig = dam("hardware", "show", "NVIDIA A100-SXM4-40GB MIG 1g.5gb")  # as torch.cuda.get_device_name prints it
+    assert mig.returncode == 0 and "a100-40gb-mig-1g-5gb" in mig.stdout and "MIG slice of" in mig.stdout
     shown = dam("hardware", "show", "h100")
     assert shown.returncode == 0 and "h100 -> h100-sxm" in shown.stdout and "h100-sxm: NVIDIA H100 SXM5" in shown.stdout
     v100 = dam("hardware", "show", "v100-sxm2")

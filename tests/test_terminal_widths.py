@@ -143,6 +143,8 @@ def test_hardware_list_keeps_every_figure_whole_and_says_where_the_names_are() -
         assert "…" not in text and max(len(line.rstrip()) for line in text.splitlines()) <= (columns or 80)
         lines = text.splitlines()
         for hw in kb.hardware.values():
+            if hw.mig_of is not None:  # `dam hardware list --mig` (below)
+                continue
             row = next(i for i, line in enumerate(lines) if line.split()[:1] == [hw.id] or f"│ {hw.id} " in line)
             cells = words(" ".join(lines[row:row + 3]).replace("│", " "))  # a wrapped memory type is on the next line
             for value in (_peak(hw, "fp8"), _peak(hw, "fp32"), _opt(hw.memory_bandwidth_gbs)):
@@ -154,6 +156,25 @@ def test_hardware_list_keeps_every_figure_whole_and_says_where_the_names_are() -
             assert "NVIDIA H100 SXM5 80GB" in flat  # the names are shown
         else:
             assert "names from 100 columns on (dam hardware show ID gives them)" in flat  # and where they went
+
+
+def test_the_mig_list_keeps_every_figure_whole() -> None:
+    from expert.commands.hardware import _opt, _peak
+
+    kb = expert.default_expert().kb
+    for columns in (*WIDTHS, None):
+        result = dam("hardware", "list", "--mig", columns=columns)
+        assert result.returncode == 0, result.stderr
+        text = result.stdout
+        assert "…" not in text and max(len(line.rstrip()) for line in text.splitlines()) <= (columns or 80)
+        rows = [line.replace("│", " ").split() for line in text.splitlines()]
+        for hw in kb.hardware.values():
+            if hw.mig_of is None:
+                continue
+            profile = hw.name.rsplit(" MIG ", 1)[1]
+            cells = next(row for row in rows if row[:2] == [hw.mig_of, profile])
+            for value in (_peak(hw, "bf16"), _peak(hw, "fp8"), _opt(hw.memory_bandwidth_gbs)):
+                assert value in cells, (columns, hw.id, value)
 
 
 @pytest.mark.parametrize("given", [[], [""], ["  "]])

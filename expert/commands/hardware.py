@@ -13,6 +13,8 @@ examples:
   dam hardware show h100                  a family name: shows the variant it resolves to (h100-sxm)
   dam hardware show "NVIDIA A10G"         nvidia-smi's name works too
   dam hardware list --hardware-file my_gpu.yaml   the catalog plus your own entries
+  dam hardware list --mig                 the MIG slices (Multi-Instance GPU profiles) instead of whole parts
+  dam hardware show "NVIDIA A100-SXM4-40GB MIG 1g.5gb"   a MIG slice, as torch.cuda.get_device_name prints it
 
 peaks are dense (never the 2:4-sparse headline); "—" means the vendor publishes no figure, "n/a" that the part has
 no such format (the V100 has no bf16). A --hardware-file holds entries of the catalog's schema
@@ -26,6 +28,8 @@ def register(sub: Any) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=["list", "show"])
     p.add_argument("id", nargs="?", help="catalog id, alias, device name or family name (for show)")
+    p.add_argument("--mig", action="store_true",
+                   help="list the MIG slices (each Multi-Instance GPU profile of a part) instead of whole parts")
     add_hardware_file_option(p)
     p.set_defaults(func=run)
 
@@ -43,13 +47,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.action == "list":
         # ids alone below NAMES_FROM columns (the caption says so), and a tighter table below 80
-        console.print(catalog_table(kb, with_names=console.width >= NAMES_FROM, compact=console.width < 80))
+        console.print(catalog_table(kb, with_names=console.width >= NAMES_FROM, compact=console.width < 80,
+                                    mig=args.mig))
         return 0
     found = kb.hardware_resolution(args.id)
     if found is None:
-        import difflib
-
-        close = difflib.get_close_matches(args.id.casefold(), list(kb.hardware), n=3, cutoff=0.4)
+        close = kb.close_hardware(args.id, cutoff=0.4)
         raise ObservationError([Problem(f"hardware {args.id}", "not in the catalog",
                                         f"did you mean {', '.join(close)}?" if close else "see dam hardware list")],
                                title="unknown hardware")
@@ -64,29 +67,46 @@ def run(args: argparse.Namespace) -> int:
 NAMES_FROM = 100  # the terminal columns from which `dam hardware list` has room for each entry's name
 
 
-def catalog_table(kb: Any, with_names: bool = True, compact: bool = False) -> Any:
+def catalog_table(kb: Any, with_names: bool = True, compact: bool = False, mig: bool = False) -> Any:
     """The catalog as a rich table: one row per entry, dense peaks, memory and the bf16 ridge point; `compact`
-    (a terminal under 80 columns) draws no borders, so that every figure still fits whole at 60."""
+    (a terminal under 80 columns) draws no borders, so that every figure still fits whole at 60. The whole parts,
+    or with `mig` their MIG slices."""
     from rich import box
     from rich.text import Text
 
+    from ..kb.mig import mig_profile
     from ..report.render.fit import FitTable
 
     caption = ("ridge: bf16 (else fp16) peak over bandwidth, FLOP/byte · — no published figure · n/a no such format "
                "· dam hardware show ID: every format, links, sources")
+    slices = sum(1 for hw in kb.hardware.values() if hw.mig_of is not None)
+    if slices and not mig:
+        caption += f" · {slices} MIG slices: dam hardware list --mig"
     if not with_names:
         caption += f" · names from {NAMES_FROM} columns on (dam hardware show ID gives them)"
     style: dict[str, Any] = ({"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "collapse_padding": True}
                              if compact else {})
-    table = FitTable(title="Hardware catalog (dense peaks in TFLOP/s; memory in GB and GB/s)", caption=caption,
-                     **style)
-    table.add_column("id", no_wrap=True)
+    if mig:
+        caption += (" · a slice's id: PART-mig-PROFILE with - for . (a100-40gb-mig-1g-5gb); its device name works "
+                    "too (NVIDIA A100-SXM4-40GB MIG 1g.5gb)")
+    title = ("MIG slices (dense peaks in TFLOP/s; bandwidth in GB/s)" if mig
+             else "Hardware catalog (dense peaks in TFLOP/s; memory in GB and GB/s)")
+    table = FitTable(title=title, caption=caption, **style)
+    if mig:  # the part and the profile: narrower than the slice's id, so that every figure fits at 60 columns
+        table.add_column("part", no_wrap=True)
+        table.add_column("profile", no_wrap=True)
+    else:
+        table.add_column("id", no_wrap=True)
     if with_names:
         table.add_column("name", ratio=1, overflow="fold")
-    for col in ("bf16", "fp8", "fp32", "memory", "GB/s", "ridge"):
+    # a slice's memory is in its profile's name (1g.5gb) and its fp32 rate in `dam hardware show`
+    figures = ("bf16", "fp8", "GB/s", "ridge") if mig else ("bf16", "fp8", "fp32", "memory", "GB/s", "ridge")
+    for col in figures:
         # a figure is never cut: on a narrow terminal "80 HBM3" and "125 (fp16)" wrap between their words instead
         table.add_column(col, justify="right", no_wrap=col not in ("bf16", "memory"), overflow="fold")
     for hw in kb.hardware.values():
+        if (hw.mig_of is not None) != mig:
+            continue
         half = "bf16" if "bf16" in hw.peak_tflops else "fp16"
         peak = hw.peak(half)
         bw = hw.memory_bandwidth_gbs
@@ -95,7 +115,10 @@ def catalog_table(kb: Any, with_names: bool = True, compact: bool = False) -> An
         # the memory type is a --hardware-file's text too
         memory = f"{hw.memory_gb:g} {hw.memory_type or ''}".strip() if hw.memory_gb is not None else "—"
         name = [Text(hw.name)] if with_names else []  # a --hardware-file's text is printed as text, never markup
-        table.add_row(Text(hw.id), *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), Text(memory), _opt(bw), ridge)
+        if mig:
+            table.add_row(Text(hw.mig_of), Text(mig_profile(hw)), *name, bf16, _peak(hw, "fp8"), _opt(bw), ridge)
+        else:
+            table.add_row(Text(hw.id), *name, bf16, _peak(hw, "fp8"), _peak(hw, "fp32"), Text(memory), _opt(bw), ridge)
     return table
 
 
@@ -123,6 +146,8 @@ def entry_table(kb: Any, hw: Any) -> Any:
         row("scale-up link", hw.scale_up_link + _link_gbs(hw.scale_up_gbs))
     row("vendor headline is sparse", "yes (dense shown: half of it)" if hw.sparse_headline else "no")
     row("aliases", ", ".join(hw.aliases) or "—")
+    if hw.mig_of is not None:
+        row("MIG slice of", hw.mig_of)
     families = [name for name, f in kb.hardware_families.items() if f.default == hw.id]
     if families:
         row("default of family", ", ".join(families))

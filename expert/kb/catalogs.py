@@ -130,6 +130,7 @@ class HardwareSpec(_Strict):
     source: str
     notes: str | None = None
     aliases: list[str] = Field(default_factory=list)
+    mig_of: str | None = None  # a MIG slice: the catalog id of the part it is carved from (hardware.yaml `mig`)
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak TFLOP/s for a dtype, or None when the part has no published figure for it."""
@@ -151,12 +152,40 @@ class HardwareUpgrade(_Strict):
     why: str
 
 
+MIG_PROFILE = re.compile(r"([1-9][0-9]*)g\.([1-9][0-9]*)gb")  # "<g>g.<m>gb": compute slices, GB
+
+
+class MigPart(_Strict):
+    """The Multi-Instance GPU profiles of one part (hardware.yaml `mig`): "<g>g.<m>gb" is g of its compute slices
+    and m GB of its memory."""
+
+    compute_slices: int = Field(ge=1)
+    memory_slices: int = Field(ge=1)
+    profiles: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _profile_names(self) -> MigPart:
+        for name in self.profiles:
+            found = MIG_PROFILE.fullmatch(name)
+            if found is None:
+                raise ValueError(f"{name!r} is not a MIG profile name such as 1g.10gb")
+            if int(found.group(1)) > self.compute_slices:
+                raise ValueError(f"{name!r} takes more than the part's {self.compute_slices} compute slices")
+        return self
+
+
+class MigCatalog(_Strict):
+    source: str
+    parts: dict[str, MigPart] = {}
+
+
 class HardwareCatalog(_Strict):
     schema_version: int = 1
     hardware: list[HardwareSpec]
     families: dict[str, HardwareFamily] = {}
     name_prefixes: list[str] = []  # leading vendor words a device name may carry ("NVIDIA", "Tesla", "AMD Instinct")
     upgrades: dict[str, HardwareUpgrade] = {}  # part id -> its realistic next part (more_peak_flops' bound)
+    mig: MigCatalog | None = None  # the MIG profiles of the parts that have them: each becomes an entry of its own
 
 
 @dataclass(frozen=True)

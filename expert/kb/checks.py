@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import KnowledgeBaseError, Problem
-from .catalogs import hardware_key
+from .catalogs import MIG_PROFILE, hardware_key
 
 if TYPE_CHECKING:
     from .knowledge import KnowledgeBase
@@ -67,6 +67,7 @@ def check_references(kb: KnowledgeBase) -> None:
             if implied is None or not implied.askable or implied.type != "enum" or value not in (implied.choices or []):
                 problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}", f"implies: {fact_name} = {value!r} is "
                                         "not an observable enum fact and one of its choices"))
+    problems.extend(_check_mig(kb, where))
     for part_id, upgrade in kb.hardware_upgrades.items():
         for name in (part_id, upgrade.to):
             if name not in kb.hardware:
@@ -92,6 +93,32 @@ def check_references(kb: KnowledgeBase) -> None:
     problems.extend(_check_interconnects(kb, where))
     if problems:
         raise KnowledgeBaseError(problems, title="the knowledge base refers to things it does not define")
+
+
+def _check_mig(kb: KnowledgeBase, where: str) -> list[Problem]:
+    """MIG profiles name catalog parts, and each profile's memory is a whole number of the part's memory slices (so
+    its bandwidth share is the guide's "fraction of memory", not a guess); a slice names the part it is carved from."""
+    problems: list[Problem] = []
+    mig = kb.hardware_mig
+    for part_id, part in (mig.parts if mig is not None else {}).items():
+        at = f"{where}/hardware.yaml: mig.parts.{part_id}"
+        hw = kb.hardware.get(part_id)
+        if hw is None or hw.mig_of is not None:
+            problems.append(Problem(at, f"{part_id!r} is not a catalog part", "name a part's id (dam hardware list)"))
+            continue
+        for profile in part.profiles:
+            found = MIG_PROFILE.fullmatch(profile)
+            if found is None or hw.memory_gb is None:
+                continue
+            slices = int(found.group(2)) / hw.memory_gb * part.memory_slices
+            if abs(slices - round(slices)) > 0.1 or round(slices) < 1 or round(slices) > part.memory_slices:
+                problems.append(Problem(f"{at}: {profile}", f"{found.group(2)} GB is not a whole number of the part's "
+                                        f"{part.memory_slices} memory slices of {hw.memory_gb:g} GB",
+                                        "check the profile name against the MIG User Guide"))
+    for hw in kb.hardware.values():
+        if hw.mig_of is not None and hw.mig_of not in kb.hardware:
+            problems.append(Problem(f"{where}: {hw.id}", f"mig_of names {hw.mig_of!r}, not a catalog id"))
+    return problems
 
 
 def check_hardware_names(kb: KnowledgeBase, where: str) -> list[Problem]:

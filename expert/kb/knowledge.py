@@ -58,6 +58,7 @@ from .catalogs import (
     hardware_key,
 )
 from .checks import check_hardware_names, check_references
+from .mig import mig_entries
 
 
 class KnowledgeBase:
@@ -80,10 +81,12 @@ class KnowledgeBase:
         self.source = source
         self.facts = {f.name: f for f in facts.facts}
         self.questions = {q.id: q for q in facts.questions}
-        self.hardware = {h.id: h for h in hardware.hardware}
+        slices, slice_upgrades = mig_entries(hardware)  # each MIG profile is an entry of its own (expert.kb.mig)
+        self.hardware = {h.id: h for h in [*hardware.hardware, *slices]}
         self.hardware_families = dict(hardware.families)
         self.hardware_prefixes = tuple(p.casefold() for p in hardware.name_prefixes)
-        self.hardware_upgrades = dict(hardware.upgrades)
+        self.hardware_upgrades = {**slice_upgrades, **hardware.upgrades}
+        self.hardware_mig = hardware.mig
         self.optimizations = {o.id: o for o in optimizations.optimizations}
         self.tools = tools
         self.scorecard = scorecard
@@ -146,6 +149,10 @@ class KnowledgeBase:
             raise KnowledgeBaseError(name_problems, title="the extra hardware cannot be added")
         return kb
 
+    def part_ids(self) -> list[str]:
+        """The ids of the whole parts, sorted (the catalog less its MIG slices): what examples and lists offer."""
+        return sorted(hw.id for hw in self.hardware.values() if hw.mig_of is None)
+
     def dtype_bytes(self, dtype: str) -> int | float:
         """Bytes per element of a numeric format (units.yaml `dtypes`)."""
         return self.units.dtypes[dtype].bytes
@@ -189,6 +196,19 @@ class KnowledgeBase:
                 return HardwareResolution(family.default, family_name, note)
         hw_id = loose.get(key)
         return HardwareResolution(hw_id) if hw_id is not None else None
+
+    def close_hardware(self, name: str, n: int = 3, cutoff: float = 0.5) -> list[str]:
+        """The ids whose id or alias reads most like `name`, matched as names are (`hardware_key`), for "did you
+        mean": "A100-SXM4-40GB MIG 5g.25gb" is nearest the 40 GB part's slices, not the 80 GB part's."""
+        import difflib
+
+        loose = self._alias_index[1]
+        out: list[str] = []
+        for key in difflib.get_close_matches(hardware_key(name, self.hardware_prefixes), list(loose), n=4 * n,
+                                             cutoff=cutoff):
+            if loose[key] not in out:
+                out.append(loose[key])
+        return out[:n]
 
     def strength(self, name: str) -> int:
         return self.regimes.strengths[name]  # type: ignore[index]

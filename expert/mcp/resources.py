@@ -67,8 +67,9 @@ class Resources:
             "questions of a consultation. Same layout as knowledge_base/facts.yaml.", JSON), self._facts)
         self._add(ResourceSpec(
             f"{SCHEME}hardware", "hardware", "The hardware catalog",
-            f"{len(self.kb.hardware)} accelerators: dense peak TFLOP/s per dtype, memory bandwidth, links, aliases "
-            "and the datasheet each figure comes from. Same layout as knowledge_base/hardware.yaml.", JSON),
+            f"{sum(hw.mig_of is None for hw in self.kb.hardware.values())} accelerators: dense peak TFLOP/s per "
+            "dtype, memory bandwidth, links, aliases and the datasheet each figure comes from, and the MIG profiles "
+            "of those that have them. Same layout as knowledge_base/hardware.yaml.", JSON),
             self._hardware)
         self._add(ResourceSpec(
             f"{SCHEME}rules", "rules", "The rules, with their docs",
@@ -104,8 +105,10 @@ class Resources:
         return catalog.model_dump_json(indent=2, exclude_none=True)
 
     def _hardware(self) -> str:
-        return HardwareCatalog(hardware=list(self.kb.hardware.values()), families=self.kb.hardware_families,
-                               name_prefixes=list(self.kb.hardware_prefixes)).model_dump_json(indent=2)
+        parts = [hw for hw in self.kb.hardware.values() if hw.mig_of is None]  # slices: `mig` makes them
+        return HardwareCatalog(hardware=parts, families=self.kb.hardware_families,
+                               name_prefixes=list(self.kb.hardware_prefixes),
+                               mig=self.kb.hardware_mig).model_dump_json(indent=2)
 
     @cached_property
     def _tests(self) -> list[tuple[Path, RuleTestFile]]:

@@ -199,7 +199,7 @@ class Toolbox:
                 "memory size and bandwidth, host and scale-up links, and the datasheet it comes from. The whole "
                 "catalog is the resource dam://hardware.",
                 S.args_schema(HardwareArgs, {("id",): lambda defs: {"type": "string",
-                                                                    "examples": sorted(kb.hardware)}}),
+                                                                    "examples": kb.part_ids()}}),
                 S.result_schema(HardwareSpec), self._hardware),
         ]
         if self.compare is not None:
@@ -375,7 +375,7 @@ class Toolbox:
         args = parse_args(HardwareArgs, arguments, "hardware")
         found = self.kb.hardware_resolution(args.id)
         if found is None:
-            close = difflib.get_close_matches(args.id.casefold(), list(self.kb.hardware), n=3, cutoff=0.4)
+            close = self.kb.close_hardware(args.id, cutoff=0.4)
             raise ObservationError([Problem(f"hardware {args.id}", "not in the catalog",
                                             f"did you mean {', '.join(close)}?" if close
                                             else "see dam hardware list")])

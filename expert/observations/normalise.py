@@ -256,7 +256,7 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
             raise ValueError("expected a hardware id such as h100-sxm")
         resolved = kb.resolve_hardware(raw)
         if resolved is None:
-            close = _close_matches(raw.casefold(), list(kb.hardware), n=3, cutoff=0.5)
+            close = kb.close_hardware(raw)
             hint = f"did you mean {', '.join(close)}?" if close else "see `dam hardware list`"
             raise ValueError(f"unknown hardware {raw!r}; {hint}")
         return resolved
