@@ -85,6 +85,8 @@ NO_PIPELINE = Gate("no pipeline parallelism given (a pipelined job's GPUs are no
                    either([fact_test("pipeline_parallel_size", known=False),
                            fact_test("pipeline_parallel_size", le=1)]))
 PIPELINED = Gate("pipeline parallelism (one stage has no bubble)", fact_test("pipeline_parallel_size", ge=2))
+PIPELINED_DECODE = Gate(f"{LLM_DECODE.description}, its layers split into pipeline stages",
+                        all_of([LLM_DECODE.on_static(), PIPELINED.on_static()]))
 SYNCS_EVERY_MICRO_BATCH = Gate("the job all-reduces after every micro-batch (grad_sync_per_micro_batch yes)",
                                fact_test("grad_sync_per_micro_batch", eq="yes"))
 PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
@@ -112,6 +114,10 @@ _ACTIVATIONS = ("Korthikanti et al. 2022, arXiv:2205.05198, eq. 1: activation by
 _BATCHES = "definition: global batch = micro-batch x gradient-accumulation steps x data-parallel ranks"
 _BUBBLE = ("Huang et al. 2019 (GPipe), arXiv:1811.06965: the bubble is (p − 1)/(m + p − 1) of the step; Narayanan et "
            "al. 2021, arXiv:2104.04473, §2.2: the same bubble under the 1F1B schedule, (p − 1)/m of the ideal time")
+_PIPELINE_DECODE = ("Huang et al. 2019 (GPipe), arXiv:1811.06965 (a stage works only on the micro-batches it holds, so "
+                    "a pipeline needs as many in flight as it has stages); vLLM docs, parallelism and scaling "
+                    "(pipeline parallelism across stages for throughput, tensor parallelism within a layer for "
+                    "latency)")
 _NO_SYNC = ("PyTorch DistributedDataParallel.no_sync() (gradients accumulate locally, one all-reduce in the last "
             "micro-batch's backward); Hugging Face Accelerate, gradient accumulation guide")
 _DECODE_STEP = ("decode emits one token per sequence per forward step, so the time per output token is the decode "
@@ -467,6 +473,11 @@ LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
                lambda f, kb: Result(pipeline_bubble(int(num(f, "pipeline_parallel_size")),
                                                     num(f, "gradient_accumulation_steps"))),
                gate=PIPELINED),
+    Derivation("decode_stages_busy_frac", ("pipeline_parallel_size", "batch_size"),
+               "min(1, batch_size / pipeline_parallel_size): the share of the stages that can decode at once, each "
+               "sequence in one stage at a time", _PIPELINE_DECODE,
+               lambda f, kb: Result(min(1.0, num(f, "batch_size") / num(f, "pipeline_parallel_size"))),
+               gate=PIPELINED_DECODE),
     Derivation("grad_sync_reduction", ("gradient_accumulation_steps", "grad_sync_per_micro_batch"),
                "gradient_accumulation_steps (one all-reduce per optimizer step instead of one per micro-batch)",
                _NO_SYNC, lambda f, kb: Result(num(f, "gradient_accumulation_steps")), gate=SYNCS_EVERY_MICRO_BATCH),
