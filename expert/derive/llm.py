@@ -386,6 +386,17 @@ LLM_DECODE_RATIO = (
                _KV, _decode_kv_bandwidth(False), gate=LLM_DECODE_PER_GPU,
                optional=DECODE_GPU_FACTS),
 )
+LAYOUT_UNSAID_DECODE = Gate(f"{LLM_DECODE.description}, over several GPUs (num_gpus) with neither a tensor- nor a "
+                            "pipeline-parallel size given", all_of([
+                                LLM_DECODE.on_static(), fact_test("num_gpus", ge=2),
+                                fact_test("tensor_parallel_size", known=False),
+                                fact_test("pipeline_parallel_size", known=False)]))
+LLM_DECODE_IN_TURNS = (
+    Derivation("mem_bw_util_if_in_turns", ("mem_bw_util", "num_gpus"),
+               "mem_bw_util · num_gpus: each GPU's bandwidth while it works, if the GPUs took turns",
+               _PIPELINE_DECODE, lambda f, kb: Result(num(f, "mem_bw_util") * num(f, "num_gpus")),
+               gate=LAYOUT_UNSAID_DECODE),
+)
 LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
     Derivation("ttft_over_target", ("ttft_ms", "ttft_target_ms"), "ttft_ms / ttft_target_ms", _SLO,
                lambda f, kb: Result(num(f, "ttft_ms") / num(f, "ttft_target_ms"))),

@@ -29,6 +29,7 @@ from .cluster import (
 from .derivation import LLM_DECODE, Derivation, Gate, Result
 from .gain_bounds import GAIN_BOUNDS
 from .llm import (
+    LLM_DECODE_IN_TURNS,
     LLM_DECODE_RATIO,
     LLM_DECODE_UTIL,
     LLM_RATES,
@@ -61,6 +62,7 @@ DERIVATIONS: tuple[Derivation, ...] = (
     *LLM_DECODE_UTIL,  # the KV-cache-aware decode bandwidth before the weights-only one
     *DECODE_WEIGHT_STREAMING,
     *LLM_DECODE_RATIO,
+    *LLM_DECODE_IN_TURNS,  # reads mem_bw_util, either way
     *IRON_LAW,
     *GAIN_BOUNDS,  # the most lower precision, a faster GPU or tensor cores can speed the compute term up
     *PARALLEL_LAYOUT,  # data_parallel_size where one replica spans every GPU, before the all-reduce reads it
