@@ -82,6 +82,25 @@ def _hardware_link(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(total / 2.0, {f"{hw.id} {name} (GB/s, bidirectional)": total, "source": hw.source})
 
 
+def _parts_with_known_scale_up(kb: KnowledgeBase) -> Condition:
+    """hardware is a part whose catalog entry gives no scale-up link, or gives its bandwidth."""
+    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values()
+                                           if hw.scale_up_link is None or hw.scale_up_gbs is not None]})
+
+
+KNOWN_SCALE_UP = Gate("the hardware catalog says whether the part has a GPU-to-GPU link besides PCIe, and its speed",
+                      _parts_with_known_scale_up)
+
+
+def _scale_up(f: Facts, kb: KnowledgeBase) -> Result:
+    """The part's own GPU-to-GPU link (NVLink, Infinity Fabric, ICI), bidirectional GB/s; 0 where it has none."""
+    hw = hardware_of(f, kb)
+    if hw.scale_up_link is None:
+        return Result(0.0, {f"{hw.id} scale-up link": "none (hardware.yaml)", "source": hw.source})
+    gbs = required(hw.scale_up_gbs, f"the scale-up bandwidth of {hw.id}")
+    return Result(gbs, {f"{hw.id} {hw.scale_up_link} (GB/s, bidirectional)": gbs, "source": hw.source})
+
+
 def _catalog_link(f: Facts, kb: KnowledgeBase) -> Result:
     link = required(kb.default_interconnect(str(f["interconnect"])), f"a default {f['interconnect']} link")
     return Result(link.per_direction_gbs, {f"{link.name} (GB/s per direction)": link.per_direction_gbs,
@@ -234,6 +253,10 @@ CLUSTER: tuple[Derivation, ...] = (
     Derivation("interconnect_bandwidth", ("interconnect", "hardware"),
                "the hardware's own link (hardware.yaml, bidirectional total) / 2", "knowledge_base/hardware.yaml",
                _hardware_link, gate=OWN_LINK),
+    Derivation("scale_up_link_gbs", ("hardware",),
+               "the part's GPU-to-GPU link besides PCIe (hardware.yaml scale_up_gbs, bidirectional); 0 where the "
+               "catalog gives it none", "knowledge_base/hardware.yaml (scale_up_link, scale_up_gbs)", _scale_up,
+               gate=KNOWN_SCALE_UP),
     Derivation("interconnect_bandwidth", ("interconnect",), "catalog default per-direction bandwidth of the link kind",
                "knowledge_base/interconnects.yaml", _catalog_link, gate=CATALOG_LINK),
     Derivation("allreduce_bytes", ("gradient_bytes", "num_gpus"),
