@@ -109,8 +109,15 @@ def test_every_family_maps_to_catalog_entries() -> None:
     ("variants: [h100-pcie, h100-nvl]", "variants: [h100-pcie, h100-nvx]", "'h100-nvx' is not a catalog id"),
     ("  v100: {default: v100-sxm2,", "  t4: {default: v100-sxm2,", "families.t4: the family name"),
     ('aliases: ["NVIDIA L40"]', 'aliases: ["NVIDIA L40", "L40-S"]', "also names"),
+    # the MIG table (tests/test_hardware_mig.py): a profile's memory in whole memory slices, parts the catalog has
+    ("a30: {compute_slices: 4, memory_slices: 4, profiles: [1g.6gb,", "a30: {compute_slices: 4, memory_slices: 4, "
+     "profiles: [1g.7gb,", "7 GB is not a whole number of the part's 4 memory slices"),
+    ("    b200: {compute_slices: 7,", "    b201: {compute_slices: 7,", "'b201' is not a catalog part"),
+    ("profiles: [1g.6gb, 2g.12gb, 4g.24gb]", "profiles: [1g.6gb, 2g.12gb, 5g.24gb]", "more than the part's 4 compute"),
+    ("profiles: [1g.6gb, 2g.12gb, 4g.24gb]", "profiles: [1g.6gb, 2g.12gb, 4g]", "not a MIG profile name"),
 ])
-def test_a_bad_family_or_alias_stops_the_load_naming_it(kb_copy: Path, old: str, new: str, needle: str) -> None:
+def test_a_bad_family_alias_or_mig_table_stops_the_load_naming_it(kb_copy: Path, old: str, new: str,
+                                                                  needle: str) -> None:
     path = kb_copy / "hardware.yaml"
     text = path.read_text()
     assert old in text

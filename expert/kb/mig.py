@@ -30,11 +30,12 @@ def mig_profile(hw: HardwareSpec) -> str:
     return hw.name.rsplit(" MIG ", 1)[1] if hw.mig_of is not None and " MIG " in hw.name else ""
 
 
-def memory_slices(part: HardwareSpec, memory_slices: int, gb: int) -> int | None:
-    """The memory slices of a profile of `gb` GB, or None where the part's memory size is not published."""
+def memory_slices(part: HardwareSpec, of: int, gb: int) -> int | None:
+    """The memory slices (of the part's `of`) of a profile of `gb` GB, or None where the part's memory size is not
+    published."""
     if part.memory_gb is None:
         return None
-    return max(1, min(memory_slices, round(gb / part.memory_gb * memory_slices)))
+    return max(1, min(of, round(gb / part.memory_gb * of)))
 
 
 def mig_entries(catalog: HardwareCatalog) -> tuple[list[HardwareSpec], dict[str, HardwareUpgrade]]:
