@@ -87,6 +87,10 @@ NO_PIPELINE = Gate("no pipeline parallelism given (a pipelined job's GPUs are no
 PIPELINED = Gate("pipeline parallelism (one stage has no bubble)", fact_test("pipeline_parallel_size", ge=2))
 PIPELINED_DECODE = Gate(f"{LLM_DECODE.description}, its layers split into pipeline stages",
                         all_of([LLM_DECODE.on_static(), PIPELINED.on_static()]))
+OVERSIZED_DECODE_COUNT_UNSAID = Gate(
+    f"{LLM_DECODE.description}, whose weights need more than one GPU's memory, the GPU count not given",
+    all_of([LLM_DECODE.on_static(), fact_test("weights_to_one_gpu", gt=1.0), fact_test("num_gpus", known=False),
+            fact_test("tensor_parallel_size", known=False), fact_test("pipeline_parallel_size", known=False)]))
 SYNCS_EVERY_MICRO_BATCH = Gate("the job all-reduces after every micro-batch (grad_sync_per_micro_batch yes)",
                                fact_test("grad_sync_per_micro_batch", eq="yes"))
 PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capacity", _published_memory)
@@ -228,6 +232,12 @@ def _weights_to_one_gpu(f: Facts, kb: KnowledgeBase) -> Result:
     return Result(weights / hbm, figures)
 
 
+def _one_gpu_decode_bw(f: Facts, kb: KnowledgeBase) -> Result:
+    params = params_streamed(f)
+    achieved = num(f, "tokens_per_s") / num(f, "batch_size") * params * num(f, "bytes_per_weight") / 1e9
+    return Result(achieved / num(f, "peak_bandwidth"), {"weights read (GB/s)": round(achieved, 1)})
+
+
 def _memory_model(kb: KnowledgeBase) -> MemoryModel:
     return required(kb.memory, "memory model (knowledge_base/memory.yaml)")
 
@@ -350,6 +360,11 @@ LLM_RATES: tuple[Derivation, ...] = (
                "model_params · bytes per weight / HBM of one GPU (the whole model on one GPU, however many serve it)",
                "definition (every weight is resident for the step: params x bytes per element)",
                _weights_to_one_gpu, gate=SERVING_MEMORY),
+    Derivation("one_gpu_decode_bw_util", ("tokens_per_s", "batch_size", "model_params", "bytes_per_weight",
+                                          "peak_bandwidth"),
+               "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth of one GPU (the weights "
+               "read per decode step against one GPU's memory bandwidth, however many GPUs there are)",
+               "LLM decode bytes per step; " + MBU_SOURCE, _one_gpu_decode_bw, gate=OVERSIZED_DECODE_COUNT_UNSAID),
     Derivation("weights_to_hbm", ("model_params", "bytes_per_weight", "hardware"),
                "model_params · bytes per weight / num_gpus / HBM per GPU (num_gpus, else tensor × pipeline "
                "parallel size, else 1 where the weights fit one GPU; every GPU holding an equal shard, the least any "
