@@ -38,7 +38,8 @@ def _coordination(draw: st.DrawFn) -> dict[str, Any]:
 ONE_REGIME: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "input": _input(),
     "memory": st.fixed_dictionaries({"hardware": GPUS, "dtype": st.just("bf16"), "mem_bw_util": _frac(0.8, 1.0)}),
-    "compute": st.fixed_dictionaries({"hardware": GPUS, "dtype": st.just("bf16"), "mfu": _frac(0.55, 0.95)}),
+    # MFU up to 75 %: above it no published training run reaches, and sanity-mfu-above-published-runs disputes it
+    "compute": st.fixed_dictionaries({"hardware": GPUS, "dtype": st.just("bf16"), "mfu": _frac(0.55, 0.75)}),
     "latency": st.fixed_dictionaries({"launch_overhead_frac": _frac(0.2, 0.9)}),
     "host": st.fixed_dictionaries({"host_compute_frac": _frac(0.3, 0.9)}),
     "communication": st.fixed_dictionaries({"num_gpus": st.integers(2, 1024), "comm_frac": _frac(0.4, 0.9)}),
@@ -65,7 +66,7 @@ def _gpus_below_nodes(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def _mfu_vs_achieved(draw: st.DrawFn) -> dict[str, Any]:
-    share = draw(_frac(0.05, 0.3))  # achieved / peak
+    share = draw(_frac(0.05, 0.25))  # achieved / peak; the MFU stays at 75 % or under (one dispute at a time)
     return {"hardware": "h100-sxm", "dtype": "bf16", "achieved_tflops": round(share * 989.4, 3),
             "mfu": round(share * draw(_frac(2.0, 3.0)), 4)}
 

@@ -71,7 +71,7 @@ CASES: list[tuple[str, dict[str, Any], str, str | None, str | None]] = [
     ("2 GPUs on 4 nodes", {"num_gpus": 2, "num_nodes": 4, "comm_frac": 0.6}, "conflicting evidence",
      "conflict_gpus_nodes", "suspect"),
     # a disagreement caps at likely; a regime none of whose votes stands without the disputed facts is withheld
-    ("MFU 90 % at 200 TFLOP/s", {**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5}, "conflicting evidence",
+    ("MFU 70 % at 200 TFLOP/s", {**H100, "mfu": 0.7, "flops": 1e14, "step_time_s": 0.5}, "conflicting evidence",
      "conflict_mfu_achieved", "suspect"),
     ("DRAM 90 % but the bytes imply 30 %", {**H100, "mem_bw_util": 0.9, "bytes_moved": 2e10, "step_time_s": 0.02},
      "conflicting evidence", "conflict_dram_bytes", "suspect"),
@@ -147,13 +147,13 @@ def test_a_capped_verdict_says_it_is_capped() -> None:
 
 def test_a_verdict_resting_on_the_disputed_reading_is_withheld() -> None:
     # compute rests on the MFU alone, and the MFU is what the achieved FLOP/s disputes
-    report = EXPERT.diagnose({**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5})
+    report = EXPERT.diagnose({**H100, "mfu": 0.7, "flops": 1e14, "step_time_s": 0.5})
     assert report.bottleneck is None and report.state == "conflicting evidence"
     assert [(c.regime, c.strength) for c in report.candidates] == [("compute", "suspect")]
     assert "(verdict withheld)" in postmortem(report)
     assert [m.fact for m in report.conflicts[0].remeasure] == ["flops", "step_time_s"]
     # with SM activity beside it the compute vote no longer rests on the MFU: capped, not withheld
-    report = EXPERT.diagnose({**H100, "mfu": 0.9, "flops": 1e14, "step_time_s": 0.5, "gpu_util": 0.98,
+    report = EXPERT.diagnose({**H100, "mfu": 0.7, "flops": 1e14, "step_time_s": 0.5, "gpu_util": 0.98,
                               "sm_active": 0.9, "mem_bw_util": 0.3})
     assert report.bottleneck == "compute" and report.candidates[0].strength == "likely"
     assert report.conflicts[0].effect == "capped"
