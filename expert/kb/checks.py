@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import KnowledgeBaseError, Problem
-from .catalogs import MIG_PROFILE, hardware_key
+from .catalogs import hardware_key
+from .mig import memory_slice_share, profile_shape
 
 if TYPE_CHECKING:
     from .knowledge import KnowledgeBase
@@ -107,12 +108,12 @@ def _check_mig(kb: KnowledgeBase, where: str) -> list[Problem]:
             problems.append(Problem(at, f"{part_id!r} is not a catalog part", "name a part's id (dam hardware list)"))
             continue
         for profile in part.profiles:
-            found = MIG_PROFILE.fullmatch(profile)
-            if found is None or hw.memory_gb is None:
+            shape = profile_shape(profile)
+            slices = None if shape is None else memory_slice_share(hw, part.memory_slices, shape[1])
+            if shape is None or slices is None:
                 continue
-            slices = int(found.group(2)) / hw.memory_gb * part.memory_slices
             if abs(slices - round(slices)) > 0.1 or round(slices) < 1 or round(slices) > part.memory_slices:
-                problems.append(Problem(f"{at}: {profile}", f"{found.group(2)} GB is not a whole number of the part's "
+                problems.append(Problem(f"{at}: {profile}", f"{shape[1]} GB is not a whole number of the part's "
                                         f"{part.memory_slices} memory slices of {hw.memory_gb:g} GB",
                                         "check the profile name against the MIG User Guide"))
     for hw in kb.hardware.values():

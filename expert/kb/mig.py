@@ -30,12 +30,23 @@ def mig_profile(hw: HardwareSpec) -> str:
     return hw.name.rsplit(" MIG ", 1)[1] if hw.mig_of is not None and " MIG " in hw.name else ""
 
 
+def profile_shape(profile: str) -> tuple[int, int] | None:
+    """(compute slices, GB) of a profile name "<g>g.<m>gb", or None for another name."""
+    found = MIG_PROFILE.fullmatch(profile)
+    return (int(found.group(1)), int(found.group(2))) if found is not None else None
+
+
+def memory_slice_share(part: HardwareSpec, of: int, gb: int) -> float | None:
+    """How many of the part's `of` memory slices `gb` GB is, unrounded (a profile's is a whole number: the load checks
+    it), or None where the part's memory size is not published."""
+    return None if part.memory_gb is None else gb / part.memory_gb * of
+
+
 def memory_slices(part: HardwareSpec, of: int, gb: int) -> int | None:
     """The memory slices (of the part's `of`) of a profile of `gb` GB, or None where the part's memory size is not
     published."""
-    if part.memory_gb is None:
-        return None
-    return max(1, min(of, round(gb / part.memory_gb * of)))
+    share = memory_slice_share(part, of, gb)
+    return None if share is None else max(1, min(of, round(share)))
 
 
 def mig_entries(catalog: HardwareCatalog) -> tuple[list[HardwareSpec], dict[str, HardwareUpgrade]]:
@@ -50,10 +61,10 @@ def mig_entries(catalog: HardwareCatalog) -> tuple[list[HardwareSpec], dict[str,
         if part is None:  # a KnowledgeBaseError from check_references names it
             continue
         for profile in mig.profiles:
-            found = MIG_PROFILE.fullmatch(profile)
-            if found is None:  # MigPart refuses it when the file loads
+            shape = profile_shape(profile)
+            if shape is None:  # MigPart refuses it when the file loads
                 continue
-            g, gb = int(found.group(1)), int(found.group(2))
+            g, gb = shape
             compute = g / mig.compute_slices
             slices = memory_slices(part, mig.memory_slices, gb)
             bandwidth = (part.memory_bandwidth_gbs * slices / mig.memory_slices
