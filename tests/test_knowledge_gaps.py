@@ -227,6 +227,81 @@ def test_more_memory_bandwidth_speeds_the_data_term_up_by_the_bandwidth_ratio_no
     assert "faster_memory_ratio" in gain.assumptions
 
 
+@pytest.mark.parametrize(("hardware", "dtype", "ratio"), [
+    ("a100-sxm-80gb", "fp32", 2.0),  # fp32 -> bf16: half the bytes per value
+    ("v100-sxm2", "fp32", 2.0),  # no bf16 on a V100: fp16, also 2 bytes
+    ("h100-sxm", "bf16", 2.0),  # bf16 -> fp8
+    ("a100-sxm-80gb", "bf16", 1.0),  # no fp8 on an A100: nothing narrower
+    ("h100-sxm", "fp8", 1.0),  # already the narrowest
+    ("h800", "bf16", None),  # unpublished peaks: the narrower format is not known to run
+], ids=lambda v: str(v))
+def test_lower_precision_bytes_ratio(hardware: str, dtype: str, ratio: float | None) -> None:
+    _assert_ratio({"hardware": hardware, "dtype": dtype}, "lower_precision_bytes_ratio", ratio)
+
+
+# An fp32 elementwise chain on an A100 (Horace He, "Making Deep Learning Go Brrrr", the memory-bound example): 8 GB
+# moved and 2 GFLOP in 5 ms, the GPU busy 99 % of it. D/BW is 8e9 / 2.039e12 = 3.92 ms, 78.5 % of the step; η is the
+# MFU over the busy share, so the compute term is the busy time, 99 %.
+_FP32_CHAIN = {"workload": "training", "hardware": "a100-sxm-80gb", "dtype": "fp32", "gpu_util": 0.99,
+               "flops": 2.0e9, "bytes_moved": 8.0e9, "step_time_s": 0.005}
+
+
+def test_lower_precision_speeds_a_memory_bound_busy_term_up_by_its_bytes_not_its_peak() -> None:
+    # bf16 halves the bytes: the busy time falls at best to 78.5 % / 2 of the step, 1 / (1 - 0.99 + 0.392) = 2.48x,
+    # not the 1 / (1 - 0.99 + 0.99 / 16) = 13.9x of the bf16 tensor-core peak over fp32's
+    report = _diagnose(_FP32_CHAIN)
+    assert report.bottleneck == "memory"
+    gain = {r.id: r.expected_gain for r in report.recommended}["lower_precision"]
+    share_data = 8.0e9 / 2039e9 / 0.005
+    assert gain is not None and gain.max_speedup == pytest.approx(1 / (1 - 0.99 + share_data / 2), abs=1e-3)
+    assert "share_data 78.5% / lower_precision_bytes_ratio 2" in gain.assumptions
+
+
+def test_math_only_optimizations_keep_the_bytes_of_a_busy_term() -> None:
+    from expert.diagnosis.gains import expected_gain
+    from expert.diagnosis.provenance import Basis
+
+    report = _diagnose(_FP32_CHAIN)
+    facts = report.facts()
+    ctx = Basis(kb=KB, ruleset=EXPERT.ruleset, facts=dict(facts), findings=(), observations=report.observations,
+                derived=report.derived, fired=[], fired_ids=set(), rule_parts=lambda rule: ({}, {}))
+    share, data = float(facts["share_compute"]), float(facts["share_data"])
+    tensor = expected_gain(ctx, KB.optimizations["tensor_cores"])  # the same bytes: at most busy / D-term
+    assert tensor is not None and tensor.max_speedup == pytest.approx(1 / (1 - share + data), abs=1e-3)
+    better = expected_gain(ctx, KB.optimizations["better_kernels"])  # may cut bytes (fusion, FlashAttention): no cap
+    assert better is not None and better.max_speedup > tensor.max_speedup
+    # without a busy share there is no η: the compute term is flops at the peak (η = 1), a term of its own beside
+    # D/BW, and nothing keeps it at the D/BW term's length
+    alone = _diagnose({k: v for k, v in _FP32_CHAIN.items() if k != "gpu_util"})
+    assert "compute_efficiency" not in alone.derived and "compute_efficiency" not in alone.derived["t_compute_s"].inputs
+
+
+def test_a_compute_bound_fp32_step_keeps_the_peak_ratio_bound() -> None:
+    # fp32 matmuls on an A100 busy 99 %: 1.5 TFLOP and 20 GB in 100 ms. D/BW is 9.8 % of the step, 4.9 % in bf16:
+    # less than the 99 % / 16 = 6.2 % that 16x faster math leaves, so the peak ratio bounds the gain
+    facts = {**_FP32_CHAIN, "flops": 1.5e12, "bytes_moved": 2.0e10, "step_time_s": 0.1}
+    report = _diagnose(facts)
+    gain = {r.id: r.expected_gain for r in report.recommended}.get("lower_precision")
+    share_data = 2.0e10 / 2039e9 / 0.1
+    assert gain is not None
+    assert gain.max_speedup == pytest.approx(1 / (1 - 0.99 + max(0.99 / 16, share_data / 2)), abs=1e-3)
+
+
+def test_data_term_speedup_is_for_compute_term_optimizations() -> None:
+    from pydantic import ValidationError
+
+    from expert.kb.catalogs import Optimization
+
+    spec = {"id": "x", "title": "x", "axis": "machine", "shrinks": "data", "how": "x", "source": "x",
+            "data_term_speedup": 1}
+    with pytest.raises(ValidationError, match="data_term_speedup bounds an optimization of the compute term"):
+        Optimization.model_validate(spec)
+    with pytest.raises(ValidationError, match="at least 1"):
+        Optimization.model_validate({**spec, "shrinks": "compute", "data_term_speedup": 0.5})
+    assert Optimization.model_validate({**spec, "shrinks": "compute"}).data_term_speedup == 1
+    assert Optimization.model_validate({**spec, "shrinks": "compute", "data_term_speedup": "faster_memory_ratio"})
+
+
 def _every_case() -> list[tuple[str, dict[str, Any]]]:
     from expert._resources import data_dir
     from expert.rules.testing import load_rule_tests

@@ -94,6 +94,22 @@ def test_docs_show_the_number_and_the_name(kb: KnowledgeBase) -> None:
     assert leaf_text(named, kb) == "`mfu` is below 30 % (`scorecard.mfu.fail_below`)"
 
 
+def test_an_optimization_bounded_by_an_unknown_data_term_fact_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from expert._resources import data_dir
+
+    kb_dir = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), kb_dir)
+    path = kb_dir / "optimizations.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert "data_term_speedup: lower_precision_bytes_ratio" in text
+    path.write_text(text.replace("data_term_speedup: lower_precision_bytes_ratio",
+                                 "data_term_speedup: lower_bytes_ratio", 1), encoding="utf-8")
+    with pytest.raises(KnowledgeBaseError, match="data_term_speedup: unknown fact 'lower_bytes_ratio'"):
+        KnowledgeBase.load(kb_dir)
+
+
 def test_an_optimization_acting_on_an_unknown_fact_is_refused(tmp_path: Path) -> None:
     import shutil
 

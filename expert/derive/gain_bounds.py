@@ -5,6 +5,8 @@
 - `lower_precision_peak_ratio`: the dense peak of the next narrower format the part has (units.yaml `lower`: bf16 ->
   fp8, fp32 -> bf16, fp16 where there is no bf16) over the peak of today's dtype; 1 where the part has no narrower
   format (an A100 in bf16) or the dtype is already the narrowest.
+- `lower_precision_bytes_ratio`: the bytes of a value of today's dtype over those of that narrower format (fp32 -> bf16
+  2, bf16 -> fp8 2): how much faster the D/BW term can run in it at best; 1 where there is none.
 - `faster_gpu_peak_ratio`: the dense peak of the part's realistic successor (hardware.yaml `upgrades`) in the same
   dtype over today's.
 - `faster_memory_ratio`: the device-memory bandwidth of the part's successor (the same `upgrades`) over today's,
@@ -90,6 +92,17 @@ def _lower_ratio(f: Facts, kb: KnowledgeBase) -> Result:
     figures: dict[str, Value] = {"target dtype": target, f"{hw.id} dense {dtype} peak (TFLOP/s)": today,
                                  f"{hw.id} dense {target} peak (TFLOP/s)": peak, "source": hw.source}
     return Result(peak / today, figures)
+
+
+def _lower_bytes_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    hw, dtype = hardware_of(f, kb), str(f["dtype"])
+    target = kb.units.narrower_format(dtype, hw)
+    today = kb.units.dtypes[dtype].bytes
+    if target is None:
+        return Result(1.0, {f"bytes of a {dtype} value": today},
+                      f"{hw.id} has no format narrower than {dtype} with a dense peak: its values stay {today} bytes")
+    return Result(today / kb.units.dtypes[target].bytes,
+                  {f"bytes of a {dtype} value": today, f"bytes of a {target} value": kb.units.dtypes[target].bytes})
 
 
 def _slowed_share(f: Facts, kb: KnowledgeBase) -> Result:
@@ -263,6 +276,9 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
     Derivation("lower_precision_peak_ratio", ("hardware", "dtype"),
                "dense peak of the next narrower format the part has / dense peak of dtype (1: none)", _LOWER,
                _lower_ratio, gate=LOWER_PRECISION_KNOWN),
+    Derivation("lower_precision_bytes_ratio", ("hardware", "dtype"),
+               "bytes of a dtype value / bytes of a value of the next narrower format the part has (1: none)",
+               f"{_LOWER}; units.yaml dtypes `bytes`", _lower_bytes_ratio, gate=LOWER_PRECISION_KNOWN),
     Derivation("faster_gpu_peak_ratio", ("hardware", "dtype"),
                "dense dtype peak of the part's successor / dense dtype peak of the part", _UPGRADE, _upgrade_ratio,
                gate=UPGRADE_KNOWN),

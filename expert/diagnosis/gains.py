@@ -60,14 +60,24 @@ def _term_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     cap = ctx.kb.regimes.max_reported_speedup
     capped = share >= 1 - 1 / cap
     bound = _term_bound(ctx, opt)
+    data = _data_floor(ctx, opt, share)
     if bound is not None:
         s, where = bound
         rest = share / s
         if floor is not None and floor in ctx.facts and floor_of == "step":
             rest = max(rest, min(float(ctx.facts[floor]), share))
-        return _sped_up(shrinks, share, rest, cap, f"the {shrinks} term, {share:.1%}", s, where)
+        kept = ""
+        if data is not None and data[0] > rest:
+            rest, kept = data
+        return _sped_up(shrinks, share, rest, cap, f"the {shrinks} term, {share:.1%}", s, where, kept=kept)
     known_floor = float(ctx.facts[floor]) if floor is not None and floor in ctx.facts else None
     own = floor_of == "own"
+    if data is not None and (known_floor is None or data[0] > min(known_floor, share)) and not own:
+        rest, kept = data
+        return ExpectedGain(
+            term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
+            assumptions=f"upper bound: the {shrinks} term, {share:.1%} of the step, {kept}; "
+            f"1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
     if known_floor is not None and not (capped and own):  # a floor of today's step bounds the gain at any share
         rest = min(known_floor, share)
         speedup = (1 - rest) / (1 - share) if own else 1 / (1 - share + rest) if share - rest < 1 else cap
@@ -88,14 +98,42 @@ def _term_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
 
 
 def _sped_up(shrinks: str, share: float, rest: float, cap: float, subject: str, s: float, where: str,
-             gone: str = "") -> ExpectedGain:
+             gone: str = "", kept: str = "") -> ExpectedGain:
     """The gain when `subject` (a share of the step) runs at most `s` times faster, keeping `rest` of the step; `gone`
-    names what is removed entirely beside it (its part of `share`), if anything."""
+    names what is removed entirely beside it (its part of `share`), if anything; `kept`, why it keeps more than
+    share / s (`_data_floor`)."""
     removed = f", and {gone} is removed entirely" if gone else ""
+    kept = f", and {kept}" if kept else ""
     return ExpectedGain(
         term=shrinks, term_share=round(share, 4), max_speedup=round(min(1 / (1 - share + rest), cap), 3),
-        assumptions=f"upper bound: {subject} of the step, runs at most {s:.3g}x faster ({where}){removed}; "
+        assumptions=f"upper bound: {subject} of the step, runs at most {s:.3g}x faster ({where}){removed}{kept}; "
         f"1 / (1 − {share:.3g} + {rest:.3g}); other terms unchanged")
+
+
+def _data_floor(ctx: Basis, opt: Optimization, share: float) -> tuple[float, str] | None:
+    """What the compute term keeps at least under an optimization that leaves the step's bytes to move
+    (`data_term_speedup`), with the reason: where η is the MFU over a busy share (compute_efficiency), the compute
+    term is the time the GPU is busy, and that time also moves the step's bytes. Faster math leaves it at least the
+    D/BW term (share_data), over how much faster that term runs under the optimization (fewer bytes per value,
+    faster memory). None where that does not apply or a figure it needs is unknown."""
+    if opt.data_term_speedup is None or opt.shrinks != "compute":
+        return None
+    record = ctx.derived.get("t_compute_s")
+    known = _known_shares(ctx, ["share_data"])
+    if record is None or "compute_efficiency" not in record.inputs or not known:
+        return None
+    if isinstance(opt.data_term_speedup, str):
+        ratio = _known_shares(ctx, [opt.data_term_speedup])
+        if not ratio:
+            return None
+        d, named = max(1.0, ratio[0][1]), f" / {opt.data_term_speedup} {ratio[0][1]:.3g}"
+    else:
+        d, named = max(1.0, float(opt.data_term_speedup)), (f" / {opt.data_term_speedup:.3g}"
+                                                           if opt.data_term_speedup > 1 else "")
+    data_share = known[0][1]
+    return (min(share, data_share / d),
+            f"no faster than its bytes move: the term is the GPU's busy time (η = mfu over the busy share), which "
+            f"also moves the step's bytes, so it keeps at least the D/BW term, share_data {data_share:.1%}{named}")
 
 
 def _known_shares(ctx: Basis, names: list[str]) -> list[tuple[str, float]]:

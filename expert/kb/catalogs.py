@@ -259,6 +259,9 @@ class Optimization(_Strict):
     term_speedup: str | None = None
     max_term_speedup: float | None = Field(default=None, gt=1)
     bound_source: str | None = None
+    # an optimization of the compute term that leaves the step's bytes to move (optimizations.yaml header): how much
+    # faster it can make the D/BW term, a number (1: not at all) or a derived fact; None: not bounded by that term
+    data_term_speedup: float | str | None = None
     # the shares of the step (facts, summed) the optimization can act on at most, where narrower than its term
     # (optimizations.yaml header); the first must be known, the others add where known
     acts_on: list[str] = []
@@ -288,6 +291,10 @@ class Optimization(_Strict):
     def _bound_sourced(self) -> Optimization:
         if self.max_term_speedup is not None and not self.bound_source:
             raise ValueError("max_term_speedup needs bound_source (where the bound comes from)")
+        if self.data_term_speedup is not None and self.shrinks != "compute":
+            raise ValueError("data_term_speedup bounds an optimization of the compute term (shrinks: compute)")
+        if isinstance(self.data_term_speedup, float) and self.data_term_speedup < 1:
+            raise ValueError("data_term_speedup is at least 1 (the D/BW term runs no slower)")
         if self.removes and not self.acts_on:
             raise ValueError("removes needs acts_on (the shares it takes away add to what it acts on)")
         return self

@@ -58,6 +58,9 @@ def check_references(kb: KnowledgeBase) -> None:
         if opt.term_speedup is not None and opt.term_speedup not in kb.facts:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
                                     f"term_speedup: unknown fact {opt.term_speedup!r}"))
+        if isinstance(opt.data_term_speedup, str) and opt.data_term_speedup not in kb.facts:
+            problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
+                                    f"data_term_speedup: unknown fact {opt.data_term_speedup!r}"))
         for vendor in opt.for_vendor:
             if vendor not in vendors:
                 problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
