@@ -56,7 +56,7 @@ def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
     """What an observation of one fact may look like (values are normalised by the library, so this is lenient)."""
     described = f"{spec.description} Accepts {spec.range_text()}."
     if spec.type == "enum":
-        choices: list[object] = [*(spec.choices or []), "unknown"]
+        choices: list[object] = [*(spec.choices or []), "unknown", *spec.aliases]
         if set(spec.choices or []) == {"yes", "no"}:  # YAML reads a bare yes/no as a boolean, which `convert` takes
             choices += [True, False]
         return {"description": described, "enum": choices}

@@ -273,7 +273,7 @@ def test_unknown_words_record_unknown(word: str, known: dict[str, str]) -> None:
     ("dtype", "fp64", ["not one of", "bf16"]),
     ("hardware", "h1000", ["unknown hardware"]),
     # combined questions
-    ("job", "serving", ["cannot read 'serving' as workload, phase", "accepted: one of training, llm-decode"]),
+    ("job", "rendering", ["cannot read 'rendering' as workload, phase", "accepted: one of training, llm-decode"]),
     ("job", {"workload": "training", "dtype": "bf16"}, ["dtype is not asked by this question"]),
     ("roof", "h1000 bf16", ["hardware: unknown hardware 'h1000 bf16'",
                             "accepted: the values of hardware, dtype, num_gpus"]),
@@ -290,6 +290,12 @@ def test_invalid_answers_name_the_accepted_range(fact: str, raw: Any, needles: l
     for needle in needles:
         assert needle in text
     assert c.transcript == []
+
+
+def test_answers_take_the_spellings_frameworks_print() -> None:
+    c = Consultation()
+    assert c.answer("job", "serving").sets == {"workload": "inference"}  # read as the "inference" choice
+    assert c.answer("dtype", "torch.bfloat16").value == "bf16"
 
 
 def test_derived_and_unknown_facts_are_refused() -> None:

@@ -238,6 +238,43 @@ def test_yes_no_facts_take_yaml_booleans(raw: object, value: str) -> None:
     assert report.observations["optimizer_offload"].value == value
 
 
+@pytest.mark.parametrize(("fact", "raw", "value"), [
+    ("dtype", "torch.bfloat16", "bf16"),  # print(model.dtype)
+    ("dtype", "BFloat16", "bf16"),  # matched as the choices are: case-insensitive
+    ("dtype", "bf16-mixed", "bf16"),  # Lightning's precision=
+    ("dtype", "float16", "fp16"),
+    ("dtype", "float8_e4m3fn", "fp8"),
+    ("attention_implementation", "flash_attention_2", "flash"),  # Hugging Face attn_implementation=
+    ("workload", "serving", "inference"),
+    ("workload", "fine-tuning", "training"),
+    ("phase", "generation", "decode"),
+    ("interconnect", "IB", "infiniband"),
+    ("interconnect", "RoCE", "ethernet"),
+    ("optimizer_offload", "nvme", "yes"),  # DeepSpeed offload_optimizer.device
+    ("activation_recompute", "selective", "yes"),  # Megatron --recompute-granularity
+])
+def test_enum_facts_take_the_spellings_frameworks_print(fact: str, raw: str, value: str) -> None:
+    assert convert(KB.facts[fact], raw, KB) == value
+    report = expert.diagnose({fact: raw})
+    assert report.observations[fact].value == value
+
+
+def test_an_alias_must_name_a_choice_and_not_shadow_one() -> None:
+    from pydantic import ValidationError
+
+    from expert.kb.catalogs import FactSpec
+
+    spec = {"name": "x", "kind": "observed", "type": "enum", "choices": ["a", "b"], "description": "d",
+            "question": "q?"}
+    assert FactSpec.model_validate({**spec, "aliases": {"alpha": "a"}}).aliases == {"alpha": "a"}
+    for aliases, message in (({"alpha": "c"}, "not one of the choices"), ({"b": "a"}, "not a choice itself"),
+                             ({"Alpha": "a"}, "lower case")):
+        with pytest.raises(ValidationError, match=message):
+            FactSpec.model_validate({**spec, "aliases": aliases})
+    with pytest.raises(ValidationError, match="spell the choices of an enum fact"):
+        FactSpec.model_validate({**spec, "type": "text", "choices": None, "aliases": {"alpha": "a"}})
+
+
 def test_a_boolean_is_no_answer_to_other_choices() -> None:
     with pytest.raises(ObservationError, match="workload"):
         expert.diagnose({"workload": True})

@@ -108,6 +108,12 @@ def test_real_ingested_traces_validate(trace: str, tmp_path: Path, capsys: pytes
     assert errors("observations", load(out)) == []
 
 
+def test_observations_schema_takes_the_aliases_of_a_choice() -> None:
+    check = validator("observations")
+    check.validate({"dtype": "torch.bfloat16", "attention_implementation": "flash_attention_2"})
+    assert list(check.iter_errors({"dtype": "amp"}))  # no alias: refused, as the library refuses it
+
+
 def test_observation_entries_are_value_source_detail() -> None:
     entry = {"value": "62%", "source": "nvidia-smi", "detail": {"samples": 6, "method": "mean"}}
     assert errors("observations", {"observations": {"gpu_util": entry}}) == []

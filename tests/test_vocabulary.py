@@ -49,7 +49,7 @@ def test_a_new_dtype_needs_yaml_only(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("file", "old", "new", "message"), [
     ("hardware.yaml", "peak_tflops: {", "peak_tflops: {fp6: 1, ", "unknown dtype 'fp6'"),
-    ("facts.yaml", "choices: [fp32, tf32, bf16, fp16, fp8, int8]", "choices: [fp32, bf16]",
+    ("facts.yaml", "choices: [fp32, tf32, bf16, fp16, fp8, int8]", "choices: [fp32, tf32, bf16, fp16, fp8, int8, fp6]",
      "the choices of `dtype` must be units.yaml `dtypes`"),
     ("regimes.yaml", "confirm_axis: machine", "confirm_axis: network", "unknown axis 'network'"),
     ("regimes.yaml", "term: compute", "term: thermal", "unknown term 'thermal'"),

@@ -35,6 +35,8 @@ class FactSpec(_Strict):
     max: float | None = None
     exclusive_min: bool = False
     choices: list[str] | None = None
+    # other spellings of a choice (facts.yaml header), each stored as the choice it names
+    aliases: dict[str, str] = {}
     description: str
     question: str | None = None
     example: str | None = None
@@ -47,6 +49,15 @@ class FactSpec(_Strict):
     def _consistent(self) -> FactSpec:
         if self.type == "enum" and not self.choices:
             raise ValueError("an enum fact needs `choices`")
+        if self.aliases:
+            if self.type != "enum":
+                raise ValueError("`aliases` spell the choices of an enum fact")
+            choices = self.choices or []
+            for alias, choice in self.aliases.items():
+                if choice not in choices:
+                    raise ValueError(f"alias {alias!r} names {choice!r}, which is not one of the choices")
+                if alias != alias.strip().casefold() or not alias or alias in choices:
+                    raise ValueError(f"alias {alias!r} must be lower case, trimmed, and not a choice itself")
         if self.kind != "derived" and not self.question:
             raise ValueError("an observable fact needs a `question`")
         return self

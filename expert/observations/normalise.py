@@ -273,9 +273,12 @@ def convert(spec: FactSpec, raw: object, kb: KnowledgeBase) -> Value:
             answer = raw if isinstance(raw, bool) else _BOOLEAN_WORDS[raw.strip().casefold()]
             if set(choices) == {"yes", "no"}:
                 return "yes" if answer else "no"
-        if not isinstance(raw, str) or raw.strip().casefold() not in choices:
+        word = raw.strip().casefold() if isinstance(raw, str) else None
+        if word is not None and word in spec.aliases:  # another spelling of a choice (torch.bfloat16, nvme)
+            return spec.aliases[word]
+        if word is None or word not in choices:
             raise ValueError(f"{raw!r} is not one of the accepted values")  # the hint lists them
-        return raw.strip().casefold()
+        return word
     value = _number(raw, spec, kb)
     if spec.type == "fraction":
         if value > 1.0 and not (isinstance(raw, str) and raw.strip().endswith("%")):
