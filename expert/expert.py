@@ -61,7 +61,7 @@ class Expert:
 
     def observations(self, raw: Mapping[str, Any] | Observations) -> Observations:
         """Validate and normalise raw observations (units, percentages, hardware aliases)."""
-        return normalise(self.kb, raw)
+        return normalise(self.kb, raw, given_instead=GRAPH.given_instead)
 
     def diagnose(self, observations: Mapping[str, Any] | Observations, *,
                  time_breakdown: TimeBreakdown | None = None) -> Report:
@@ -69,7 +69,7 @@ class Expert:
 
         time_breakdown: where the GPU time went (`IngestResult.time_breakdown` of the trace the observations came
         from); it is carried into `Report.time_breakdown` for the report's "where the time goes" section."""
-        obs = normalise(self.kb, observations)
+        obs = normalise(self.kb, observations, given_instead=GRAPH.given_instead)
         facts, derived = GRAPH.derive_deferred(obs.values(), self.kb, memo=self._derive_memo)
         result = self.engine.run(facts)
         report = build_report(self.kb, self.ruleset, self.engine.name, obs, derived, result, facts)

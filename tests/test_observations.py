@@ -275,6 +275,16 @@ def test_an_alias_must_name_a_choice_and_not_shadow_one() -> None:
         FactSpec.model_validate({**spec, "type": "text", "choices": None, "aliases": {"alpha": "a"}})
 
 
+def test_a_derived_fact_given_names_what_to_give_instead() -> None:
+    with pytest.raises(ObservationError) as info:
+        expert.diagnose({"exposed_comm_s": 0.7, "compute_efficiency": 0.4, "step_time_s": 2})
+    hints = {p.where: p.hint for p in info.value.problems}
+    assert hints["exposed_comm_s"] == "it is worked out from comm_time_s and comm_overlap_frac: give those instead"
+    assert hints["compute_efficiency"] == ("it is worked out from mfu and sm_active; or from mfu and gpu_util; or "
+                                           "from mfu and tensor_active: give those instead")
+    assert set(hints) == {"exposed_comm_s", "compute_efficiency"}  # step_time_s is fine
+
+
 def test_a_boolean_is_no_answer_to_other_choices() -> None:
     with pytest.raises(ObservationError, match="workload"):
         expert.diagnose({"workload": True})

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..derive.formulas import check_consistency
+from ..derive.graph import GRAPH
 from ..errors import ObservationError, Problem
 from ..expert import Expert
 from ..kb.knowledge import CombinedQuestion, FactSpec
@@ -249,7 +250,7 @@ class Consultation:
                                             else "see knowledge_base/facts.yaml for the vocabulary")])
         if not spec.askable:
             raise ObservationError([Problem(fact, "is derived by the expert and cannot be given",
-                                            "give its inputs instead")])
+                                            GRAPH.given_instead(fact))])
         return spec
 
     def _reason_for(self, fact: str) -> tuple[str, bool, str]:

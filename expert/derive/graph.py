@@ -151,6 +151,15 @@ class DerivationGraph:
         """The ways to derive `name`, in registry order (the first that applies wins)."""
         return self._producers.get(name, ())
 
+    def given_instead(self, name: str) -> str:
+        """What to give instead of a derived fact someone tried to give: the inputs of each way to derive it."""
+        ways = [" and ".join(d.inputs) for d in self.producers(name)]
+        ways = list(dict.fromkeys(ways))  # the same inputs, gated differently, once
+        if not ways:
+            return "give its inputs instead"
+        shown = ways[:3] + ([f"{len(ways) - 3} other sets of inputs"] if len(ways) > 3 else [])
+        return f"it is worked out from {'; or from '.join(shown)}: give those instead"
+
     def consumers(self, name: str) -> tuple[Derivation, ...]:
         """The derivations that take `name` as an input, in registry order."""
         return self._consumers.get(name, ())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Union
 
@@ -412,10 +412,12 @@ def _scalar_detail(detail: dict[str, Any]) -> dict[str, Any]:
             if isinstance(v, (int, float, str)) and not isinstance(v, bool)} if detail else {}
 
 
-def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Observations:
+def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations, *,
+              given_instead: Callable[[str], str] | None = None) -> Observations:
     """Validate observations against the vocabulary; collect every problem before raising ObservationError.
 
-    Values equal to "unknown"/"skip" are dropped (they mean "not observed").
+    Values equal to "unknown"/"skip" are dropped (they mean "not observed"). `given_instead` says what to give in
+    place of a derived fact (the derivations' inputs: `DerivationGraph.given_instead`).
     """
     problems: list[Problem] = []
     clean: dict[str, Observation] = {}
@@ -432,7 +434,8 @@ def normalise(kb: KnowledgeBase, raw: Mapping[str, Any] | Observations) -> Obser
             problems.append(Problem(name, "unknown fact", hint))
             continue
         if spec.kind == "derived":
-            problems.append(Problem(name, "is derived by the expert and cannot be given", "give its inputs instead"))
+            problems.append(Problem(name, "is derived by the expert and cannot be given",
+                                    given_instead(name) if given_instead else "give its inputs instead"))
             continue
         if value_in is None or is_unknown(value_in):
             continue
