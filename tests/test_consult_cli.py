@@ -114,9 +114,9 @@ def test_piped_answers_end_of_input_and_resume(tmp_path: Path, env: dict[str, st
 
 
 def test_invalid_answer_is_asked_again_with_the_accepted_range(env: dict[str, str], tmp_path: Path) -> None:
-    result = dam("consult", "--save", str(tmp_path / "s.json"), stdin="serving\n\ntraining\n", env=env)
+    result = dam("consult", "--save", str(tmp_path / "s.json"), stdin="rendering\n\ntraining\n", env=env)
     out = result.stdout
-    assert "cannot read 'serving' as workload, phase" in out and "accepted: one of training, llm-decode" in out
+    assert "cannot read 'rendering' as workload, phase" in out and "accepted: one of training, llm-decode" in out
     assert out.count("Q1. ") == 1 and "Q2. " in out
     assert result.returncode == 1
 
@@ -161,7 +161,7 @@ def test_export_carries_the_transcript(tmp_path: Path, env: dict[str, str], fmt:
     (["--answers", "bad.yaml"], {"bad.yaml": "gpu_util: 150\n"}, ["gpu_util", "above 1"]),
     (["--answers", "bad.yaml"], {"bad.yaml": "gpu_utl: 0.5\n"}, ["gpu_utl", "did you mean gpu_util"]),
     (["--resume", "other.json"], {"other.json": '{"observations": {}}'}, ["other.json", "cannot read the saved"]),
-    (["--answers", "bad.yaml"], {"bad.yaml": "job: serving\n"}, ["bad.yaml: job", "cannot read 'serving'",
+    (["--answers", "bad.yaml"], {"bad.yaml": "job: rendering\n"}, ["bad.yaml: job", "cannot read 'rendering'",
                                                                "accepted: one of training, llm-decode"]),
 ])
 def test_bad_input_is_one_clear_message_and_exit_2(tmp_path: Path, env: dict[str, str], args: list[str],
@@ -192,8 +192,8 @@ def test_terminal_prompts_why_back_ctrl_c_and_resume(tmp_path: Path, env: dict[s
         child.sendline("why")
         child.expect("Why ask about job")
         child.expect("> ")
-        child.sendline("serving")
-        child.expect("cannot read 'serving'")
+        child.sendline("rendering")
+        child.expect("cannot read 'rendering'")
         child.expect("accepted: one of training, llm-decode")
         child.sendline("training")
         child.expect(r"Q2\. Which of these can you run")
