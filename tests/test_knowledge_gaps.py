@@ -302,6 +302,32 @@ def test_data_term_speedup_is_for_compute_term_optimizations() -> None:
     assert Optimization.model_validate({**spec, "shrinks": "compute", "data_term_speedup": "faster_memory_ratio"})
 
 
+# A 70B model decoding on eight H100s (TP8) at batch 64, 25 ms a token: the weights alone make 21 % of the bandwidth
+# roof. The 64 sequences' KV cache, its size not given, comes on top of that and may outweigh the weights.
+_DECODE_64 = {"workload": "inference", "hardware": "h100-sxm", "dtype": "bf16", "phase": "decode",
+              "model_params": 70e9, "tensor_parallel_size": 8, "num_gpus": 8, "batch_size": 64, "tpot_ms": 25}
+
+
+def test_a_share_counted_from_the_weights_alone_bounds_no_gain() -> None:
+    report = _diagnose(_DECODE_64)
+    note = report.derived["mem_bw_util"].note
+    assert note is not None and "KV cache the 64 sequences read is not counted" in note and "lower bound" in note
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    assert {"quantization", "more_memory_bandwidth", "batching"} <= set(gains)
+    assert gains["quantization"] is None and gains["more_memory_bandwidth"] is None  # a lower bound bounds nothing
+    assert gains["batching"] is not None  # batching amortises the weight reads, which the estimate counts in full
+
+
+def test_with_the_kv_cache_counted_the_gains_are_bounded_again() -> None:
+    kv = {"num_layers": 80, "num_kv_heads": 8, "head_dim": 128, "context_len": 2048}
+    report = _diagnose({**_DECODE_64, **kv})
+    assert "decode_bytes_per_token" in report.derived["mem_bw_util"].inputs
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    assert all(gain is not None for gain in gains.values()), gains
+    one = _diagnose({**_DECODE_64, "batch_size": 1, "tpot_ms": 10})  # one sequence: the weights are nearly all
+    assert one.derived["mem_bw_util"].note is None
+
+
 def _every_case() -> list[tuple[str, dict[str, Any]]]:
     from expert._resources import data_dir
     from expert.rules.testing import load_rule_tests

@@ -96,7 +96,10 @@ def _decode_bw_per_gpu(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Va
 def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> Result:
     achieved, figures = _decode_bw_per_gpu(f, kb)
     result = clamp_fraction(achieved / num(f, "peak_bandwidth"), "derived bandwidth utilization")
-    return Result(result.value, figures, result.note)
+    batch = int(num(f, "batch_size"))
+    weights_only = (f"the weights' bytes only: the KV cache the {batch} sequences read is not counted, so this is a "
+                    "lower bound") if batch > 1 else None
+    return Result(result.value, figures, "; ".join(n for n in (result.note, weights_only) if n) or None)
 
 
 def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> Result:

@@ -36,6 +36,9 @@ def _term_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
     shrinks, floor, floor_of = opt.shrinks, opt.floor, opt.floor_of
     term = ctx.kb.regimes.terms.get(shrinks)
     acted_on = _acted_on(ctx, opt)
+    shares = [name for name, _ in acted_on] or ([term.share] if term is not None and term.share else [])
+    if any(name not in _WEIGHT_READS and _weights_only_decode(ctx, name) for name in shares):
+        return None  # a share counted from the weights alone is a lower bound: no upper bound on the gain follows
     if acted_on:
         removed = _removed(ctx, opt)
         acted = min(1.0, sum(v for _, v in acted_on))
@@ -95,6 +98,24 @@ def _term_gain(ctx: Basis, opt: Optimization) -> ExpectedGain | None:
         assumptions=f"upper bound (Amdahl): the {shrinks} term, {share:.0%} of the step, {what}; other terms unchanged"
         + ("; capped" if capped else "") + narrower,
     )
+
+
+# shares that count the weight reads alone by definition: batching amortises those, not the KV cache's
+_WEIGHT_READS = frozenset({"batchable_frac"})
+
+
+def _weights_only_decode(ctx: Basis, name: str, depth: int = 0) -> bool:
+    """Whether the share `name` was worked out (through the derivations it reads) from a decode bandwidth that counts
+    the weights alone at a batch of more than one: the KV cache the sequences read is left out, so the share is a
+    lower bound, and a gain computed from it would understate what the optimization can do."""
+    record = ctx.derived.get(name)
+    if record is None or depth > 8:
+        return False
+    if name == "mem_bw_util":
+        batch = record.inputs.get("batch_size")
+        return ("model_params" in record.inputs and "decode_bytes_per_token" not in record.inputs
+                and isinstance(batch, (int, float)) and batch > 1)
+    return any(_weights_only_decode(ctx, i, depth + 1) for i in record.inputs if i in ctx.derived)
 
 
 def _sped_up(shrinks: str, share: float, rest: float, cap: float, subject: str, s: float, where: str,
