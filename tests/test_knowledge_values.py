@@ -94,7 +94,12 @@ def test_docs_show_the_number_and_the_name(kb: KnowledgeBase) -> None:
     assert leaf_text(named, kb) == "`mfu` is below 30 % (`scorecard.mfu.fail_below`)"
 
 
-def test_an_optimization_bounded_by_an_unknown_data_term_fact_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("acts_on: [h2d_copy_frac", "acts_on: [h2d_copy_share", "acts_on: unknown fact 'h2d_copy_share'"),
+    ("data_term_speedup: lower_precision_bytes_ratio", "data_term_speedup: lower_bytes_ratio",
+     "data_term_speedup: unknown fact 'lower_bytes_ratio'"),
+])
+def test_an_optimization_naming_an_unknown_fact_is_refused(tmp_path: Path, old: str, new: str, message: str) -> None:
     import shutil
 
     from expert._resources import data_dir
@@ -103,23 +108,7 @@ def test_an_optimization_bounded_by_an_unknown_data_term_fact_is_refused(tmp_pat
     shutil.copytree(data_dir("knowledge_base"), kb_dir)
     path = kb_dir / "optimizations.yaml"
     text = path.read_text(encoding="utf-8")
-    assert "data_term_speedup: lower_precision_bytes_ratio" in text
-    path.write_text(text.replace("data_term_speedup: lower_precision_bytes_ratio",
-                                 "data_term_speedup: lower_bytes_ratio", 1), encoding="utf-8")
-    with pytest.raises(KnowledgeBaseError, match="data_term_speedup: unknown fact 'lower_bytes_ratio'"):
-        KnowledgeBase.load(kb_dir)
-
-
-def test_an_optimization_acting_on_an_unknown_fact_is_refused(tmp_path: Path) -> None:
-    import shutil
-
-    from expert._resources import data_dir
-
-    kb_dir = tmp_path / "knowledge_base"
-    shutil.copytree(data_dir("knowledge_base"), kb_dir)
-    path = kb_dir / "optimizations.yaml"
-    text = path.read_text(encoding="utf-8")
-    assert "acts_on: [h2d_copy_frac" in text
-    path.write_text(text.replace("acts_on: [h2d_copy_frac", "acts_on: [h2d_copy_share", 1), encoding="utf-8")
-    with pytest.raises(KnowledgeBaseError, match="acts_on: unknown fact 'h2d_copy_share'"):
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    with pytest.raises(KnowledgeBaseError, match=message):
         KnowledgeBase.load(kb_dir)
