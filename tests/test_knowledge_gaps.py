@@ -328,6 +328,24 @@ def test_with_the_kv_cache_counted_the_gains_are_bounded_again() -> None:
     assert one.derived["mem_bw_util"].note is None
 
 
+def test_a_mixture_of_experts_at_batch_32_reads_more_than_one_tokens_experts() -> None:
+    # Mixtral 8x7B in fp8 on one H100, batch 32, 20 ms a token, its KV cache counted: 12.9B active parameters read
+    # at that rate fill a quarter of the roof, but 32 tokens routed to two of eight experts each leave almost none
+    # unread, so the bandwidth share is a lower bound: no "below the roof" (latency) verdict, and no bound on the gains
+    # that read it
+    report = _diagnose({"hardware": "h100-sxm", "dtype": "fp8", "workload": "inference", "phase": "decode",
+                        "batch_size": 32, "model_params": 46.7e9, "active_params": 12.9e9, "tpot_ms": 20,
+                        "num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "context_len": 2048})
+    note = report.derived["mem_bw_util"].note
+    assert note is not None and "routed to more experts than one token is" in note
+    assert report.bottleneck != "latency" and "decode_below_roof" not in {f.id for f in report.findings}
+    gains = {r.id: r.expected_gain for r in report.recommended}
+    assert "quantization" in gains and gains["quantization"] is None
+    one = _diagnose({"hardware": "h100-sxm", "dtype": "fp8", "workload": "inference", "phase": "decode",
+                     "batch_size": 1, "model_params": 46.7e9, "active_params": 12.9e9, "tpot_ms": 20})
+    assert one.derived["mem_bw_util"].note is None  # one token reads its own experts only
+
+
 def _every_case() -> list[tuple[str, dict[str, Any]]]:
     from expert._resources import data_dir
     from expert.rules.testing import load_rule_tests

@@ -22,6 +22,7 @@ from .derivation import (
     clamp_fraction,
     decode_gpus,
     either,
+    experts_note,
     fact_test,
     hardware_of,
     num,
@@ -194,10 +195,11 @@ def _decode_kv_bandwidth(clamp: bool) -> Callable[[Facts, KnowledgeBase], Result
         figures: dict[str, Value] = {"achieved GB/s (weights + KV cache)": round(achieved, 1)}
         if gpus != 1:
             figures["GPUs sharing the tokens"] = gpus
+        experts = experts_note(f)
         if not clamp:
-            return Result(ratio, figures)
+            return Result(ratio, figures, experts)
         result = clamp_fraction(ratio, "derived bandwidth utilization")
-        return Result(result.value, figures, result.note)
+        return Result(result.value, figures, "; ".join(n for n in (result.note, experts) if n) or None)
 
     return util
 

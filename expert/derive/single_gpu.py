@@ -21,6 +21,7 @@ from .derivation import (
     clamp_fraction,
     decode_gpus,
     either,
+    experts_note,
     fact_test,
     hardware_of,
     num,
@@ -99,7 +100,8 @@ def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> Result:
     batch = int(num(f, "batch_size"))
     weights_only = (f"the weights' bytes only: the KV cache the {batch} sequences read is not counted, so this is a "
                     "lower bound") if batch > 1 else None
-    return Result(result.value, figures, "; ".join(n for n in (result.note, weights_only) if n) or None)
+    notes = (result.note, weights_only, experts_note(f))
+    return Result(result.value, figures, "; ".join(n for n in notes if n) or None)
 
 
 def _decode_bw_ratio(f: Facts, kb: KnowledgeBase) -> Result:

@@ -105,16 +105,20 @@ _WEIGHT_READS = frozenset({"batchable_frac"})
 
 
 def _weights_only_decode(ctx: Basis, name: str, depth: int = 0) -> bool:
-    """Whether the share `name` was worked out (through the derivations it reads) from a decode bandwidth that counts
-    the weights alone at a batch of more than one: the KV cache the sequences read is left out, so the share is a
-    lower bound, and a gain computed from it would understate what the optimization can do."""
+    """Whether the share `name` was worked out (through the derivations it reads) from a decode bandwidth that leaves
+    bytes out at a batch of more than one: the KV cache the sequences read (weights alone), or the experts a mixture
+    of experts reads beyond one token's active parameters. The share is then a lower bound, and a gain computed from
+    it would understate what the optimization can do."""
     record = ctx.derived.get(name)
     if record is None or depth > 8:
         return False
     if name == "mem_bw_util":
-        batch = record.inputs.get("batch_size")
-        return ("model_params" in record.inputs and "decode_bytes_per_token" not in record.inputs
-                and isinstance(batch, (int, float)) and batch > 1)
+        batch = ctx.facts.get("batch_size")
+        if not isinstance(batch, (int, float)) or batch <= 1 or "tokens_per_s" not in record.inputs:
+            return False  # one sequence, or measured (achieved_bandwidth): the bytes are all counted
+        active, total = ctx.facts.get("active_params"), ctx.facts.get("model_params")
+        experts = isinstance(active, (int, float)) and isinstance(total, (int, float)) and active < total
+        return "decode_bytes_per_token" not in record.inputs or experts  # the KV cache, or the experts, left out
     return any(_weights_only_decode(ctx, i, depth + 1) for i in record.inputs if i in ctx.derived)
 
 
