@@ -177,14 +177,16 @@ def params_streamed(f: Facts) -> float:
 ACTIVE_PARAMS = (("model_params", "active_params"),)  # decode streams the active parameters when they are known
 
 
-def experts_note(f: Facts) -> str | None:
-    """Why a decode step's bytes counted from the active parameters of a mixture of experts are a lower bound at a
-    batch of more than one (None otherwise): each token is routed to its own experts, so a batch reads more of them
-    than one token does, up to all (Mixtral, 2 of 8 experts a token: a batch of 32 leaves almost none unread)."""
-    if "active_params" not in f or "batch_size" not in f or "model_params" not in f:
-        return None
-    batch, active, total = int(num(f, "batch_size")), num(f, "active_params"), num(f, "model_params")
-    if batch <= 1 or active >= total:
-        return None
-    return (f"the active parameters only: the {batch} sequences' tokens are routed to more experts than one token is, "
-            "so a step reads more of the weights, up to all of them; this is a lower bound")
+def decode_bytes_left_out(f: Facts, kv_counted: bool) -> list[str]:
+    """What a decode step's bytes, counted from the weights (and the KV cache where `kv_counted`), leave out at a
+    batch of more than one, each as a note saying the count is a lower bound (none: all counted): the KV cache the
+    sequences read, and for a mixture of experts the experts a batch reads beyond one token's active parameters
+    (Mixtral, 2 of 8 experts a token: a batch of 32 leaves almost none unread)."""
+    if "batch_size" not in f or (batch := int(num(f, "batch_size"))) <= 1:
+        return []
+    notes = [] if kv_counted else [f"the weights' bytes only: the KV cache the {batch} sequences read is not counted, "
+                                   "so this is a lower bound"]
+    if "active_params" in f and "model_params" in f and num(f, "active_params") < num(f, "model_params"):
+        notes.append(f"the active parameters only: the {batch} sequences' tokens are routed to more experts than one "
+                     "token is, so a step reads more of the weights, up to all of them; this is a lower bound")
+    return notes

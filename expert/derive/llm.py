@@ -20,9 +20,9 @@ from .derivation import (
     Result,
     all_of,
     clamp_fraction,
+    decode_bytes_left_out,
     decode_gpus,
     either,
-    experts_note,
     fact_test,
     hardware_of,
     num,
@@ -195,11 +195,11 @@ def _decode_kv_bandwidth(clamp: bool) -> Callable[[Facts, KnowledgeBase], Result
         figures: dict[str, Value] = {"achieved GB/s (weights + KV cache)": round(achieved, 1)}
         if gpus != 1:
             figures["GPUs sharing the tokens"] = gpus
-        experts = experts_note(f)
+        left_out = decode_bytes_left_out(f, kv_counted=True)
         if not clamp:
-            return Result(ratio, figures, experts)
+            return Result(ratio, figures, "; ".join(left_out) or None)
         result = clamp_fraction(ratio, "derived bandwidth utilization")
-        return Result(result.value, figures, "; ".join(n for n in (result.note, experts) if n) or None)
+        return Result(result.value, figures, "; ".join(n for n in (result.note, *left_out) if n) or None)
 
     return util
 

@@ -19,9 +19,9 @@ from .derivation import (
     all_of,
     any_of,
     clamp_fraction,
+    decode_bytes_left_out,
     decode_gpus,
     either,
-    experts_note,
     fact_test,
     hardware_of,
     num,
@@ -97,10 +97,7 @@ def _decode_bw_per_gpu(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Va
 def _decode_bw_util(f: Facts, kb: KnowledgeBase) -> Result:
     achieved, figures = _decode_bw_per_gpu(f, kb)
     result = clamp_fraction(achieved / num(f, "peak_bandwidth"), "derived bandwidth utilization")
-    batch = int(num(f, "batch_size"))
-    weights_only = (f"the weights' bytes only: the KV cache the {batch} sequences read is not counted, so this is a "
-                    "lower bound") if batch > 1 else None
-    notes = (result.note, weights_only, experts_note(f))
+    notes = (result.note, *decode_bytes_left_out(f, kv_counted=False))
     return Result(result.value, figures, "; ".join(n for n in notes if n) or None)
 
 

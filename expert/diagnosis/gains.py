@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..derive.derivation import decode_bytes_left_out
 from ..derive.formulas import amdahl_max_speedup
 from ..kb.knowledge import Optimization
 from ..report.model import ExpectedGain
@@ -112,13 +113,9 @@ def _weights_only_decode(ctx: Basis, name: str, depth: int = 0) -> bool:
     record = ctx.derived.get(name)
     if record is None or depth > 8:
         return False
-    if name == "mem_bw_util":
-        batch = ctx.facts.get("batch_size")
-        if not isinstance(batch, (int, float)) or batch <= 1 or "tokens_per_s" not in record.inputs:
-            return False  # one sequence, or measured (achieved_bandwidth): the bytes are all counted
-        active, total = ctx.facts.get("active_params"), ctx.facts.get("model_params")
-        experts = isinstance(active, (int, float)) and isinstance(total, (int, float)) and active < total
-        return "decode_bytes_per_token" not in record.inputs or experts  # the KV cache, or the experts, left out
+    if name == "mem_bw_util":  # from a token rate (not a measured achieved_bandwidth): what did it count?
+        return "tokens_per_s" in record.inputs and bool(
+            decode_bytes_left_out(ctx.facts, kv_counted="decode_bytes_per_token" in record.inputs))
     return any(_weights_only_decode(ctx, i, depth + 1) for i in record.inputs if i in ctx.derived)
 
 
