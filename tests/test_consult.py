@@ -615,11 +615,13 @@ def test_context_questions_without_value_are_not_asked() -> None:
     # (nor the FLOPs and bytes per step: with them, the part's peaks would check the MFU and DRAM readings, and a
     # disagreement withholds a verdict resting on the disputed reading)
     # (nor the vocabulary: with it, the precision tells whether the output layer's rows are a multiple of 16 bytes)
+    # (nor a prompt's length: with it, the part's ridge point tells whether an LLM prefill is memory- or compute-bound)
     facts = {k: v for k, v in EXAMPLES["well_scaled_cluster"].items()
              if k not in ("hardware", "dtype", "batch_size", "phase", "workload")}
     facts["applied_optimizations"] = "lower_precision, tensor_cores"
     c = Consultation(known=facts)
-    for name in ("model_params", "flops", "bytes_moved", "achieved_tflops", "achieved_bandwidth", "vocab_size"):
+    for name in ("model_params", "flops", "bytes_moved", "achieved_tflops", "achieved_bandwidth", "vocab_size",
+                 "prompt_tokens"):
         c.unknown(name)
     _, plan = c._analysis()
     assert not plan.scores.get("hardware") and not plan.scores.get("dtype")

@@ -114,6 +114,45 @@ def test_prefill_is_two_n_per_token_and_decode_gets_no_flop_rate() -> None:
     assert "achieved_tflops" not in decode
 
 
+def test_prefill_intensity_from_the_prompt_length() -> None:
+    """A prefill does 2 FLOPs per weight for every token it holds: 2 x tokens / bytes a weight. One 4,096-token
+    prompt in bf16 is 4,096 FLOP/B, past the ridge whatever prefills with it; one 64-token prompt is below it, so
+    without the prompts per prefill (batch_size) the intensity stays unknown; 8 prompts make 512; a mixture of
+    experts reads every expert, so its active share scales the intensity (DeepSeek-V3: 37B of 671B)."""
+    base = dict(workload="inference", phase="prefill", hardware="h100-sxm", dtype="bf16")
+    long = _derived(**base, prompt_tokens=4096)
+    assert long["arithmetic_intensity"] == approx(4096.0)
+    assert long["prompt_to_ridge"] == approx(4096.0 / long["ridge_point"])
+    short = _derived(**base, prompt_tokens=64)
+    assert short["prompt_to_ridge"] < 1 and "arithmetic_intensity" not in short
+    assert _derived(**base, prompt_tokens=64, batch_size=8)["arithmetic_intensity"] == approx(512.0)
+    moe = _derived(**{**base, "hardware": "h200-sxm", "dtype": "fp8"}, prompt_tokens=4096, model_params="671B",
+                   active_params="37B")
+    assert moe["arithmetic_intensity"] == approx(2 * 4096 * 37 / 671)
+    # a decode's intensity stays its batch's, whatever the prompt was
+    decode = _derived(**{**base, "phase": "decode"}, prompt_tokens=4096, batch_size=4)
+    assert decode["arithmetic_intensity"] == approx(4.0) and "prompt_to_ridge" not in decode
+
+
+def test_prefill_rate_bandwidth_and_mfu_from_the_time_to_first_token() -> None:
+    """With no request waiting, the time to first token is the prefill's: 64 tokens in 40 ms on an 8B bf16 model is
+    1,600 tokens/s, 25 prefills a second reading 16 GB each (400 GB/s, 0.119 of 3,350) and 25.6 TFLOP/s; a measured
+    queue time is taken off; with requests waiting and no queue time, nothing is derived."""
+    base = dict(workload="inference", phase="prefill", hardware="h100-sxm", dtype="bf16", model_params="8B",
+                prompt_tokens=64, batch_size=1, ttft_ms="40 ms")
+    unqueued = _derived(**base, requests_waiting=0)
+    assert unqueued["tokens_per_s"] == approx(1600.0)
+    assert unqueued["mem_bw_util"] == approx(16e9 * 25 / 3.35e12)
+    assert unqueued["achieved_tflops"] == approx(25.6)
+    assert _derived(**base, ttft_queue_ms="30 ms")["tokens_per_s"] == approx(6400.0)  # a 10 ms prefill
+    assert "tokens_per_s" not in _derived(**base, requests_waiting=5)
+    assert "tokens_per_s" not in _derived(**base, ttft_queue_ms="39 ms")  # 97.5 % queued: too little left to time
+    # over 4 tensor-parallel GPUs each reads a quarter of the weights and does a quarter of the FLOPs
+    sharded = _derived(**base, requests_waiting=0, tensor_parallel_size=4)
+    assert sharded["mem_bw_util"] == approx(unqueued["mem_bw_util"] / 4)
+    assert sharded["achieved_tflops"] == approx(6.4)
+
+
 def test_tokens_per_s_from_tokens_per_step() -> None:
     assert _derived(tokens_per_step="4M", step_time_s="2 s")["tokens_per_s"] == approx(2e6)
 

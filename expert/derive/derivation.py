@@ -123,6 +123,9 @@ MBU_SOURCE = ("Databricks, LLM inference performance engineering: MBU "
 LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", all_of([
     fact_test("phase", eq="decode"),
     either([fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))
+LLM_PREFILL = Gate("LLM prompt prefill of an inference service (or of a job whose kind is not given)", all_of([
+    fact_test("phase", eq="prefill"),
+    either([fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))
 GPU_COUNT_POSSIBLE = either([*(fact_test(name, known=True) for name in ("num_gpus", "tensor_parallel_size",
                                                                           "pipeline_parallel_size")),
                              fact_test("weights_to_one_gpu", le=1.0), fact_test("weights_to_one_gpu", known=False)])

@@ -35,6 +35,13 @@ def decode_intensity(batch_size: int, bytes_per_weight: float) -> float:
     return 2.0 * batch_size / bytes_per_weight
 
 
+def prefill_intensity(tokens: int, bytes_per_weight: float, active_share: float = 1.0) -> float:
+    """LLM prefill: each weight (b bytes) is read once per forward and used for 2 FLOPs per token of every prompt in
+    it: 2T/b; for a mixture of experts, times the active share of the parameters (every expert read, as a prompt of
+    a few hundred tokens routes to them all). Weights only: the activations and KV cache it writes add bytes."""
+    return 2.0 * tokens * active_share / bytes_per_weight
+
+
 def io_overhead(data_wait_s: float, step_time_s: float) -> float:
     """Seed Table 5: data wait time / total step time."""
     return data_wait_s / step_time_s
@@ -262,5 +269,5 @@ __all__ = ["DerivedValue", "Facts", "Value", "achieved_tflops", "amdahl_max_spee
            "arithmetic_intensity", "check_consistency", "comm_term",
            "compression_ratio", "coordination_loss", "daly_interval", "decode_bandwidth_gbs", "decode_intensity",
            "exposed_comm", "gradient_accumulation_steps", "io_overhead", "iron_law", "lost_share", "mfu",
-           "ridge_point",
+           "prefill_intensity", "ridge_point",
            "ring_allreduce_bytes", "scaling_efficiency", "share_of_idle", "tokens_per_step", "young_interval"]

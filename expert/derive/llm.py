@@ -14,6 +14,7 @@ from .derivation import (
     GPU_COUNT_POSSIBLE,
     LLM_DECODE,
     LLM_DECODE_PER_GPU,
+    LLM_PREFILL,
     MBU_SOURCE,
     Derivation,
     Gate,
@@ -51,6 +52,15 @@ PREFILL_OR_FORWARD = Gate("inference outside token decode (prompt prefill, or th
     either([fact_test("phase", eq="prefill"), fact_test("phase", known=False)])]))
 SERVING = Gate("an inference service (or a job whose kind is not given): only serving holds a KV cache",
                either([fact_test("workload", eq="inference"), fact_test("workload", known=False)]))
+PREFILL_QUEUE_MEASURED = Gate("LLM prompt prefill whose queueing is measured and under 90 % of the time to first "
+                              "token (the rest is the prefill)", all_of([
+                                  LLM_PREFILL.on_static(), fact_test("ttft_queue_share", lt=0.9)]))
+PREFILL_UNQUEUED = Gate("LLM prompt prefill with no request waiting (requests_waiting 0) and the queue time not "
+                        "given: the time to first token is the prefill's", all_of([
+                            LLM_PREFILL.on_static(), fact_test("requests_waiting", eq=0),
+                            fact_test("ttft_queue_ms", known=False)]))
+LLM_PREFILL_PER_GPU = Gate(f"{LLM_PREFILL.description}, whose GPUs are known (num_gpus or the parallel sizes given, "
+                           "or the weights fit one GPU)", all_of([LLM_PREFILL.on_static(), GPU_COUNT_POSSIBLE]))
 OPTIMIZER_ON_GPU = Gate("a training job whose optimizer states stay on the GPU (not offloaded, or not said)",
                         all_of([fact_test("workload", eq="training"), either([
                             fact_test("optimizer_offload", eq="no"), fact_test("optimizer_offload", known=False)])]))
@@ -131,6 +141,9 @@ _TENSOR_CORE_SHAPES = ("NVIDIA Deep Learning Performance Guide, Matrix Multiplic
                        "Requirements: GEMM dimensions in multiples of 16 bytes, and 64 or 128 bytes for the best "
                        "efficiency on A100 and later)")
 _SLO = "serving SLOs on time to first token and time per output token (vLLM / SGLang serving metrics)"
+_PREFILL_STEP = ("a prefill runs every token of its prompts through the model in one forward step, reading each "
+                 "weight once (kipply, Transformer inference arithmetic, https://kipp.ly/transformer-inference-"
+                 "arithmetic/); the time to first token is queueing plus that prefill")
 
 
 def _hbm_bytes(f: Facts, kb: KnowledgeBase) -> tuple[float, dict[str, Value]]:
@@ -161,6 +174,13 @@ def _forward_tflops(f: Facts, kb: KnowledgeBase) -> Result:
                   {"FLOPs per token": per_token, "params used": params})
 
 
+def _prefill_tflops(f: Facts, kb: KnowledgeBase) -> Result:
+    params = params_streamed(f)
+    per_token = inference_flops_per_token(params)
+    return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), decode_gpus(f)),
+                  {"FLOPs per token": per_token, "params used": params})
+
+
 def _decode_rate(f: Facts, kb: KnowledgeBase) -> Result:
     value = num(f, "batch_size") * 1000.0 / num(f, "tpot_ms")
     note = ("a TPOT at a tail percentile (p90, p99) is longer than the typical decode step, so the rate is then a "
@@ -170,6 +190,34 @@ def _decode_rate(f: Facts, kb: KnowledgeBase) -> Result:
                  "them (tensor or pipeline parallel): "
                  "data-parallel replicas would each add this rate")
     return Result(value, {"decode steps per second": round(1000.0 / num(f, "tpot_ms"), 3)}, note)
+
+
+def _prefill_rate(queue_known: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def rate(f: Facts, kb: KnowledgeBase) -> Result:
+        tokens = num(f, "prompt_tokens") * num(f, "batch_size")
+        prefill_ms = num(f, "ttft_ms") - (num(f, "ttft_queue_ms") if queue_known else 0.0)
+        note = ("the time to first token also holds tokenizing, scheduling and the first token's sampling, so the "
+                "rate is a lower bound")
+        if decode_gpus(f) != 1:
+            note += "; the GPUs taken as one model sharded across them (tensor or pipeline parallel)"
+        return Result(tokens * 1000.0 / prefill_ms, {"tokens per prefill": tokens,
+                                                     "prefill time (ms)": round(prefill_ms, 3)}, note)
+
+    return rate
+
+
+def _prefill_bandwidth(f: Facts, kb: KnowledgeBase) -> Result:
+    gpus = decode_gpus(f)
+    weights = num(f, "model_params") * num(f, "bytes_per_weight")
+    prefills_per_s = num(f, "tokens_per_s") / (num(f, "prompt_tokens") * num(f, "batch_size"))
+    achieved = weights * prefills_per_s / 1e9 / gpus
+    result = clamp_fraction(achieved / num(f, "peak_bandwidth"), "derived prefill bandwidth utilization")
+    figures: dict[str, Value] = {"achieved GB/s (weights only)": round(achieved, 1)}
+    if gpus != 1:
+        figures["GPUs sharing the weights"] = gpus
+    note = ("the weights' bytes only (every expert's, for a mixture of experts): the activations and the KV cache a "
+            "prefill writes add to them, so a lower bound")
+    return Result(result.value, figures, "; ".join(n for n in (result.note, note) if n))
 
 
 def _kv_cache(f: Facts, kb: KnowledgeBase) -> Result:
@@ -327,6 +375,19 @@ LLM_RATES: tuple[Derivation, ...] = (
     Derivation("tokens_per_s", ("phase", "tpot_ms", "batch_size"),
                "batch_size · 1000 / tpot_ms (a decode step gives each of its batch_size sequences one token)",
                f"{_DECODE_STEP}; {_SLO}", _decode_rate, gate=LLM_DECODE, optional=DECODE_GPU_FACTS),
+    Derivation("ttft_queue_share", ("ttft_queue_ms", "ttft_ms"), "ttft_queue_ms / ttft_ms (at most 1)",
+               "vLLM metrics (vllm:request_queue_time_seconds: time in the WAITING phase, part of the time to first "
+               "token with the prefill)",
+               lambda f, kb: clamp_fraction(num(f, "ttft_queue_ms") / num(f, "ttft_ms"), "queue share of TTFT")),
+    Derivation("tokens_per_s", ("phase", "prompt_tokens", "batch_size", "ttft_ms", "ttft_queue_ms"),
+               "prompt_tokens · batch_size · 1000 / (ttft_ms − ttft_queue_ms) (a prefill runs its batch_size "
+               "prompts at once; the first token's time less its queueing)",
+               f"{_PREFILL_STEP}; {_SLO}", _prefill_rate(True), gate=PREFILL_QUEUE_MEASURED,
+               optional=DECODE_GPU_FACTS),
+    Derivation("tokens_per_s", ("phase", "prompt_tokens", "batch_size", "ttft_ms"),
+               "prompt_tokens · batch_size · 1000 / ttft_ms (a prefill runs its batch_size prompts at once; no "
+               "request waits, so the first token's time is the prefill's)",
+               f"{_PREFILL_STEP}; {_SLO}", _prefill_rate(False), gate=PREFILL_UNQUEUED, optional=DECODE_GPU_FACTS),
     Derivation("achieved_tflops", ("workload", "model_params", "tokens_per_s", "num_gpus", "num_layers",
                                    "hidden_size", "seq_len"),
                "(6·N + 12·L·H·Q·T) · tokens_per_s / num_gpus / 1e12 (N: active parameters when given; 4·N + "
@@ -374,6 +435,11 @@ LLM_RATES: tuple[Derivation, ...] = (
                "definition (every weight is resident for the step: params x bytes per element); Pope et al. 2022, "
                "arXiv:2211.05102 §2 (weights are sharded at best evenly over the chips)",
                _weights_to_hbm, gate=SERVING_MEMORY_PER_GPU, optional=DECODE_GPU_FACTS),
+    Derivation("achieved_tflops", ("phase", "model_params", "tokens_per_s"),
+               "2·N · tokens_per_s / GPUs / 1e12 (LLM prefill, forward only; N: active parameters when given; GPUs: "
+               "num_gpus, else tensor × pipeline parallel size, else 1)",
+               _KAPLAN, _prefill_tflops, gate=LLM_PREFILL_PER_GPU, substitutes=ACTIVE_PARAMS,
+               optional=DECODE_GPU_FACTS),
 )
 
 
@@ -389,6 +455,13 @@ MODEL_SHAPE: tuple[Derivation, ...] = (
                _TENSOR_CORE_SHAPES, _vocab_alignment),
 )
 LLM_DECODE_UTIL = (
+    Derivation("mem_bw_util", ("phase", "tokens_per_s", "prompt_tokens", "batch_size", "model_params",
+                               "bytes_per_weight", "peak_bandwidth"),
+               "model_params · bytes_per_weight · tokens_per_s / (prompt_tokens · batch_size) / GPUs / "
+               "peak_bandwidth (LLM prefill: the weights read once a prefill; GPUs: num_gpus, else tensor × "
+               "pipeline parallel size, else 1)",
+               f"{_PREFILL_STEP}; " + MBU_SOURCE, _prefill_bandwidth, gate=LLM_PREFILL_PER_GPU,
+               optional=DECODE_GPU_FACTS),
     Derivation("mem_bw_util", ("phase", "tokens_per_s", "decode_bytes_per_token", "peak_bandwidth"),
                "tokens_per_s · decode_bytes_per_token / num_gpus / peak_bandwidth "
                "(weights + KV cache; num_gpus, else tensor × pipeline parallel size, else 1)",
@@ -417,10 +490,6 @@ LLM_DECODE_IN_TURNS = (
 LLM_SERVING_HOST_MEMORY: tuple[Derivation, ...] = (
     Derivation("ttft_over_target", ("ttft_ms", "ttft_target_ms"), "ttft_ms / ttft_target_ms", _SLO,
                lambda f, kb: Result(num(f, "ttft_ms") / num(f, "ttft_target_ms"))),
-    Derivation("ttft_queue_share", ("ttft_queue_ms", "ttft_ms"), "ttft_queue_ms / ttft_ms (at most 1)",
-               "vLLM metrics (vllm:request_queue_time_seconds: time in the WAITING phase, part of the time to first "
-               "token with the prefill)",
-               lambda f, kb: clamp_fraction(num(f, "ttft_queue_ms") / num(f, "ttft_ms"), "queue share of TTFT")),
     Derivation("tpot_over_target", ("tpot_ms", "tpot_target_ms"), "tpot_ms / tpot_target_ms", _SLO,
                lambda f, kb: Result(num(f, "tpot_ms") / num(f, "tpot_target_ms"))),
     Derivation("itl_tail_ratio", ("itl_p99_ms", "itl_median_ms"), "itl_p99_ms / itl_median_ms",

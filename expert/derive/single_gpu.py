@@ -12,6 +12,7 @@ from .derivation import (
     DECODE_GPU_FACTS,
     LLM_DECODE,
     LLM_DECODE_PER_GPU,
+    LLM_PREFILL,
     MBU_SOURCE,
     Derivation,
     Gate,
@@ -41,6 +42,7 @@ from .formulas import (
     io_overhead,
     iron_law,
     mfu,
+    prefill_intensity,
     ridge_point,
     share_of_idle,
 )
@@ -110,6 +112,38 @@ def _decode_ai(f: Facts, kb: KnowledgeBase) -> Result:
     b = num(f, "bytes_per_weight")
     return Result(decode_intensity(int(num(f, "batch_size")), b), {"bytes per weight": b},
                   "short-context approximation: KV-cache reads would lower it further")
+
+
+def _active_share(f: Facts) -> tuple[float, dict[str, Value]]:
+    """A mixture of experts' active parameters over all of them (1 for a dense model), with the figure recorded."""
+    if "active_params" not in f or "model_params" not in f:
+        return 1.0, {}
+    share = min(1.0, num(f, "active_params") / num(f, "model_params"))
+    return share, {"active share of the parameters (every expert read)": round(share, 4)}
+
+
+_PREFILL_NOTE = ("weights only: the activations and the KV cache a prefill writes add bytes, a few percent at the "
+                 "ridge point and more on long prompts, which stay above it")
+
+
+def _prefill_ai(batch_known: bool) -> Callable[[Facts, KnowledgeBase], Result]:
+    def intensity(f: Facts, kb: KnowledgeBase) -> Result:
+        b = num(f, "bytes_per_weight")
+        prompts = int(num(f, "batch_size")) if batch_known else 1
+        share, figures = _active_share(f)
+        tokens = int(num(f, "prompt_tokens")) * prompts
+        note = _PREFILL_NOTE if batch_known else (
+            f"one prompt's prefill (batch_size not given): prompts prefilled together only raise it; {_PREFILL_NOTE}")
+        return Result(prefill_intensity(tokens, b, share), {"bytes per weight": b, "tokens per prefill": tokens,
+                                                            **figures}, note)
+
+    return intensity
+
+
+def _prompt_to_ridge(f: Facts, kb: KnowledgeBase) -> Result:
+    share, figures = _active_share(f)
+    value = prefill_intensity(int(num(f, "prompt_tokens")), num(f, "bytes_per_weight"), share)
+    return Result(value / num(f, "ridge_point"), figures)
 
 
 def _batch_to_ridge(f: Facts, kb: KnowledgeBase) -> Result:
@@ -250,6 +284,21 @@ PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
     Derivation("arithmetic_intensity", ("phase", "batch_size", "bytes_per_weight"),
                "2 · batch_size / bytes_per_weight (LLM decode)",
                "LLM decode: I ≈ 2B/b_w at short context; " + _KIPPLY, _decode_ai, gate=LLM_DECODE),
+    Derivation("prompt_to_ridge", ("phase", "prompt_tokens", "bytes_per_weight", "ridge_point"),
+               "2 · prompt_tokens / bytes_per_weight (× active_params / model_params) / ridge_point (one prompt's "
+               "prefill)", "LLM prefill: I ≈ 2T/b_w, T the tokens of the prefill; " + _KIPPLY, _prompt_to_ridge,
+               gate=LLM_PREFILL, optional=("model_params", "active_params")),
+    Derivation("arithmetic_intensity", ("phase", "prompt_tokens", "batch_size", "bytes_per_weight"),
+               "2 · prompt_tokens · batch_size / bytes_per_weight (× active_params / model_params) (LLM prefill)",
+               "LLM prefill: I ≈ 2T/b_w, T the tokens of the prefill; " + _KIPPLY, _prefill_ai(True),
+               gate=LLM_PREFILL, optional=("model_params", "active_params")),
+    Derivation("arithmetic_intensity", ("phase", "prompt_tokens", "bytes_per_weight"),
+               "2 · prompt_tokens / bytes_per_weight (× active_params / model_params) (LLM prefill of one prompt, "
+               "where that alone is past the ridge point: more prompts at once only raise it)",
+               "LLM prefill: I ≈ 2T/b_w, T the tokens of the prefill; " + _KIPPLY, _prefill_ai(False),
+               gate=Gate("LLM prompt prefill where one prompt alone is past the ridge point (prompt_to_ridge ≥ 1)",
+                         all_of([LLM_PREFILL.on_static(), fact_test("prompt_to_ridge", ge=1.0)])),
+               optional=("model_params", "active_params")),
     Derivation("intensity_to_ridge", ("arithmetic_intensity", "ridge_point"), "arithmetic_intensity / ridge_point",
                _ROOFLINE, lambda f, kb: Result(num(f, "arithmetic_intensity") / num(f, "ridge_point"))),
     Derivation("batch_to_ridge", ("batch_size", "bytes_per_weight", "ridge_point"),
