@@ -52,14 +52,30 @@ def _enum(names: list[str]) -> JsonSchema:
     return {"type": "string", "enum": names}
 
 
+_REGEX_SYNTAX = frozenset("^$\\.*+?()[]{}|/")  # escaped in a pattern; any other character stands for itself
+
+
+def _any_case(words: list[str]) -> str:
+    """A regular expression (ECMA 262, no flags) matching exactly one of `words` in any mix of cases."""
+    def one(word: str) -> str:
+        return "".join(f"[{c.lower()}{c.upper()}]" if c.lower() != c.upper()
+                       else f"\\{c}" if c in _REGEX_SYNTAX else c for c in word)
+
+    return "^(?:" + "|".join(one(word) for word in words) + ")$"
+
+
 def _fact_value(spec: FactSpec, kb: KnowledgeBase) -> JsonSchema:
     """What an observation of one fact may look like (values are normalised by the library, so this is lenient)."""
     described = f"{spec.description} Accepts {spec.range_text()}."
     if spec.type == "enum":
-        choices: list[object] = [*(spec.choices or []), "unknown", *spec.aliases]
+        words = [*(spec.choices or []), "unknown", *spec.aliases]
+        choices: list[object] = list(words)
         if set(spec.choices or []) == {"yes", "no"}:  # YAML reads a bare yes/no as a boolean, which `convert` takes
             choices += [True, False]
-        return {"description": described, "enum": choices}
+        # the library matches the words in any case (RoCE, BF16): the enum lists them for completion, the pattern
+        # accepts the other cases
+        return {"description": described, "anyOf": [{"enum": choices},
+                                                     {"type": "string", "pattern": _any_case(words)}]}
     if spec.type == "hardware":
         return {"description": described, "type": "string", "examples": kb.part_ids()}
     if spec.type == "text":

@@ -114,6 +114,21 @@ def test_observations_schema_takes_the_aliases_of_a_choice() -> None:
     assert list(check.iter_errors({"dtype": "amp"}))  # no alias: refused, as the library refuses it
 
 
+def test_observations_schema_takes_a_choice_in_any_case_as_the_library_does() -> None:
+    check = validator("observations")
+    given = {"interconnect": "RoCE", "dtype": "BF16", "workload": "Training", "phase": "Prompt Processing",
+             "activation_recompute": "Selective"}
+    check.validate(given)
+    from expert.observations.normalise import normalise
+
+    normalised = normalise(expert.default_expert().kb, given)
+    assert {name: o.value for name, o in normalised.facts.items()} == {
+        "interconnect": "ethernet", "dtype": "bf16", "workload": "training", "phase": "prefill",
+        "activation_recompute": "yes"}
+    assert list(check.iter_errors({"interconnect": "RoCE2"}))
+    assert list(check.iter_errors({"dtype": "bf16 "}))  # the pattern is whole words: no padding
+
+
 def test_observation_entries_are_value_source_detail() -> None:
     entry = {"value": "62%", "source": "nvidia-smi", "detail": {"samples": 6, "method": "mean"}}
     assert errors("observations", {"observations": {"gpu_util": entry}}) == []
