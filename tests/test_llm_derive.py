@@ -134,6 +134,19 @@ def test_prefill_intensity_from_the_prompt_length() -> None:
     assert decode["arithmetic_intensity"] == approx(4.0) and "prompt_to_ridge" not in decode
 
 
+def test_decode_intensity_counts_the_kv_cache_when_its_shape_is_given() -> None:
+    """A decode step reads every weight once and each sequence's KV cache: 8B in bf16 at batch 512 with 512-token
+    contexts does 2 x 8e9 x 512 FLOPs over 16 GB of weights and 2 x 32 x 8 x 128 x 512 x 2 x 512 = 34.4 GB of KV
+    cache; without the cache's shape, the weights alone (2 x 512 / 2)."""
+    base = dict(workload="inference", phase="decode", hardware="h100-sxm", dtype="bf16", model_params="8B",
+                batch_size=512)
+    kv = 2 * 32 * 8 * 128 * 512 * 2 * 512
+    shaped = _derived(**base, num_layers=32, num_kv_heads=8, head_dim=128, context_len=512)
+    assert shaped["arithmetic_intensity"] == approx(2 * 8e9 * 512 / (16e9 + kv))
+    assert shaped["arithmetic_intensity"] < shaped["ridge_point"] < 512
+    assert _derived(**base)["arithmetic_intensity"] == approx(512.0)
+
+
 def test_prefill_rate_bandwidth_and_mfu_from_the_time_to_first_token() -> None:
     """With no request waiting, the time to first token is the prefill's: 64 tokens in 40 ms on an 8B bf16 model is
     1,600 tokens/s, 25 prefills a second reading 16 GB each (400 GB/s, 0.119 of 3,350) and 25.6 TFLOP/s; a measured

@@ -41,6 +41,7 @@ from .formulas import (
     dispatch_share,
     io_overhead,
     iron_law,
+    kv_cache_bytes,
     mfu,
     prefill_intensity,
     ridge_point,
@@ -112,6 +113,18 @@ def _decode_ai(f: Facts, kb: KnowledgeBase) -> Result:
     b = num(f, "bytes_per_weight")
     return Result(decode_intensity(int(num(f, "batch_size")), b), {"bytes per weight": b},
                   "short-context approximation: KV-cache reads would lower it further")
+
+
+def _decode_ai_with_kv(f: Facts, kb: KnowledgeBase) -> Result:
+    b = num(f, "bytes_per_weight")
+    params = params_streamed(f)
+    batch = int(num(f, "batch_size"))
+    element = kb.dtype_bytes(str(f["dtype"]))
+    kv = kv_cache_bytes(int(num(f, "num_layers")), int(num(f, "num_kv_heads")), int(num(f, "head_dim")),
+                        int(num(f, "context_len")), element, batch)
+    notes = ["KV cache stored in the model's dtype", *decode_bytes_left_out(f, kv_counted=True)]
+    return Result(2.0 * params * batch / (params * b + kv), {"bytes per weight": b, "KV cache bytes per step": kv,
+                                                            "params used": params}, "; ".join(notes))
 
 
 def _active_share(f: Facts) -> tuple[float, dict[str, Value]]:
@@ -281,6 +294,12 @@ PEAKS_AND_ROOFLINE: tuple[Derivation, ...] = (
                lambda f, kb: Result(ridge_point(num(f, "peak_tflops"), num(f, "peak_bandwidth")))),
     Derivation("arithmetic_intensity", ("flops", "bytes_moved"), "flops / bytes_moved", _ROOFLINE,
                lambda f, kb: Result(arithmetic_intensity(num(f, "flops"), num(f, "bytes_moved")))),
+    Derivation("arithmetic_intensity", ("phase", "batch_size", "bytes_per_weight", "model_params", "num_layers",
+                                        "num_kv_heads", "head_dim", "context_len", "dtype"),
+               "2 · N · batch_size / (N · bytes_per_weight + KV cache bytes of the batch) (LLM decode, each step "
+               "reading every weight once and every sequence's KV cache; N: active parameters when given)",
+               "LLM decode: I = FLOPs over bytes a step; " + _KIPPLY, _decode_ai_with_kv, gate=LLM_DECODE,
+               substitutes=ACTIVE_PARAMS),
     Derivation("arithmetic_intensity", ("phase", "batch_size", "bytes_per_weight"),
                "2 · batch_size / bytes_per_weight (LLM decode)",
                "LLM decode: I ≈ 2B/b_w at short context; " + _KIPPLY, _decode_ai, gate=LLM_DECODE),
