@@ -84,7 +84,29 @@ def test_a_family_name_resolves_to_its_declared_default_and_says_so(name: str, e
         assert other in found.note
 
 
-@pytest.mark.parametrize("name", ["h1000", "nvidia", "", "   ", "RTX 2080 Ti", "H100 SXM 94GB", "gaudi"])
+@pytest.mark.parametrize(("name", "expected", "note"), [
+    # a family name with the size: the default where it has that much memory, with the family's note
+    ("H100 80GB", "h100-sxm", "H100 80GB -> h100-sxm (the most common variant; say --set hardware=h100-pcie"),
+    ("V100 32GB", "v100-sxm2", "V100 32GB -> v100-sxm2 ("),
+    ("NVIDIA A100 80GB HBM2e", "a100-sxm-80gb", "NVIDIA A100 80GB HBM2e -> a100-sxm-80gb ("),
+    # else the family's one part that has it
+    ("A100 40GB PCIe", "a100-40gb", "A100 40GB PCIe -> a100-40gb (the 40 GB part of the a100-pcie family)"),
+    ("H100 94GB", "h100-nvl", "H100 94GB -> h100-nvl (the 94 GB part of the h100 family)"),
+    # a headline size within a tenth of the catalog's, which the note gives
+    ("B200 192GB", "b200", "B200 192GB -> b200 (the catalog lists 180 GB)"),
+    # an id or alias with its own size is no assumption
+    ("A100 80 GB", "a100-sxm-80gb", None),
+    ("MI300X 192GB", "mi300x", None),
+])
+def test_a_name_with_its_memory_size_resolves_to_the_part_with_that_memory(name: str, expected: str,
+                                                                             note: str | None) -> None:
+    found = KB.hardware_resolution(name)
+    assert found is not None and found.id == expected
+    assert found.note is None if note is None else (found.note or "").startswith(note)
+
+
+@pytest.mark.parametrize("name", ["h1000", "nvidia", "", "   ", "RTX 2080 Ti", "H100 SXM 94GB", "gaudi",
+                                  "V100 16GB", "H100 40GB", "RTX 2080 Ti 11GB"])
 def test_names_the_catalog_lacks_do_not_resolve(name: str) -> None:
     assert KB.hardware_resolution(name) is None  # never the nearest-looking entry
 

@@ -5,6 +5,7 @@ so `expert.kb.knowledge` stays the one import path for knowledge-base types."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -59,6 +60,9 @@ from .catalogs import (
 )
 from .checks import check_hardware_names, check_references
 from .mig import mig_entries
+
+# a memory size in a device name, with the memory type after it when given: "80GB", "40 GB", "32GB HBM2", "24GiB"
+_MEMORY_SIZE = re.compile(r"(?<![0-9a-z.])(\d+(?:\.\d+)?)\s*gi?b(?:\s*(?:hbm\d?e?|gddr\d+x?))?(?![0-9a-z])")
 
 
 class KnowledgeBase:
@@ -195,7 +199,40 @@ class KnowledgeBase:
                 note = f"{name.strip()} -> {family.default} ({family.why}{others})"
                 return HardwareResolution(family.default, family_name, note)
         hw_id = loose.get(key)
-        return HardwareResolution(hw_id) if hw_id is not None else None
+        if hw_id is not None:
+            return HardwareResolution(hw_id)
+        return self._sized_resolution(name)
+
+    def _sized_resolution(self, name: str) -> HardwareResolution | None:
+        """A name with its memory size in it ("H100 80GB", "A100 40GB PCIe", "V100 32GB HBM2"): the name without the
+        size resolved, then held to the size. A family's default that has that much memory stays its answer (with the
+        family's note); else its one variant that has it; a size that no candidate has resolves to nothing (never
+        the nearest-looking entry)."""
+        sized = _MEMORY_SIZE.search(name.casefold())
+        if sized is None:
+            return None
+        gb = float(sized.group(1))
+        found = self.hardware_resolution(name.casefold()[:sized.start()] + " " + name.casefold()[sized.end():])
+        if found is None:
+            return None
+        family = self.hardware_families.get(found.family) if found.family is not None else None
+        candidates = [family.default, *family.variants] if family is not None else [found.id]
+        sizes = {hw_id: self.hardware[hw_id].memory_gb for hw_id in candidates}
+        fitting = [hw_id for hw_id, size in sizes.items() if size == gb] or [
+            hw_id for hw_id, size in sizes.items() if size is not None and abs(size - gb) <= 0.1 * gb]
+        if not fitting:  # within a tenth: a headline size (B200's 192 GB) beside the size the catalog lists (180)
+            return None
+        hw_id = found.id if found.id in fitting else fitting[0]
+        listed = sizes[hw_id]
+        other_size = f"; the catalog lists {listed:g} GB" if listed != gb else ""
+        if hw_id == found.id and family is not None:
+            note = f"{name.strip()} -> {hw_id}" + (found.note or "").partition(" -> " + hw_id)[2]
+            return HardwareResolution(hw_id, found.family, note[:-1] + other_size + ")" if other_size else note)
+        if hw_id == found.id:
+            return HardwareResolution(hw_id, None, f"{name.strip()} -> {hw_id} ({other_size[2:]})" if other_size
+                                      else None)
+        return HardwareResolution(hw_id, found.family, f"{name.strip()} -> {hw_id} (the {gb:g} GB part of the "
+                                                       f"{found.family} family{other_size})")
 
     def close_hardware(self, name: str, n: int = 3, cutoff: float = 0.5) -> list[str]:
         """The ids whose id or alias reads most like `name`, matched as names are (`hardware_key`), for "did you
