@@ -49,6 +49,11 @@ def _one(name: str, raw: Any) -> Any:
     ("achieved_tflops", "0.41 PFLOP/s", 410.0),
     ("batch_size", "32", 32),
     ("batch_size", 32.0, 32),
+    ("context_len", "8k", 8192),  # token lengths count k as 1,024, as context windows do
+    ("context_len", "128K", 131072),
+    ("prompt_tokens", "2K tokens", 2048),
+    ("seq_len", "4096 tokens", 4096),
+    ("seq_len", "1.5k", 1536),
     ("hardware", "NVIDIA H100 80GB HBM3", "h100-sxm"),
     ("hardware", "H100-SXM", "h100-sxm"),
     ("hardware", "Tesla V100-SXM2-16GB", "v100-sxm2"),
