@@ -157,6 +157,8 @@ def test_prefill_rate_bandwidth_and_mfu_from_the_time_to_first_token() -> None:
     assert unqueued["tokens_per_s"] == approx(1600.0)
     assert unqueued["mem_bw_util"] == approx(16e9 * 25 / 3.35e12)
     assert unqueued["achieved_tflops"] == approx(25.6)
+    # what removing launch and host overhead can reach: at most the part of the prefill not reading the weights
+    assert unqueued["overhead_reach_frac"] == approx(1 - unqueued["mem_bw_util"])
     assert _derived(**base, ttft_queue_ms="30 ms")["tokens_per_s"] == approx(6400.0)  # a 10 ms prefill
     assert "tokens_per_s" not in _derived(**base, requests_waiting=5)
     assert "tokens_per_s" not in _derived(**base, ttft_queue_ms="39 ms")  # 97.5 % queued: too little left to time

@@ -397,6 +397,9 @@ def _reach(name: str, kernel_share: str, measured: str, unmeasured: str,
 _DECODE_STREAMS = ("Pope et al. 2022, arXiv:2211.05102 (a decode step reads every weight and the KV cache once); "
                    "seed Table 3 (fusion in the memory-bound and latency-bound rows: fewer DRAM round trips and "
                    "launches)")
+_PREFILL_STREAMS = ("kipply, Transformer inference arithmetic (https://kipp.ly/transformer-inference-arithmetic/) (a "
+                    "prefill reads every weight once for all its tokens); seed, the iron law T = D/BW + O/(R·η) + L "
+                    "(the L term is at most what the D/BW term leaves of the step)")
 _DECODE_FUSIBLE: tuple[Derivation, ...] = (
     Derivation("fusible_frac", ("overhead_reach_frac",), "overhead_reach_frac (LLM decode: the launches fusion saves; "
                "the weights and the KV cache it streams are not fusible)", _DECODE_STREAMS,
@@ -500,6 +503,9 @@ IRON_LAW: tuple[Derivation, ...] = (
                "term not measured: at most the part of the step not streaming the weights; one sequence's KV cache is "
                "small beside them)", _DECODE_STREAMS,
                _rest_of_data, gate=_ONE_SEQUENCE_DECODE),
+    Derivation("overhead_reach_frac", ("share_data", "prompt_tokens"), "1 − share_data (LLM prefill, the L term not "
+               "measured: at most the part of the step not reading the weights)", _PREFILL_STREAMS, _rest_of_data,
+               gate=LLM_PREFILL),
     Derivation("overhead_reach_frac", ("share_data",), "1 − share_data (LLM decode, the L term not measured: at most "
                "the part of the step not moving device memory; its bytes were measured, the KV cache's with them)",
                _DECODE_STREAMS, _rest_of_data,
