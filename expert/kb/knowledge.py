@@ -206,8 +206,9 @@ class KnowledgeBase:
     def _sized_resolution(self, name: str) -> HardwareResolution | None:
         """A name with its memory size in it ("H100 80GB", "A100 40GB PCIe", "V100 32GB HBM2"): the name without the
         size resolved, then held to the size. A family's default that has that much memory stays its answer (with the
-        family's note); else its one variant that has it; a size that no candidate has resolves to nothing (never
-        the nearest-looking entry)."""
+        family's note); else the first of its variants that has it; a size within a tenth of the listed one (B200's
+        headline 192 GB beside the 180 the catalog lists) is that size, noted; a size no candidate has resolves to
+        nothing (never the nearest-looking entry)."""
         sized = _MEMORY_SIZE.search(name.casefold())
         if sized is None:
             return None
@@ -220,7 +221,7 @@ class KnowledgeBase:
         sizes = {hw_id: self.hardware[hw_id].memory_gb for hw_id in candidates}
         fitting = [hw_id for hw_id, size in sizes.items() if size == gb] or [
             hw_id for hw_id, size in sizes.items() if size is not None and abs(size - gb) <= 0.1 * gb]
-        if not fitting:  # within a tenth: a headline size (B200's 192 GB) beside the size the catalog lists (180)
+        if not fitting:
             return None
         hw_id = found.id if found.id in fitting else fitting[0]
         listed = sizes[hw_id]
