@@ -168,13 +168,8 @@ def _train_tflops(with_attention: bool) -> Callable[[Facts, KnowledgeBase], Resu
 
 
 def _forward_tflops(f: Facts, kb: KnowledgeBase) -> Result:
-    params = params_streamed(f)
-    per_token = inference_flops_per_token(params)
-    return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), int(num(f, "num_gpus"))),
-                  {"FLOPs per token": per_token, "params used": params})
-
-
-def _prefill_tflops(f: Facts, kb: KnowledgeBase) -> Result:
+    """2·N FLOPs a forward token over the GPUs: num_gpus (an input of the general way; the prefill's way reads it
+    when given, else the tensor × pipeline parallel size, else 1)."""
     params = params_streamed(f)
     per_token = inference_flops_per_token(params)
     return Result(per_gpu_tflops(per_token, num(f, "tokens_per_s"), decode_gpus(f)),
@@ -438,7 +433,7 @@ LLM_RATES: tuple[Derivation, ...] = (
     Derivation("achieved_tflops", ("phase", "model_params", "tokens_per_s"),
                "2·N · tokens_per_s / GPUs / 1e12 (LLM prefill, forward only; N: active parameters when given; GPUs: "
                "num_gpus, else tensor × pipeline parallel size, else 1)",
-               _KAPLAN, _prefill_tflops, gate=LLM_PREFILL_PER_GPU, substitutes=ACTIVE_PARAMS,
+               _KAPLAN, _forward_tflops, gate=LLM_PREFILL_PER_GPU, substitutes=ACTIVE_PARAMS,
                optional=DECODE_GPU_FACTS),
 )
 
