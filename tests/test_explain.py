@@ -210,6 +210,26 @@ def test_why_of_something_not_concluded_or_unknown() -> None:
     assert not example("partial").why("verdict").concluded
 
 
+def test_why_not_an_optimization_outside_the_workload_or_already_applied_says_so() -> None:
+    decode = {"hardware": "a10g", "dtype": "fp16", "phase": "decode", "model_params": 1.55e9, "batch_size": 1,
+              "tokens_per_s": 60}
+    r = EXPERT.diagnose({**decode, "workload": "inference"})
+    assert r.bottleneck == "memory"
+    # the memory table rules DDP's search out, but a service is never offered it nor told it is wasted
+    assert "ddp_static_graph" not in {w.id for w in r.wasted}
+    wn = r.why_not("ddp_static_graph")
+    assert not wn.concluded and wn.wasted_for_verdict is False
+    assert wn.summary.startswith("ddp_static_graph does not apply to an inference service")
+    # with the workload unknown it applies, and the table's waste stands
+    wn = EXPERT.diagnose(decode).why_not("ddp_static_graph")
+    assert wn.wasted_for_verdict is True and "memory-bound" in wn.summary
+    starved = {"workload": "training", "hardware": "a100", "dtype": "bf16", "gpu_util": 0.3, "data_wait_s": 0.5,
+               "step_time_s": 1.0}
+    assert "pin_memory" in {x.id for x in EXPERT.diagnose(starved).recommended}
+    wn = EXPERT.diagnose({**starved, "applied_optimizations": "pin_memory"}).why_not("pin_memory")
+    assert not wn.concluded and wn.summary.startswith("pin_memory is already applied (applied_optimizations, from")
+
+
 def test_why_not_compute_on_a_starved_step_names_the_failed_thresholds() -> None:
     r = example("starved")
     wn = r.why_not("compute")

@@ -98,6 +98,10 @@ def test_docs_show_the_number_and_the_name(kb: KnowledgeBase) -> None:
     ("acts_on: [h2d_copy_frac", "acts_on: [h2d_copy_share", "acts_on: unknown fact 'h2d_copy_share'"),
     ("data_term_speedup: lower_precision_bytes_ratio", "data_term_speedup: lower_bytes_ratio",
      "data_term_speedup: unknown fact 'lower_bytes_ratio'"),
+    # worded for a workload its own `workloads` leaves out (quantization: for_workload training and inference)
+    ("so each step moves fewer bytes.\n    for_workload:",
+     "so each step moves fewer bytes.\n    workloads: [inference]\n    for_workload:",
+     "for_workload words it for training, which `workloads` leaves out"),
 ])
 def test_an_optimization_naming_an_unknown_fact_is_refused(tmp_path: Path, old: str, new: str, message: str) -> None:
     import shutil

@@ -56,6 +56,20 @@ def test_wasted_is_never_recommended(obs: dict[str, Any]) -> None:
 
 
 @SETTINGS
+@given(rich_observations())
+def test_no_optimization_outside_the_workload_is_offered_or_ruled_out(obs: dict[str, Any]) -> None:
+    """optimizations.yaml `workloads`: a training job is never offered a KV cache, a service never DDP settings;
+    both lists drop them, and with the workload unknown every optimization may appear."""
+    report = DURABLE.diagnose(obs)
+    workload = report.observations.get("workload")
+    if workload is None:
+        return
+    listed = {r.id for r in report.recommended} | {w.id for w in report.wasted}
+    outside = {o.id for o in DURABLE.kb.optimizations.values() if o.workloads and workload.value not in o.workloads}
+    assert not listed & outside, (workload.value, listed & outside)
+
+
+@SETTINGS
 @given(rich_observations(), st.randoms(use_true_random=False))
 def test_key_order_never_changes_the_report(obs: dict[str, Any], rnd: Any) -> None:
     items = list(obs.items())

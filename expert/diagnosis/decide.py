@@ -61,6 +61,7 @@ class _Conclusions:
     caps: tuple[tuple[str, int, frozenset[str]], ...]  # (finding, strength value it caps at, conflict facts) per cap
     weakest: int  # the weakest strength's value: a suspicion
     table_lists: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]  # regime -> (its table's wasted, effective ids)
+    outside: dict[str, frozenset[str]]  # workload -> the optimizations that do not apply to it (optimizations.yaml)
 
 
 def _build(ruleset: RuleSet) -> _Conclusions:
@@ -89,6 +90,8 @@ def _build(ruleset: RuleSet) -> _Conclusions:
         weakest=min(regimes.strengths.values()),
         table_lists={regime: (tuple(entry.id for entry in table.wasted), tuple(table.effective))
                      for regime, (_, table) in ruleset.tables.items()},
+        outside={workload: frozenset(o.id for o in kb.optimizations.values() if o.workloads
+                                     and workload not in o.workloads) for workload in ("training", "inference")},
     )
 
 
@@ -282,6 +285,10 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
             proposed.setdefault(opt, []).append(from_table)
     for opt, rule_id in wastes:
         wasted.setdefault(opt, []).append(rule_id)
+    outside = c.outside.get(facts.get("workload"))  # type: ignore[arg-type]  # a str, or None when unknown
+    if outside:  # what does not apply to this workload is neither recommended nor ruled out
+        proposed = {opt: rules for opt, rules in proposed.items() if opt not in outside}
+        wasted = {opt: rules for opt, rules in wasted.items() if opt not in outside}
     bands = tuple([band(float(raw) if isinstance(raw := facts.get(fact), (int, float)) else None)
                    for fact, band in c.bands])
     applied = applied_optimizations(facts.get("applied_optimizations"))  # already used: never recommended
@@ -292,8 +299,8 @@ def decide(ruleset: RuleSet, fired: Iterable[str], findings: Collection[str], fa
 
 def facts_read(ruleset: RuleSet) -> frozenset[str]:
     """The facts `decide` reads itself: the scorecard's, the regimes' shares of the step, the optimizations already
-    applied. Besides these it reads only what the fired rules read, and only while a conflict cap's finding holds
-    (`_fired_without`): otherwise the same fired rules on the same values of these facts make the same decision
-    (tests/test_decide_reads.py holds `decide` to it)."""
+    applied, the workload (what applies to it). Besides these it reads only what the fired rules read, and only while
+    a conflict cap's finding holds (`_fired_without`): otherwise the same fired rules on the same values of these facts
+    make the same decision (tests/test_decide_reads.py holds `decide` to it)."""
     c = _conclusions(ruleset)
-    return frozenset({fact for fact, _ in c.bands} | set(c.share_fact.values()) | {"applied_optimizations"})
+    return frozenset({fact for fact, _ in c.bands} | set(c.share_fact.values()) | {"applied_optimizations", "workload"})

@@ -259,6 +259,9 @@ class Optimization(_Strict):
     # the title and how for a training job or an inference service, where the general wording names techniques of
     # the other (post-training weight quantization and a KV cache are not what a training job applies)
     for_workload: dict[Literal["training", "inference"], OptimizationWording] = {}
+    # the workloads it applies to (empty: both): where the job's workload is known and not among them, it is neither
+    # recommended nor ruled out (DDP's unused-parameter search is no concern of a server, a KV cache of a trainer)
+    workloads: list[Literal["training", "inference"]] = []
     # the title and how on one vendor's parts (hardware.yaml `vendor`), where the general wording names a CUDA
     # mechanism that part does its own way (a TPU compiles the whole step with XLA; Gaudi captures HPU graphs)
     for_vendor: dict[str, OptimizationWording] = {}
@@ -308,6 +311,8 @@ class Optimization(_Strict):
             raise ValueError("data_term_speedup is at least 1 (the D/BW term runs no slower)")
         if self.removes and not self.acts_on:
             raise ValueError("removes needs acts_on (the shares it takes away add to what it acts on)")
+        if self.workloads and (outside := sorted(set(self.for_workload) - set(self.workloads))):
+            raise ValueError(f"for_workload words it for {', '.join(outside)}, which `workloads` leaves out")
         return self
 
 

@@ -352,6 +352,23 @@ def _why_not_optimization(report: Report, opt: str, depth: int, seen: set[str]) 
             notes.insert(0, "a rule proposed it, but being wasted overrides the proposal")
         return WhyNot(question=opt, kind="optimization", concluded=False, summary=summary, notes=notes,
                       attempts=attempts, wasted_for_verdict=True, wasted_reason=wasted.reason)
+    applied = next((a for a in report.applied if a.id == opt), None)
+    if applied is not None:
+        summary = (f"{opt} is already applied (applied_optimizations, from {applied.source}): an optimization the "
+                   "job uses is never recommended again")
+        return WhyNot(question=opt, kind="optimization", concluded=False, summary=summary, notes=notes,
+                      attempts=attempts, wasted_for_verdict=False)
+    if any(e.fired for e in proposers + wasters) or (table is not None and (opt in table.effective
+                                                                             or opt in table.wasted)):
+        # concluded (proposed or ruled out) and yet neither recommended, wasted nor applied: the catalog says it does
+        # not apply to the job's workload (optimizations.yaml `workloads`); `decide` drops it before anything else
+        workload = report.observations.get("workload")
+        job = {"training": "a training job", "inference": "an inference service"}.get(
+            str(workload.value) if workload is not None else "", "this job")
+        summary = (f"{opt} does not apply to {job} (knowledge_base/optimizations.yaml `workloads`), so no rule or "
+                   "regime table recommends it or rules it out here")
+        return WhyNot(question=opt, kind="optimization", concluded=False, summary=summary, attempts=attempts,
+                      wasted_for_verdict=False)
     tables = [t.regime for t in report.tables if opt in t.effective]
     if not proposers and not tables:
         summary = f"no rule or regime table can recommend {opt}"
