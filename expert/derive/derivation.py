@@ -123,6 +123,9 @@ MBU_SOURCE = ("Databricks, LLM inference performance engineering: MBU "
 LLM_DECODE = Gate("LLM decode of an inference service (or of a job whose kind is not given)", all_of([
     fact_test("phase", eq="decode"),
     either([fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))
+PIPELINED = Gate("pipeline parallelism (one stage has no bubble)", fact_test("pipeline_parallel_size", ge=2))
+PIPELINED_DECODE = Gate(f"{LLM_DECODE.description}, its layers split into pipeline stages",
+                        all_of([LLM_DECODE.on_static(), PIPELINED.on_static()]))
 LLM_PREFILL = Gate("LLM prompt prefill of an inference service (or of a job whose kind is not given)", all_of([
     fact_test("phase", eq="prefill"),
     either([fact_test("workload", eq="inference"), fact_test("workload", known=False)])]))

@@ -16,6 +16,8 @@ from .derivation import (
     LLM_DECODE_PER_GPU,
     LLM_PREFILL,
     MBU_SOURCE,
+    PIPELINED,
+    PIPELINED_DECODE,
     Derivation,
     Gate,
     Result,
@@ -95,9 +97,6 @@ ONE_GPU = Gate("a job on one GPU", fact_test("num_gpus", eq=1))
 NO_PIPELINE = Gate("no pipeline parallelism given (a pipelined job's GPUs are not all data-parallel ranks)",
                    either([fact_test("pipeline_parallel_size", known=False),
                            fact_test("pipeline_parallel_size", le=1)]))
-PIPELINED = Gate("pipeline parallelism (one stage has no bubble)", fact_test("pipeline_parallel_size", ge=2))
-PIPELINED_DECODE = Gate(f"{LLM_DECODE.description}, its layers split into pipeline stages",
-                        all_of([LLM_DECODE.on_static(), PIPELINED.on_static()]))
 OVERSIZED_DECODE_COUNT_UNSAID = Gate(
     f"{LLM_DECODE.description}, whose weights need more than one GPU's memory, the GPU count not given",
     all_of([LLM_DECODE.on_static(), fact_test("weights_to_one_gpu", gt=1.0), fact_test("num_gpus", known=False),

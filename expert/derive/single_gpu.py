@@ -14,6 +14,7 @@ from .derivation import (
     LLM_DECODE_PER_GPU,
     LLM_PREFILL,
     MBU_SOURCE,
+    PIPELINED_DECODE,
     Derivation,
     Gate,
     Result,
@@ -433,6 +434,15 @@ KERNEL_TIMELINE: tuple[Derivation, ...] = (
 
 
 # the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
+
+def _pipelined_batchable(f: Facts, kb: KnowledgeBase) -> Result:
+    """The share of a pipelined decode's GPU time more sequences can reclaim: the stages idle for want of a sequence
+    (1 − min(1, batch / stages)), plus the weight reads (share_data · decode_weight_share) and launches (share_overhead)
+    of the busy ones, amortised over the batch."""
+    idle = 1.0 - min(1.0, num(f, "batch_size") / num(f, "pipeline_parallel_size"))
+    weights = num(f, "share_data") * num_or(f, "decode_weight_share", 1.0)
+    return clamp_fraction(idle + weights + num_or(f, "share_overhead", 0.0), "batchable share")
+
 IRON_LAW: tuple[Derivation, ...] = (
     _weights_only_decode("bandwidth_to_peak", "; unclamped", "LLM decode bytes per step; " + _KIPPLY,
                          _decode_bw_ratio),
@@ -526,6 +536,13 @@ IRON_LAW: tuple[Derivation, ...] = (
     # memory-bound and latency-bound rows): per unit of work it can save at most those terms
     # an LLM decode whose KV cache is counted: a larger batch amortises the weights it reads, not the KV cache (each
     # sequence reads its own)
+    # a decode pipelined over more stages than it has sequences: each stage idles while the others hold the batch, and
+    # more sequences fill those idle stages before they amortise anything (cluster-pipeline-decode-idle-stages)
+    Derivation("batchable_frac", ("share_data", "pipeline_parallel_size", "batch_size"), "(1 − min(1, batch_size / "
+               "pipeline_parallel_size)) + share_data · decode_weight_share + share_overhead (LLM decode in pipeline "
+               "stages: the stages idle for want of a sequence, then the weight reads and launches amortised over the "
+               "batch; decode_weight_share and share_overhead where known)", _BATCH, _pipelined_batchable,
+               gate=PIPELINED_DECODE, optional=("decode_weight_share", "share_overhead")),
     Derivation("batchable_frac", ("share_data", "decode_weight_share", "share_overhead"), "share_data · "
                "decode_weight_share + share_overhead (LLM decode: the weight reads and launches amortised over the "
                "batch; each sequence reads its own KV cache)", _BATCH,
