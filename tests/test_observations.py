@@ -71,6 +71,12 @@ def test_values_are_parsed_to_canonical_units(name: str, raw: Any, value: Any) -
     ("model_params", "1.5k", 1.5e3),
     ("active_params", "13b", 1.3e10),
     ("tokens_per_step", "2m", 2e6),
+    # the magnitude as a word, and the fact's own unit after it, as model cards write sizes
+    ("model_params", "7 billion", 7e9),
+    ("model_params", "1.5 Million", 1.5e6),
+    ("model_params", "70B params", 7e10),
+    ("trainable_params", "40 M params", 4e7),
+    ("model_params", "7e9 params", 7e9),
     # other units keep taking any case, and an all-lowercase bytes unit keeps meaning bytes
     ("bytes_moved", "40 gb", 4e10),
     ("step_time_s", "12 MS", 0.012),
@@ -85,6 +91,7 @@ def test_unit_case_is_read_where_it_is_unambiguous(name: str, raw: Any, value: A
     ("bytes_moved", "8 Gib", "write GiB"),
     ("bytes_moved", "1 Mb", "write MB"),
     ("model_params", "7 bn", "unknown unit 'bn'"),
+    ("model_params", "70 xparams", "unknown unit 'xparams'"),  # the fact's unit only as a word of its own
 ])
 def test_a_unit_of_bits_is_not_read_as_bytes(name: str, raw: str, text: str) -> None:
     with pytest.raises(ObservationError) as info:
@@ -255,6 +262,10 @@ def test_yes_no_facts_take_yaml_booleans(raw: object, value: str) -> None:
     ("phase", "generation", "decode"),
     ("interconnect", "IB", "infiniband"),
     ("interconnect", "RoCE", "ethernet"),
+    ("interconnect", "RoCE v2", "ethernet"),
+    ("interconnect", "NDR", "infiniband"),  # InfiniBand by its generation, as cluster specs write it
+    ("interconnect", "NVLink 4", "nvlink"),
+    ("attention_implementation", "FlashAttention-2", "flash"),
     ("optimizer_offload", "nvme", "yes"),  # DeepSpeed offload_optimizer.device
     ("activation_recompute", "selective", "yes"),  # Megatron --recompute-granularity
 ])

@@ -169,6 +169,16 @@ def _unit_factor(unit: str, spec: FactSpec, kb: KnowledgeBase) -> float:
         raise ValueError(f"unit {unit!r} is not accepted here; give {expected}")
     dim = kb.units.dimensions[spec.dimension]
     table = dim.units
+    # the fact's own unit word after a magnitude, as people write sizes: "70B params", "7e9 params"
+    named = spec.unit
+    folded_unit = unit.casefold()
+    if unit not in table and named and (folded_unit == named.casefold()
+                                        or folded_unit.endswith(f" {named}".casefold())):
+        magnitude = unit[:-len(named)].strip()
+        if not magnitude and "" in table:  # "7e9 params": the number in the fact's own unit
+            return table[""] / table.get(named, table.get(dim.base, 1.0))
+        if magnitude.casefold() in {name.casefold() for name in table if name}:
+            return _unit_factor(magnitude, spec, kb)
     if unit in table:
         factor = table[unit]
     else:
