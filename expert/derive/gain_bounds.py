@@ -210,6 +210,19 @@ def _tensor_ratio(f: Facts, kb: KnowledgeBase) -> Result:
                                   f"{hw.id} fp32 CUDA-core peak (TFLOP/s)": cuda, "source": hw.source})
 
 
+def _tf32_ratio(f: Facts, kb: KnowledgeBase) -> Result:
+    hw = hardware_of(f, kb)
+    cuda = required(hw.peak("fp32"), f"an fp32 peak of {hw.id}")
+    tf32 = required(hw.peak("tf32"), f"a tf32 peak of {hw.id}")
+    return Result(tf32 / cuda, {f"{hw.id} dense tf32 peak (TFLOP/s)": tf32,
+                                f"{hw.id} fp32 CUDA-core peak (TFLOP/s)": cuda, "source": hw.source})
+
+
+def _tf32_published(kb: KnowledgeBase) -> Condition:
+    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values()
+                                           if hw.peak("fp32") is not None and hw.peak("tf32") is not None]})
+
+
 def _fp32_published(kb: KnowledgeBase) -> Condition:
     return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.peak("fp32") is not None]})
 
@@ -243,6 +256,8 @@ _PACKING = ("Krell et al. 2021, Efficient Sequence Packing without Cross-contami
             "removed the padding, about 50 % of BERT's pre-training positions, for a 2x speed-up); Hugging Face, "
             "Packing with FlashAttention-2 (DataCollatorWithFlattening)")
 FP32_PUBLISHED = Gate("the catalog gives this part's fp32 CUDA-core peak", _fp32_published)
+TF32_PUBLISHED = Gate("the catalog gives this part's fp32 CUDA-core peak and its tf32 tensor-core peak",
+                      _tf32_published)
 
 OFFLOADED_WEIGHTS = Gate("an LLM service whose weights alone need more than the GPUs' memory (weights_to_hbm above 1): "
                          "what does not fit is kept in host memory and copied in every step",
@@ -317,6 +332,8 @@ GAIN_BOUNDS: tuple[Derivation, ...] = (
                "fp16) / fp32 CUDA-core peak",
                f"{_CATALOG}; {_CUDA_CORES}",
                _tensor_ratio, gate=TENSOR_CORE_KNOWN),
+    Derivation("tf32_peak_ratio", ("hardware",), "tf32 tensor-core dense peak / fp32 CUDA-core peak",
+               f"{_CATALOG}; {_CUDA_CORES}", _tf32_ratio, gate=TF32_PUBLISHED),
     Derivation("achieved_to_fp32_peak", ("achieved_tflops", "hardware"), "achieved_tflops / fp32 CUDA-core peak",
                f"{_CATALOG}; {_CUDA_CORES}", _over_cuda_cores, gate=FP32_PUBLISHED),
     Derivation("achieved_to_fp32_peak", ("mfu", "peak_tflops", "hardware"),
