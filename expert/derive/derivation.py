@@ -136,8 +136,13 @@ GPU_COUNT_POSSIBLE = either([*(fact_test(name, known=True) for name in ("num_gpu
 or the GPU's memory is not known): where they cannot fit one GPU and no count is given, the job runs sharded over
 several or keeps weights in host memory, and a figure per GPU that takes one GPU would be taken on a GPU the job
 cannot be on."""
+NOT_SPECULATIVE = either([fact_test("uses_speculative_decoding", eq="no"),
+                         fact_test("uses_speculative_decoding", known=False)])
+"""Not said to decode speculatively: each weight read yields one token a sequence, so the token rate gives the bytes."""
 LLM_DECODE_PER_GPU = Gate(f"{LLM_DECODE.description}, whose GPUs are known (num_gpus or the parallel sizes "
-                          "given, or the weights fit one GPU)", all_of([LLM_DECODE.on_static(), GPU_COUNT_POSSIBLE]))
+                          "given, or the weights fit one GPU), not decoding speculatively (a verifying pass yields a "
+                          "varying number of tokens per weight read)",
+                          all_of([LLM_DECODE.on_static(), GPU_COUNT_POSSIBLE, NOT_SPECULATIVE]))
 
 
 def hardware_of(f: Facts, kb: KnowledgeBase) -> HardwareSpec:
