@@ -22,7 +22,7 @@ KB = EXPERT.kb
 
 NEW_ENTRIES = ["t4", "a10g", "a10", "l40", "rtx-4090", "rtx-6000-ada", "h100-nvl", "h800", "h20", "gh200-96gb",
                "gh200-144gb", "b300", "gb200", "mi250x-gcd", "mi250x-oam", "mi325x", "mi355x", "tpu-v6e", "trainium2",
-               "gaudi2", "h200-nvl"]
+               "trainium", "gaudi2", "h200-nvl"]
 UNPUBLISHED = {"h800", "h20"}  # no public vendor datasheet: every figure null, the source says so
 
 
@@ -53,7 +53,8 @@ UNPUBLISHED = {"h800", "h20"}  # no public vendor datasheet: every figure null, 
     ("mi355x", "mi355x"),
     ("TPU v4", "tpu-v4"), ("TPU v5 lite", "tpu-v5e"), ("TPU v5", "tpu-v5p"), ("TPU v6 lite", "tpu-v6e"),
     ("Cloud TPU v6e", "tpu-v6e"),
-    ("AWS Trainium2", "trainium2"), ("trn2", "trainium2"), ("Intel Gaudi 2", "gaudi2"), ("HL-225", "gaudi2"),
+    ("AWS Trainium2", "trainium2"), ("trn2", "trainium2"), ("trn1", "trainium"), ("AWS Trainium", "trainium"),
+    ("Intel Gaudi 2", "gaudi2"), ("HL-225", "gaudi2"),
     ("Gaudi3", "gaudi3"), ("HL-325L", "gaudi3"),
 ])
 def test_ids_aliases_and_device_names_resolve(name: str, expected: str) -> None:
