@@ -107,6 +107,9 @@ PUBLISHED_MEMORY = Gate("the hardware catalog gives this hardware's memory capac
 SERVING_MEMORY = Gate(f"{SERVING.description}, on hardware whose memory capacity the catalog gives",
                       lambda kb: all_of([SERVING.on_static(), _published_memory(kb)]))
 
+WIDE_TENSOR_PARALLEL = Gate("tensor parallelism over four GPUs or more (halved, still two or more: over two GPUs "
+                            "halving is one GPU, which weights_to_one_gpu reads)",
+                            fact_test("tensor_parallel_size", ge=4))
 SERVING_MEMORY_PER_GPU = Gate(f"{SERVING_MEMORY.description}, whose GPUs are known (num_gpus or the parallel sizes "
                               "given, or the weights fit one GPU)",
                               lambda kb: all_of([SERVING_MEMORY.on(kb), GPU_COUNT_POSSIBLE]))
@@ -417,6 +420,14 @@ LLM_RATES: tuple[Derivation, ...] = (
                "model_params · bytes per weight / HBM of one GPU (the whole model on one GPU, however many serve it)",
                "definition (every weight is resident for the step: params x bytes per element)",
                _weights_to_one_gpu, gate=SERVING_MEMORY),
+    # a service split wider than its weights need: what each GPU would hold with half the tensor-parallel GPUs
+    Derivation("weights_to_gpu_at_half_tp", ("weights_to_one_gpu", "tensor_parallel_size"),
+               "weights_to_one_gpu / (tensor_parallel_size / 2) (the weights' share of each GPU's memory were the "
+               "model split over half as many GPUs)",
+               "definition (tensor parallelism shards every layer's weights evenly over its GPUs: Shoeybi et al. "
+               "2019, Megatron-LM, arXiv:1909.08053)",
+               lambda f, kb: Result(num(f, "weights_to_one_gpu") / (num(f, "tensor_parallel_size") / 2.0)),
+               gate=WIDE_TENSOR_PARALLEL),
     Derivation("one_gpu_decode_bw_util", ("tokens_per_s", "batch_size", "model_params", "bytes_per_weight",
                                           "peak_bandwidth"),
                "(tokens_per_s / batch_size) · params · bytes_per_weight / peak_bandwidth of one GPU (the weights "
