@@ -191,6 +191,19 @@ def test_decode_rate_from_the_time_per_output_token() -> None:
     assert decode["mem_bw_util"] == approx(1000 / 30 * 6.7e9 * 2 / 2.039e12)
 
 
+def test_decode_rate_of_data_parallel_replicas_is_their_sum() -> None:
+    """Eight one-GPU replicas of Llama-3-8B (vLLM data parallelism), each decoding 64 sequences at 25 ms a token:
+    the service makes 8 x 2,560 tokens/s, and each GPU reads its 16 GB of weights 40 times a second (19 % of an
+    H100's bandwidth), not an eighth of that."""
+    facts = dict(workload="inference", phase="decode", hardware="h100-sxm", dtype="bf16", model_params="8B",
+                 num_gpus=8, data_parallel_size=8, batch_size=64, tpot_ms=25)
+    report = EXPERT.diagnose(facts)
+    rate = report.derived["tokens_per_s"]
+    assert rate.value == approx(8 * 64 * 1000 / 25)
+    assert rate.note is not None and "data-parallel replicas" in rate.note and "sharded" not in rate.note
+    assert report.derived["mem_bw_util"].value == approx(1000 / 25 * 16e9 / 3.35e12)
+
+
 def test_decode_bandwidth_includes_the_kv_cache() -> None:
     facts = dict(workload="inference", phase="decode", hardware="h100-sxm", dtype="bf16", num_gpus=1, batch_size=32,
                  model_params="8B", tokens_per_s=2400)

@@ -179,10 +179,14 @@ def _forward_tflops(f: Facts, kb: KnowledgeBase) -> Result:
 
 
 def _decode_rate(f: Facts, kb: KnowledgeBase) -> Result:
-    value = num(f, "batch_size") * 1000.0 / num(f, "tpot_ms")
+    replicas = num_or(f, "data_parallel_size", 1.0)  # given: each replica decodes its own batch_size sequences
+    value = replicas * num(f, "batch_size") * 1000.0 / num(f, "tpot_ms")
     note = ("a TPOT at a tail percentile (p90, p99) is longer than the typical decode step, so the rate is then a "
             "lower bound")
-    if decode_gpus(f) != 1:
+    if replicas > 1:
+        note += (f"; each of the {replicas:.0f} data-parallel replicas decodes its own batch_size sequences a step, "
+                 "so the service's rate is their sum")
+    elif decode_gpus(f) != 1:
         note += ("; the GPUs (num_gpus, else the tensor × pipeline parallel size) taken as one model sharded across "
                  "them (tensor or pipeline parallel): "
                  "data-parallel replicas would each add this rate")
@@ -370,8 +374,10 @@ LLM_RATES: tuple[Derivation, ...] = (
                "definition (tokens per optimizer step over the step's wall time)",
                lambda f, kb: Result(num(f, "tokens_per_step") / num(f, "step_time_s"))),
     Derivation("tokens_per_s", ("phase", "tpot_ms", "batch_size"),
-               "batch_size · 1000 / tpot_ms (a decode step gives each of its batch_size sequences one token)",
-               f"{_DECODE_STEP}; {_SLO}", _decode_rate, gate=LLM_DECODE, optional=DECODE_GPU_FACTS),
+               "batch_size · 1000 / tpot_ms (a decode step gives each of its batch_size sequences one token), times "
+               "data_parallel_size where given (each replica decodes its own batch)",
+               f"{_DECODE_STEP}; {_SLO}", _decode_rate, gate=LLM_DECODE,
+               optional=(*DECODE_GPU_FACTS, "data_parallel_size")),
     Derivation("ttft_queue_share", ("ttft_queue_ms", "ttft_ms"), "ttft_queue_ms / ttft_ms (at most 1)",
                "vLLM metrics (vllm:request_queue_time_seconds: time in the WAITING phase, part of the time to first "
                "token with the prefill)",
