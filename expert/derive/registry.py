@@ -55,6 +55,7 @@ from .single_gpu import (
 )
 
 DERIVATIONS: tuple[Derivation, ...] = (
+    *PARALLEL_LAYOUT,  # from observed facts alone: data_parallel_size before the decode rate reads it (LLM_RATES)
     *KERNEL_TIMELINE,  # the idle share where no trace measures it, before everything that reads it
     *PEAKS_AND_ROOFLINE,
     *LLM_RATES,  # the tokens/s ways to achieved_tflops, before mfu reads it
@@ -65,7 +66,6 @@ DERIVATIONS: tuple[Derivation, ...] = (
     *LLM_DECODE_IN_TURNS,  # reads mem_bw_util, either way
     *IRON_LAW,
     *GAIN_BOUNDS,  # the most lower precision, a faster GPU or tensor cores can speed the compute term up
-    *PARALLEL_LAYOUT,  # data_parallel_size where one replica spans every GPU, before the all-reduce reads it
     *CLUSTER,
     *LLM_SERVING_HOST_MEMORY,
     *MODEL_SHAPE,

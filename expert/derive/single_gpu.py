@@ -433,8 +433,6 @@ KERNEL_TIMELINE: tuple[Derivation, ...] = (
 )
 
 
-# the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
-
 def _pipelined_batchable(f: Facts, kb: KnowledgeBase) -> Result:
     """The share of a pipelined decode's GPU time more sequences can reclaim: the stages idle for want of a sequence
     (1 − min(1, batch / stages)), plus the weight reads (share_data · decode_weight_share) and launches (share_overhead)
@@ -443,6 +441,8 @@ def _pipelined_batchable(f: Facts, kb: KnowledgeBase) -> Result:
     weights = num(f, "share_data") * num_or(f, "decode_weight_share", 1.0)
     return clamp_fraction(idle + weights + num_or(f, "share_overhead", 0.0), "batchable share")
 
+
+# the unclamped weights-only decode ratio, launch gaps, the SLO ratio, overlap and the iron-law terms
 IRON_LAW: tuple[Derivation, ...] = (
     _weights_only_decode("bandwidth_to_peak", "; unclamped", "LLM decode bytes per step; " + _KIPPLY,
                          _decode_bw_ratio),
@@ -534,8 +534,6 @@ IRON_LAW: tuple[Derivation, ...] = (
                lambda f, kb: Result(num(f, "gpu_util")), gate=LLM_DECODE),
     # batching amortises the launches over more work, and in serving the weight reads too (seed Table 3,
     # memory-bound and latency-bound rows): per unit of work it can save at most those terms
-    # an LLM decode whose KV cache is counted: a larger batch amortises the weights it reads, not the KV cache (each
-    # sequence reads its own)
     # a decode pipelined over more stages than it has sequences: each stage idles while the others hold the batch, and
     # more sequences fill those idle stages before they amortise anything (cluster-pipeline-decode-idle-stages)
     Derivation("batchable_frac", ("share_data", "pipeline_parallel_size", "batch_size"), "(1 − min(1, batch_size / "
@@ -543,6 +541,8 @@ IRON_LAW: tuple[Derivation, ...] = (
                "stages: the stages idle for want of a sequence, then the weight reads and launches amortised over the "
                "batch; decode_weight_share and share_overhead where known)", _BATCH, _pipelined_batchable,
                gate=PIPELINED_DECODE, optional=("decode_weight_share", "share_overhead")),
+    # an LLM decode whose KV cache is counted: a larger batch amortises the weights it reads, not the KV cache (each
+    # sequence reads its own)
     Derivation("batchable_frac", ("share_data", "decode_weight_share", "share_overhead"), "share_data · "
                "decode_weight_share + share_overhead (LLM decode: the weight reads and launches amortised over the "
                "batch; each sequence reads its own KV cache)", _BATCH,
