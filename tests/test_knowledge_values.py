@@ -116,3 +116,18 @@ def test_an_optimization_naming_an_unknown_fact_is_refused(tmp_path: Path, old: 
     path.write_text(text.replace(old, new, 1), encoding="utf-8")
     with pytest.raises(KnowledgeBaseError, match=message):
         KnowledgeBase.load(kb_dir)
+
+
+def test_a_dtype_naming_an_unknown_vendor_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from expert._resources import data_dir
+
+    kb_dir = tmp_path / "knowledge_base"
+    shutil.copytree(data_dir("knowledge_base"), kb_dir)
+    path = kb_dir / "units.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert "opt_in_vendors: [nvidia]" in text
+    path.write_text(text.replace("opt_in_vendors: [nvidia]", "opt_in_vendors: [nvida]", 1), encoding="utf-8")
+    with pytest.raises(KnowledgeBaseError, match="opt_in_vendors: unknown vendor 'nvida'"):
+        KnowledgeBase.load(kb_dir)

@@ -218,13 +218,12 @@ def _tf32_ratio(f: Facts, kb: KnowledgeBase) -> Result:
                                 f"{hw.id} fp32 CUDA-core peak (TFLOP/s)": cuda, "source": hw.source})
 
 
-_TF32_OPT_IN_VENDORS = ("nvidia",)
-"""Vendors whose parts run an fp32 matmul on the CUDA cores unless TF32 is allowed (PyTorch's default since 1.12); AWS
-Neuron's compiler casts fp32 matmuls to bf16 by default, and ROCm's TF32 is not PyTorch's flag alone."""
-
-
 def _tf32_published(kb: KnowledgeBase) -> Condition:
-    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.vendor in _TF32_OPT_IN_VENDORS
+    """Parts of a vendor whose fp32 matmuls take TF32 only when allowed (units.yaml tf32 `opt_in_vendors`), with both
+    peaks catalogued."""
+    tf32 = kb.units.dtypes.get("tf32")
+    vendors = set(tf32.opt_in_vendors) if tf32 is not None else set()
+    return fact_test("hardware", **{"in": [hw.id for hw in kb.hardware.values() if hw.vendor in vendors
                                            and hw.peak("fp32") is not None and hw.peak("tf32") is not None]})
 
 
@@ -261,8 +260,8 @@ _PACKING = ("Krell et al. 2021, Efficient Sequence Packing without Cross-contami
             "removed the padding, about 50 % of BERT's pre-training positions, for a 2x speed-up); Hugging Face, "
             "Packing with FlashAttention-2 (DataCollatorWithFlattening)")
 FP32_PUBLISHED = Gate("the catalog gives this part's fp32 CUDA-core peak", _fp32_published)
-TF32_PUBLISHED = Gate("an NVIDIA part (PyTorch leaves its fp32 matmuls off the TF32 tensor cores unless allowed) whose "
-                      "fp32 CUDA-core and tf32 tensor-core peaks the catalog gives", _tf32_published)
+TF32_PUBLISHED = Gate("a part whose fp32 matmuls take TF32 only when allowed (units.yaml tf32 `opt_in_vendors`: "
+                      "NVIDIA's), its fp32 CUDA-core and tf32 tensor-core peaks in the catalog", _tf32_published)
 
 OFFLOADED_WEIGHTS = Gate("an LLM service whose weights alone need more than the GPUs' memory (weights_to_hbm above 1): "
                          "what does not fit is kept in host memory and copied in every step",

@@ -666,6 +666,9 @@ class DtypeSpec(_Strict):
     lower: list[str] = []  # the narrower formats lower precision moves to, preferred first (units.yaml header)
     tensor_cores: list[str] = []  # the formats its matmuls reach tensor cores in, preferred first (units.yaml header)
     torch_types: list[str] = []  # the profiler's `Input type` spellings of tensors in this format (units.yaml header)
+    # the vendors (hardware.yaml `vendor`) on whose parts PyTorch runs matmuls in this format only when allowed
+    # (units.yaml header: tf32 on NVIDIA parts)
+    opt_in_vendors: list[str] = []
 
 
 class ElementTypeSpec(_Strict):

@@ -44,6 +44,12 @@ def check_references(kb: KnowledgeBase) -> None:
             if fact_name not in kb.facts:
                 problems.append(Problem(f"{where}/regimes.yaml: terms.{term}", f"unknown fact {fact_name!r}"))
     vendors = {hw.vendor for hw in kb.hardware.values()}
+    for name, spec in kb.units.dtypes.items():
+        for vendor in spec.opt_in_vendors:
+            if vendor not in vendors:
+                problems.append(Problem(f"{where}/units.yaml: dtypes.{name}",
+                                        f"opt_in_vendors: unknown vendor {vendor!r}",
+                                        f"the vendors of hardware.yaml: {', '.join(sorted(vendors))}"))
     for opt in kb.optimizations.values():
         if opt.shrinks not in kb.regimes.terms:
             problems.append(Problem(f"{where}/optimizations.yaml: {opt.id}",
